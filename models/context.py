@@ -1,0 +1,129 @@
+"""What a running job sees: its leased row, tenant-scoped transactions, progress, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine
+
+from models import jobs
+from models.access import check_allowed, find_membership
+from models.db import transaction
+from models.errors import CancelRequested, LeaseLost, TimedOut
+from models.projects import Projects
+
+if TYPE_CHECKING:
+    from models.kinds import KindRules
+
+
+@dataclass(frozen=True)
+class LeasedJob:
+    """The worker's copy of a job it holds: everything it may act on comes from the ROW."""
+
+    id: UUID
+    organization_id: UUID
+    requested_by: UUID
+    kind: str
+    params: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    lease_seconds: int
+    request_id: str | None
+
+
+class Tenant:
+    """Repositories bound to one tenant-scoped transaction."""
+
+    def __init__(self, conn: Connection, organization_id: UUID) -> None:
+        self.conn = conn
+        self.projects = Projects(conn, organization_id)
+
+
+class JobContext:
+    def __init__(
+        self,
+        engine: Engine,
+        job: LeasedJob,
+        rules: KindRules,
+        *,
+        actor: str,
+        deadline: float | None = None,
+    ) -> None:
+        self.engine = engine
+        self.job = job
+        self.rules = rules
+        self.actor = actor
+        self.deadline = deadline  # time.monotonic() value of the soft time limit
+        self._lost = threading.Event()
+        self._cancel = threading.Event()
+
+    @contextmanager
+    def tenant(self) -> Iterator[Tenant]:
+        """A NEW transaction scoped to the job's organization (taken from the leased row).
+
+        It first re-reads the requester's membership and the organization's state, and before
+        committing it locks the job row with our lease token: tenant writes commit only while
+        this attempt still holds the job.
+        """
+        self.checkpoint()
+        with transaction(
+            self.engine, organization_id=self.job.organization_id, actor=self.actor
+        ) as conn:
+            membership = find_membership(conn, self.job.organization_id, self.job.requested_by)
+            check_allowed(
+                membership, org_states=self.rules.org_states, role=self.rules.role, for_worker=True
+            )
+            yield Tenant(conn, self.job.organization_id)
+            if not jobs.lock_lease(conn, self.job.id, self.job.lease_token):
+                self._lost.set()
+                raise LeaseLost()
+
+    def progress(self, stage: str, *, done: int | None = None, total: int | None = None) -> None:
+        """Record a measured stage; a progress write that finds no lease means the lease is lost."""
+        value: dict[str, Any] = {"stage": stage}
+        if done is not None:
+            value["done"] = done
+        if total is not None:
+            value["total"] = total
+        with transaction(self.engine, actor=self.actor) as conn:
+            status = jobs.record_progress(conn, self.job.id, self.job.lease_token, json.dumps(value))
+        self._note(status)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """A safe point: stop here if the lease is lost, a cancel was asked for, or time is up."""
+        if self._lost.is_set():
+            raise LeaseLost()
+        if self._cancel.is_set():
+            raise CancelRequested()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimedOut()
+
+    def check_lease_now(self) -> None:
+        """Checkpoint after asking the database (the heartbeat does this in the background)."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            self._note(jobs.lease_status(conn, self.job.id, self.job.lease_token))
+        self.checkpoint()
+
+    def _note(self, status: str | None) -> None:
+        if status is None:
+            self._lost.set()
+        elif status == "cancel_requested":
+            self._cancel.set()
+
+    # Called by the heartbeat thread.
+    def heartbeat(self) -> None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            self._note(jobs.extend_lease(conn, self.job.id, self.job.lease_token))
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._lost.is_set()

@@ -1,0 +1,106 @@
+"""Domain errors: a stable code and a sentence that is safe to show the user.
+
+The web maps ``code`` to an HTTP status in one place (webapp.errors); the runner stores ``code``
+and ``message`` as the job's ``error_code``/``error_message``. A message never carries a
+traceback, SQL, a URL, a token or another tenant's data.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    code = "error"
+    message = "The request could not be completed."
+    #: a permanent error fails a job at once instead of retrying it
+    permanent = True
+
+    def __init__(self, message: str | None = None, **details: object) -> None:
+        self.message = message or type(self).message
+        self.details = details
+        super().__init__(self.message)
+
+
+class InvalidRequest(DomainError):
+    code = "invalid_request"
+    message = "The request is not valid."
+
+
+class InvalidParams(DomainError):
+    code = "invalid_params"
+    message = "The job parameters are not valid."
+
+
+class UnknownKind(DomainError):
+    code = "unknown_kind"
+    message = "There is no job of that kind."
+
+
+class NotFound(DomainError):
+    code = "not_found"
+    message = "Not found."
+
+
+class Unauthorized(DomainError):
+    code = "unauthorized"
+    message = "A valid bearer token is required."
+
+
+class InsufficientRole(DomainError):
+    code = "insufficient_role"
+    message = "Your role in this organization does not allow this operation."
+
+
+class RequesterNotMember(DomainError):
+    code = "requester_not_member"
+    message = "The user who started this job is no longer a member of the organization."
+
+
+class OrganizationUnavailable(DomainError):
+    code = "organization_unavailable"
+    message = "The organization is not available for this operation."
+
+
+class OrganizationReadOnly(DomainError):
+    code = "organization_read_only"
+    message = "The organization is read-only."
+
+
+class DuplicateJob(DomainError):
+    code = "duplicate_job"
+    message = "An identical job is already queued or running."
+
+
+class IdempotencyKeyReused(DomainError):
+    code = "idempotency_key_reused"
+    message = "This Idempotency-Key was already used for a different request."
+
+
+class JobNotCompleted(DomainError):
+    code = "job_not_completed"
+    message = "The job has not completed."
+
+
+class JobFinished(DomainError):
+    code = "job_finished"
+    message = "The job has already finished."
+
+
+class TimedOut(DomainError):
+    code = "timed_out"
+    message = "The job took longer than its time limit."
+
+
+class InternalJobError(DomainError):
+    """What the user sees of an unexpected exception; the detail goes to job_diagnostics."""
+
+    code = "internal_error"
+    message = "The job failed because of an internal error."
+    permanent = False
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the job: stop at once, write nothing."""
+
+
+class CancelRequested(Exception):
+    """The user asked to cancel: stop at the next safe point."""

@@ -1,0 +1,39 @@
+"""Kinds for benchmarks and fault tests, registered only with SPACEJOBS_BENCH_KINDS=1."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from models.context import JobContext
+from models.kinds import NoParams, Params, job_kind
+
+
+@job_kind("bench.noop", org_states={"active", "read_only"}, max_attempts=3, backoff=0.5)
+def noop(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    return {}
+
+
+class SleepParams(Params):
+    seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
+
+
+@job_kind(
+    "bench.sleep",
+    org_states={"active", "read_only"},
+    max_attempts=5,
+    backoff=0.5,
+    backoff_max=5,
+    lease=timedelta(seconds=10),
+    params=SleepParams,
+)
+def sleep(ctx: JobContext, params: SleepParams) -> dict[str, Any]:
+    # Sleep in short steps so cancellation and a lost lease stop the job promptly.
+    deadline = time.monotonic() + params.seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+        ctx.checkpoint()
+    return {"slept": params.seconds}

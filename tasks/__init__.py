@@ -1,0 +1,1 @@
+"""Celery side of Space Jobs: the app, the runner (claim, lease, heartbeat, finish), the sweeper."""

@@ -1,0 +1,47 @@
+"""The Celery app and its two tasks. Both are thin: the work is in runner and sweeper."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+from celery.signals import setup_logging, worker_process_init
+
+from models.logsetup import configure_logging
+from tasks import runner, sweeper
+
+app = Celery("spacejobs")
+app.config_from_object("celeryconfig")
+
+WAKE_TASK = "spacejobs.wake"
+SWEEP_TASK = "spacejobs.sweep"
+
+log = logging.getLogger("spacejobs.tasks")
+
+
+def publish_wake(job_id: str | None = None, countdown: float | None = None) -> None:
+    """A wake-up signal; losing it costs latency only (the sweeper re-sends)."""
+    app.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown, retry=False)
+
+
+@app.task(name=WAKE_TASK, ignore_result=True)
+def wake(job_id: str | None = None) -> int:
+    """Claim and run due jobs, up to the drain limit. A surplus wake-up finds nothing: cheap."""
+    return runner.drain(publish_wake=publish_wake)
+
+
+@app.task(name=SWEEP_TASK, ignore_result=True)
+def sweep() -> dict[str, int]:
+    return sweeper.sweep_once(publish_wake=publish_wake).as_dict()
+
+
+@worker_process_init.connect
+def _fresh_connections_after_fork(**_: object) -> None:
+    # A forked child must never reuse the parent's pooled sockets.
+    runner.reset_engine()
+
+
+@setup_logging.connect
+def _configure_logging(**_: object) -> None:
+    # Our format (with job context) instead of Celery's; also stops Celery from hijacking it.
+    configure_logging()

@@ -1,0 +1,64 @@
+"""The sweeper, run by Celery beat (and safe on many hosts at once: every batch is taken with
+FOR UPDATE SKIP LOCKED, so two sweepers never handle the same row)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from models import jobs
+from models.db import transaction
+from tasks import worker_db
+
+log = logging.getLogger("spacejobs.sweeper")
+
+
+@dataclass
+class SweepReport:
+    requeued: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    resignalled: int = 0
+    publish_failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def wakeup_grace() -> float:
+    """Seconds a due job may wait for its wake-up before the sweeper sends another."""
+    return float(os.environ.get("SPACEJOBS_WAKEUP_GRACE", "5"))
+
+
+def sweep_once(*, publish_wake: Callable[..., None], batch: int = 500) -> SweepReport:
+    engine = worker_db.engine()
+    report = SweepReport()
+    with transaction(engine, actor="sweeper") as conn:
+        expired = jobs.sweep_expired_leases(conn, batch=batch)
+    to_wake = []
+    for job_id, status in expired:
+        if status == "queued":
+            report.requeued += 1
+            to_wake.append(job_id)
+        elif status == "failed":
+            report.failed += 1
+        else:
+            report.cancelled += 1
+    with transaction(engine, actor="sweeper") as conn:
+        due = jobs.sweep_unsignalled(conn, grace=wakeup_grace(), batch=batch)
+    report.resignalled = len(due)
+    to_wake.extend(job_id for job_id, _kind in due)
+    for index, job_id in enumerate(to_wake):
+        try:
+            publish_wake(str(job_id))
+        except Exception:
+            # The broker is down: stop trying for this round. The rows keep their state and the
+            # next sweep after the grace period re-sends their wake-ups.
+            report.publish_failures = len(to_wake) - index
+            log.warning("sweep: broker unreachable, %d wake-ups deferred", report.publish_failures)
+            break
+    if any(report.as_dict().values()):
+        log.info("sweep: %s", report.as_dict())
+    return report

@@ -1,0 +1,75 @@
+"""Flask app factory: the JSON API for users (ops and the HTML UI come as their own blueprints)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from typing import Any
+
+from flask import Flask, g, request
+from flask_limiter import Limiter
+
+from models.db import APP_ROLE, make_engine, role_url
+from models.kinds import load_kinds
+from webapp import errors
+from webapp.wakeups import WakeupPublisher
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+limiter = Limiter(key_func=lambda: g.get("rate_key") or request.remote_addr or "anonymous")
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    """Build the app. ``config`` overrides environment defaults (tests pass URLs here)."""
+    app = Flask(__name__)
+    app.config.update(
+        DATABASE_URL=os.environ.get("SPACEJOBS_APP_DATABASE_URL"),
+        BROKER_URL=os.environ.get("REDIS_URL"),
+        QUEUE=os.environ.get("SPACEJOBS_QUEUE"),
+        POLL_RATE_LIMIT=os.environ.get("SPACEJOBS_POLL_RATE_LIMIT", "600 per minute"),
+        RATELIMIT_STORAGE_URI=_limiter_storage(os.environ.get("REDIS_URL")),
+        RATELIMIT_SWALLOW_ERRORS=True,
+        RATELIMIT_HEADERS_ENABLED=True,
+        RATELIMIT_KEY_PREFIX="spacejobs",
+        MAX_CONTENT_LENGTH=1024 * 1024,
+        JSON_SORT_KEYS=False,
+    )
+    if config:
+        app.config.update(config)
+        if "BROKER_URL" in config and "RATELIMIT_STORAGE_URI" not in config:
+            app.config["RATELIMIT_STORAGE_URI"] = _limiter_storage(config["BROKER_URL"])
+
+    load_kinds()
+    app.extensions["spacejobs.db"] = make_engine(
+        app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web"
+    )
+    app.extensions["spacejobs.wakeups"] = WakeupPublisher(app.config["BROKER_URL"], app.config["QUEUE"])
+    limiter.init_app(app)
+
+    @app.before_request
+    def assign_request_id() -> None:
+        incoming = request.headers.get("X-Request-ID", "")
+        g.request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+    @app.after_request
+    def echo_request_id(response):  # type: ignore[no-untyped-def]
+        response.headers["X-Request-ID"] = g.get("request_id", "")
+        return response
+
+    from webapp.api import api
+
+    app.register_blueprint(api)
+    errors.register(app)
+    logging.getLogger("spacejobs").setLevel(logging.INFO)
+    return app
+
+
+def _limiter_storage(redis_url: str | None) -> str:
+    """Rate-limit counters live in Redis so every web process shares them."""
+    if not redis_url:
+        return "memory://"
+    if redis_url.startswith("redis+socket://"):
+        return "redis+unix://" + redis_url[len("redis+socket://"):]
+    return redis_url

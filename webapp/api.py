@@ -1,0 +1,249 @@
+"""JSON API v1 (DESIGN.md §4). Views parse, resolve the organization, call one models function."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+from uuid import UUID
+
+from flask import Blueprint, current_app, g, jsonify, request, url_for
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+
+from models import jobs
+from models.access import check_allowed
+from models.db import transaction
+from models.errors import (
+    InvalidRequest,
+    JobNotCompleted,
+    NotFound,
+    OrganizationReadOnly,
+    OrganizationUnavailable,
+)
+from models.kinds import get_kind
+from models.projects import Projects
+from models.tenancy import memberships_of
+from webapp import limiter
+from webapp.auth import current_user, engine, org_transaction, parse_id
+
+api = Blueprint("api", __name__, url_prefix="/api/v1")
+
+Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class StrictBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+BodyT = TypeVar("BodyT", bound=StrictBody)
+
+
+class SubmitJob(StrictBody):
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    params: dict[str, Any] | None = None
+    dedup_key: Key | None = None
+
+
+class CreateProject(StrictBody):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+def parse_body(model: type[BodyT]) -> BodyT:
+    """Strict bodies: unknown fields (``organization_id``, ``requested_by``...) are a 400."""
+    raw = request.get_json(silent=True)
+    if not isinstance(raw, dict):
+        raise InvalidRequest("The body must be a JSON object.")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"]) or "body" for e in exc.errors()})
+        raise InvalidRequest("Invalid or unknown fields: " + ", ".join(fields) + ".",
+                             fields=fields) from None
+
+
+def job_json(job: jobs.Job) -> dict[str, Any]:
+    org, jid = str(job.organization_id), str(job.id)
+
+    def link(endpoint: str) -> str:
+        return url_for(endpoint, org=org, job_id=jid)
+
+    return {
+        "id": jid,
+        "kind": job.kind,
+        "status": job.status,
+        "organization_id": org,
+        "requested_by": str(job.requested_by),
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "progress": job.progress,
+        "error": {"code": job.error_code, "message": job.error_message} if job.error_code else None,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "updated_at": _iso(job.updated_at),
+        "cancel_requested_at": _iso(job.cancel_requested_at),
+        "links": {
+            "self": link("api.get_job"),
+            "result": link("api.get_job_result"),
+            "events": link("api.get_job") + "/events",
+            "cancel": link("api.cancel_job"),
+        },
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+@api.get("/me")
+def me() -> ResponseReturnValue:
+    user = current_user()
+    with transaction(engine(), user_id=user.id) as conn:
+        memberships = memberships_of(conn, user.id)
+    return jsonify({
+        "user": {"id": str(user.id), "email": user.email, "name": user.name},
+        "memberships": memberships,
+    })
+
+
+# ----------------------------------------------------------------------------- projects
+
+@api.get("/orgs/<org>/projects")
+def list_projects(org: str) -> ResponseReturnValue:
+    with org_transaction(org) as (conn, membership):
+        projects = Projects(conn, membership.organization_id).list()
+    return jsonify({"projects": [p.as_dict() for p in projects]})
+
+
+@api.get("/orgs/<org>/projects/<project_id>")
+def get_project(org: str, project_id: str) -> ResponseReturnValue:
+    pid = parse_id(project_id)
+    with org_transaction(org) as (conn, membership):
+        project = Projects(conn, membership.organization_id).get(pid)
+    if project is None:
+        raise NotFound()
+    return jsonify(project.as_dict())
+
+
+@api.post("/orgs/<org>/projects")
+def create_project(org: str) -> ResponseReturnValue:
+    body = parse_body(CreateProject)
+    with org_transaction(org) as (conn, membership):
+        if membership.organization_state == "read_only":
+            raise OrganizationReadOnly()
+        if membership.organization_state != "active":
+            raise OrganizationUnavailable()
+        project = Projects(conn, membership.organization_id).create(body.name, body.description)
+    return jsonify(project.as_dict()), 201
+
+
+# ----------------------------------------------------------------------------- jobs
+
+@api.post("/orgs/<org>/jobs")
+def submit_job(org: str) -> ResponseReturnValue:
+    body = parse_body(SubmitJob)
+    kind = get_kind(body.kind)
+    params = kind.parse_params(body.params).model_dump(mode="json")
+    if body.dedup_key is not None and not kind.rules.dedupable:
+        raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
+    idempotency_key = request.headers.get("Idempotency-Key")
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
+        raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
+    user = current_user()
+    # ONE transaction: membership and organization state checked, row and event inserted.
+    with org_transaction(org) as (conn, membership):
+        check_allowed(membership, org_states=kind.rules.org_states, role=kind.rules.role)
+        job, created = jobs.submit(
+            conn,
+            organization_id=membership.organization_id,
+            requested_by=user.id,
+            kind=kind,
+            params=params,
+            dedup_key=body.dedup_key,
+            idempotency_key=idempotency_key,
+            request_id=g.request_id,
+        )
+    # Only after COMMIT: a wake-up for a row that does not exist would be worse than none.
+    if created:
+        current_app.extensions["spacejobs.wakeups"].wake(str(job.id))
+    response = jsonify(job_json(job))
+    response.status_code = 202
+    response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
+    if not created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+@api.get("/orgs/<org>/jobs")
+def list_jobs(org: str) -> ResponseReturnValue:
+    status = request.args.get("status") or None
+    if status is not None and status not in jobs.ACTIVE + jobs.TERMINAL:
+        raise InvalidRequest("Unknown status filter.", fields=["status"])
+    kind = request.args.get("kind") or None
+    try:
+        limit = min(max(int(request.args.get("limit", "50")), 1), 200)
+    except ValueError:
+        raise InvalidRequest("limit must be a number.", fields=["limit"]) from None
+    before = _decode_cursor(request.args.get("cursor"))
+    with org_transaction(org) as (conn, membership):
+        page = jobs.list_for_org(conn, membership.organization_id, status=status, kind=kind,
+                                 before=before, limit=limit + 1)
+    more = len(page) > limit
+    page = page[:limit]
+    return jsonify({
+        "jobs": [job_json(job) for job in page],
+        "next_cursor": _encode_cursor(page[-1]) if more else None,
+    })
+
+
+@api.get("/orgs/<org>/jobs/<job_id>")
+@limiter.limit(lambda: current_app.config["POLL_RATE_LIMIT"])
+def get_job(org: str, job_id: str) -> ResponseReturnValue:
+    jid = parse_id(job_id)
+    with org_transaction(org) as (conn, _membership):
+        job = jobs.get(conn, jid)
+    if job is None:
+        raise NotFound()
+    return jsonify(job_json(job))
+
+
+@api.get("/orgs/<org>/jobs/<job_id>/result")
+def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
+    jid = parse_id(job_id)
+    # org_transaction checks CURRENT membership: a removed member gets 404 here.
+    with org_transaction(org) as (conn, _membership):
+        found = jobs.get_result(conn, jid)
+    if found is None:
+        raise NotFound()
+    job, result = found
+    if job.status != "completed":
+        raise JobNotCompleted(status=job.status)
+    return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
+
+
+@api.post("/orgs/<org>/jobs/<job_id>/cancel")
+def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
+    jid = parse_id(job_id)
+    user = current_user()
+    with org_transaction(org) as (conn, _membership):
+        job = jobs.request_cancel(conn, jid, user.id)
+    return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
+
+
+def _encode_cursor(job: jobs.Job) -> str:
+    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, jid = raw.partition("|")
+        return datetime.fromisoformat(created), UUID(jid)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidRequest("The cursor is not valid.", fields=["cursor"]) from None

@@ -1,0 +1,57 @@
+"""Bearer-token authentication and the organization a request acts in."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from flask import current_app, g, request
+from sqlalchemy import Connection, Engine
+
+from models.access import Membership, require_membership
+from models.db import transaction
+from models.errors import NotFound, Unauthorized
+from models.tenancy import User, authenticate
+
+
+def engine() -> Engine:
+    return current_app.extensions["spacejobs.db"]
+
+
+def current_user() -> User:
+    """The user behind the bearer token; 401 without a valid one."""
+    if "user" in g:
+        return g.user
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized()
+    with transaction(engine()) as conn:
+        user = authenticate(conn, token.strip())
+    if user is None:
+        raise Unauthorized()
+    g.user = user
+    g.rate_key = f"user:{user.id}"
+    return user
+
+
+def parse_id(value: str) -> uuid.UUID:
+    """Ids in URLs: anything that is not a UUID is simply not found."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound() from None
+
+
+@contextmanager
+def org_transaction(org: str) -> Iterator[tuple[Connection, Membership]]:
+    """A transaction scoped to the URL's organization, after checking current membership.
+
+    A non-member, a removed member, a deleted or a missing organization all get the same 404.
+    """
+    user = current_user()
+    org_id = parse_id(org)
+    with transaction(engine(), organization_id=org_id, user_id=user.id,
+                     actor=f"user:{user.id}") as conn:
+        yield conn, require_membership(conn, org_id, user.id)

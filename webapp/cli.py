@@ -1,0 +1,298 @@
+"""``spacejobs``: the operators' and scripts' command line.
+
+Creating commands print the new id or token alone on stdout, so scripts can capture it.
+``worker`` and ``beat`` replace this process with Celery's own (by module name), so the web
+package never imports task bodies and signals reach Celery directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from models import tenancy
+from models.access import ORG_STATES, ROLE_RANK
+from models.db import admin_url, make_engine
+from models.errors import DomainError
+from models.logsetup import configure_logging
+
+T = TypeVar("T")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Space Jobs: durable, tenant-scoped background jobs (Flask + Celery + PostgreSQL)."""
+    configure_logging(os.environ.get("SPACEJOBS_LOG_LEVEL", "WARNING"))
+
+
+@contextlib.contextmanager
+def _admin(actor: str = "cli") -> Iterator[Connection]:
+    """An owner-role transaction over DATABASE_URL; domain and connection errors become messages."""
+    try:
+        engine = make_engine(admin_url(), pool_size=1, application_name="spacejobs-cli")
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        with tenancy.owner_transaction(engine, actor=actor) as conn:
+            yield conn
+    except DomainError as exc:
+        raise click.ClickException(exc.message) from None
+    except OperationalError:
+        raise click.ClickException("The database is unreachable (check DATABASE_URL).") from None
+    finally:
+        engine.dispose()
+
+
+def _run(fn: Callable[[Connection], T]) -> T:
+    with _admin() as conn:
+        return fn(conn)
+
+
+# ----------------------------------------------------------------------------- db
+
+@main.group()
+def db() -> None:
+    """Schema and roles."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Create the roles and migrate the schema to the newest revision (idempotent)."""
+    from models.migrate import upgrade
+
+    try:
+        upgrade(admin_url())
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OperationalError:
+        raise click.ClickException("The database is unreachable (check DATABASE_URL).") from None
+    click.echo("database is up to date", err=True)
+
+
+# ----------------------------------------------------------------------------- users, orgs, tokens
+
+@main.group()
+def users() -> None:
+    """Users."""
+
+
+@users.command("create")
+@click.argument("email")
+@click.option("--name", default="", help="Display name.")
+@click.option("--operator", is_flag=True, help="May use /ops and /metrics.")
+def users_create(email: str, name: str, operator: bool) -> None:
+    """Create a user; prints its id."""
+    user = _run(lambda c: tenancy.create_user(c, email, name, operator=operator))
+    click.echo(user.id)
+
+
+@main.group()
+def orgs() -> None:
+    """Organizations and their members."""
+
+
+@orgs.command("create")
+@click.argument("name")
+def orgs_create(name: str) -> None:
+    """Create an organization; prints its id."""
+    click.echo(_run(lambda c: tenancy.create_organization(c, name)))
+
+
+@orgs.command("add-member")
+@click.argument("org")
+@click.argument("email")
+@click.option("--role", type=click.Choice(sorted(ROLE_RANK)), default="member", show_default=True)
+def orgs_add_member(org: str, email: str, role: str) -> None:
+    """Add EMAIL to ORG (id or name) with a role, or change their role."""
+
+    def add(conn: Connection) -> None:
+        tenancy.add_member(conn, tenancy.resolve_organization(conn, org),
+                           tenancy.find_user(conn, email).id, role)
+
+    _run(add)
+
+
+@orgs.command("remove-member")
+@click.argument("org")
+@click.argument("email")
+def orgs_remove_member(org: str, email: str) -> None:
+    """Remove EMAIL from ORG. Their queued and running jobs there will fail."""
+
+    def remove(conn: Connection) -> bool:
+        return tenancy.remove_member(conn, tenancy.resolve_organization(conn, org),
+                                     tenancy.find_user(conn, email).id)
+
+    if not _run(remove):
+        raise click.ClickException("That user is not a member of that organization.")
+
+
+@orgs.command("set-state")
+@click.argument("org")
+@click.argument("state", type=click.Choice(ORG_STATES))
+def orgs_set_state(org: str, state: str) -> None:
+    """Set ORG's state: active, read_only, deleting or deleted."""
+    _run(lambda c: tenancy.set_organization_state(c, tenancy.resolve_organization(c, org), state))
+
+
+@main.group()
+def tokens() -> None:
+    """API tokens."""
+
+
+@tokens.command("create")
+@click.argument("email")
+def tokens_create(email: str) -> None:
+    """Create an API token for EMAIL; prints it (only its hash is stored)."""
+    click.echo(_run(lambda c: tenancy.create_token(c, tenancy.find_user(c, email).id)))
+
+
+# ----------------------------------------------------------------------------- processes
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+@click.option("--workers", default=2, show_default=True, type=int, help="Gunicorn processes.")
+def web(host: str, port: int, workers: int) -> None:
+    """Serve the web app with gunicorn (threaded workers)."""
+    from gunicorn.app.base import BaseApplication
+
+    class Server(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
+                               "threads": 8, "timeout": 60, "graceful_timeout": 10,
+                               "accesslog": "-"}.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            from webapp import create_app
+
+            configure_logging()
+            return create_app()
+
+    Server().run()
+
+
+def _celery_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "tasks.celery_app", *args]
+
+
+@main.command()
+@click.option("--concurrency", "-c", default=None, type=int, help="Processes (default: 2).")
+@click.option("--pool", default="prefork", show_default=True)
+def worker(concurrency: int | None, pool: str) -> None:
+    """Run a Celery worker that claims and runs jobs."""
+    queue = os.environ.get("SPACEJOBS_QUEUE", "spacejobs")
+    argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool, "-Q", queue,
+                        "-n", f"spacejobs-{uuid.uuid4().hex[:8]}@%h")
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    os.execv(sys.executable, argv)
+
+
+@main.command()
+def beat() -> None:
+    """Run Celery beat, which schedules the sweeper (safe to run on several hosts)."""
+    schedule = Path(tempfile.gettempdir()) / f"spacejobs-beat-{os.getpid()}"
+    os.execv(sys.executable, _celery_argv("beat", "--loglevel", "INFO", "--schedule", str(schedule)))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+@click.option("--data-dir", default=".spacejobs", show_default=True, type=click.Path(path_type=Path),
+              help="Where the embedded servers keep their data.")
+def demo(host: str, port: int, data_dir: Path) -> None:
+    """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
+    demo data, web + worker + beat. Ctrl-C stops all of it."""
+    from models.demo_data import seed
+    from webapp import embedded
+
+    configure_logging("INFO")
+    servers = None
+    if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        click.echo("starting embedded PostgreSQL and Redis ...", err=True)
+        servers = embedded.start(data_dir.resolve())
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        database_url = os.environ.get("DATABASE_URL") or servers.database_url("spacejobs")  # type: ignore[union-attr]
+        redis_url = os.environ.get("REDIS_URL") or servers.redis_url  # type: ignore[union-attr]
+        os.environ.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
+        from models.migrate import upgrade
+
+        upgrade(database_url)
+        demo_users = _run(seed)
+        env = dict(os.environ, SPACEJOBS_WAKEUP_GRACE=os.environ.get("SPACEJOBS_WAKEUP_GRACE", "3"))
+        spacejobs = [sys.executable, "-m", "webapp.cli"]
+        for argv in (spacejobs + ["web", "--host", host, "--port", str(port), "--workers", "1"],
+                     spacejobs + ["worker", "--concurrency", "2"],
+                     spacejobs + ["beat"]):
+            children.append(subprocess.Popen(argv, env=env, start_new_session=True))
+        _print_banner(host, port, demo_users)
+        _wait_for_signal_or_exit(children)
+    finally:
+        _stop_children(children)
+        if servers is not None:
+            servers.stop()
+        click.echo("stopped.", err=True)
+
+
+def _print_banner(host: str, port: int, demo_users: list[dict[str, str]]) -> None:
+    base = f"http://{host}:{port}"
+    click.echo(f"\nSpace Jobs is running at {base}  (Ctrl-C stops everything)\n")
+    for user in demo_users:
+        click.echo(f"  {user['email']:<22} {user['role']:<7} org {user['org_name']} {user['org_id']}")
+        click.echo(f"    token: {user['token']}")
+    first = demo_users[0]
+    click.echo("\nTry:\n"
+               f"  curl -s -H 'Authorization: Bearer {first['token']}' {base}/api/v1/me\n"
+               f"  curl -si -X POST -H 'Authorization: Bearer {first['token']}' "
+               f"-H 'Content-Type: application/json' -d '{{\"kind\": \"projects_export\"}}' "
+               f"{base}/api/v1/orgs/{first['org_id']}/jobs\n", nl=True)
+
+
+def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]]) -> None:
+    stop = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    while not stop:
+        if any(child.poll() is not None for child in children):
+            click.echo("a demo process exited; stopping the others.", err=True)
+            return
+        time.sleep(0.3)
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        # Whatever is left in the child's session (pool processes included) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=2)
+
+
+if __name__ == "__main__":
+    main()

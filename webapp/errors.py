@@ -1,0 +1,83 @@
+"""Domain errors → HTTP, in one place. Bodies are ``{"error": {"code": ..., "message": ...}}``."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify
+from flask.typing import ResponseReturnValue
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.exceptions import HTTPException
+
+from models.errors import DomainError
+
+log = logging.getLogger("spacejobs.web")
+
+HTTP_STATUS = {
+    "invalid_request": 400,
+    "invalid_params": 400,
+    "unknown_kind": 400,
+    "unauthorized": 401,
+    "insufficient_role": 403,
+    "not_found": 404,
+    "organization_unavailable": 409,
+    "organization_read_only": 409,
+    "duplicate_job": 409,
+    "idempotency_key_reused": 409,
+    "job_not_completed": 409,
+    "job_finished": 409,
+}
+
+# Details that may be echoed to the caller (ids of the caller's own organization, field names).
+_PUBLIC_DETAILS = ("job_id", "fields", "status")
+
+
+def error_response(code: str, message: str, status: int, **extra: object) -> ResponseReturnValue:
+    body: dict[str, object] = {"code": code, "message": message}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return jsonify({"error": body}), status
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(DomainError)
+    def domain_error(error: DomainError) -> ResponseReturnValue:
+        extra = {k: error.details.get(k) for k in _PUBLIC_DETAILS}
+        response = error_response(error.code, error.message, HTTP_STATUS.get(error.code, 400), **extra)
+        if error.code == "unauthorized":
+            body, status = response  # type: ignore[misc]
+            return body, status, {"WWW-Authenticate": 'Bearer realm="spacejobs"'}
+        return response
+
+    @app.errorhandler(OperationalError)
+    @app.errorhandler(PoolTimeout)
+    def database_unavailable(error: Exception) -> ResponseReturnValue:
+        # No detail: a driver message can name hosts, users or SQL.
+        log.error("database unavailable: %s", type(error).__name__)
+        return error_response("unavailable", "The service is temporarily unavailable.", 503)
+
+    @app.errorhandler(DBAPIError)
+    def database_error(error: DBAPIError) -> ResponseReturnValue:
+        if error.connection_invalidated:
+            return database_unavailable(error)
+        log.error("database error: %s", type(error.orig).__name__ if error.orig else "unknown")
+        return error_response("internal_error", "Something went wrong on our side.", 500)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> ResponseReturnValue:
+        code = {404: "not_found", 405: "method_not_allowed", 429: "rate_limited",
+                400: "invalid_request", 413: "invalid_request",
+                415: "invalid_request"}.get(error.code or 500, "http_error")
+        message = {404: "Not found.", 429: "Too many requests; slow down or use the events stream.",
+                   405: "Method not allowed."}.get(error.code or 500, error.name + ".")
+        response = error.get_response()
+        body, status = error_response(code, message, error.code or 500)  # type: ignore[misc]
+        for header in ("Retry-After", "Allow"):
+            if header in response.headers:
+                body.headers[header] = response.headers[header]
+        return body, status
+
+    @app.errorhandler(Exception)
+    def unexpected(error: Exception) -> ResponseReturnValue:
+        log.exception("unhandled error")
+        return error_response("internal_error", "Something went wrong on our side.", 500)

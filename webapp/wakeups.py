@@ -1,0 +1,35 @@
+"""Publishing wake-ups from the web, by task NAME: the web never imports task bodies.
+
+A wake-up is only ever sent after the job row is committed; if the broker is down the job is
+still durable and the sweeper re-sends the signal.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+
+log = logging.getLogger("spacejobs.web")
+
+WAKE_TASK = "spacejobs.wake"
+
+
+class WakeupPublisher:
+    def __init__(self, broker_url: str | None = None, queue: str | None = None) -> None:
+        self._celery = Celery("spacejobs-web", set_as_current=False)
+        self._celery.config_from_object("celeryconfig")
+        if broker_url:
+            self._celery.conf.broker_url = broker_url
+        if queue:
+            self._celery.conf.task_default_queue = queue
+
+    def wake(self, job_id: str) -> bool:
+        """True if the broker took the signal; False (logged) if not. Never raises."""
+        try:
+            self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, retry=False)
+            return True
+        except Exception as exc:
+            log.warning("wake-up not published (%s); the sweeper will re-send it",
+                        type(exc).__name__, extra={"job_id": job_id})
+            return False
