@@ -33,10 +33,10 @@ HTTP_STATUS = {
 _PUBLIC_DETAILS = ("job_id", "fields", "status")
 
 
-def error_response(code: str, message: str, status: int, **extra: object) -> ResponseReturnValue:
+def error_response(code: str, message: str, http_status: int, /, **extra: object) -> ResponseReturnValue:
     body: dict[str, object] = {"code": code, "message": message}
     body.update({k: v for k, v in extra.items() if v is not None})
-    return jsonify({"error": body}), status
+    return jsonify({"error": body}), http_status
 
 
 def register(app: Flask) -> None:

@@ -1,0 +1,79 @@
+"""The whole path through HTTP and a real worker process: submit → leased → completed → result."""
+
+from __future__ import annotations
+
+import time
+
+from tests.conftest import Stack
+
+
+def test_export_goes_queued_leased_completed_and_returns_only_its_orgs_projects(stack: Stack, client):
+    org, other = stack.org(), stack.org()
+    anna = stack.user(org, role="owner")
+    outsider = stack.user(other, role="owner")
+    for name in ("alpha", "beta"):
+        assert client.post(f"/api/v1/orgs/{org}/projects", json={"name": name},
+                           headers=anna.auth).status_code == 201
+    client.post(f"/api/v1/orgs/{other}/projects", json={"name": "not-yours"}, headers=outsider.auth)
+
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"},
+                         headers=anna.auth)
+    assert answer.status_code == 202
+    job = answer.get_json()
+    assert answer.headers["Location"] == f"/api/v1/orgs/{org}/jobs/{job['id']}"
+    assert job["status"] == "queued"
+    assert job["organization_id"] == str(org) and job["requested_by"] == str(anna.id)
+
+    seen = {job["status"]}
+    deadline = time.monotonic() + 20
+    while job["status"] != "completed" and time.monotonic() < deadline:
+        job = client.get(answer.headers["Location"], headers=anna.auth).get_json()
+        seen.add(job["status"])
+        time.sleep(0.01)
+    assert job["status"] == "completed"
+    assert job["attempts"] == 1 and job["started_at"] and job["finished_at"]
+    assert job["progress"] == {"stage": "read projects", "done": 2, "total": 2}
+
+    result = client.get(job["links"]["result"], headers=anna.auth)
+    assert result.status_code == 200
+    names = sorted(p["name"] for p in result.get_json()["result"]["projects"])
+    assert names == ["alpha", "beta"]
+
+    transitions = [(e["from_status"], e["to_status"]) for e in stack.events(job["id"])]
+    assert transitions == [(None, "queued"), ("queued", "leased"), ("leased", "completed")]
+
+
+def test_list_is_newest_first_with_filters_and_cursor(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    ids = []
+    for _ in range(5):
+        ids.append(client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"},
+                               headers=anna.auth).get_json()["id"])
+    for job_id in ids:
+        stack.wait_for(job_id, "completed")
+
+    page = client.get(f"/api/v1/orgs/{org}/jobs?limit=2", headers=anna.auth).get_json()
+    assert [j["id"] for j in page["jobs"]] == ids[::-1][:2]
+    rest = client.get(f"/api/v1/orgs/{org}/jobs?limit=10&cursor={page['next_cursor']}",
+                      headers=anna.auth).get_json()
+    assert [j["id"] for j in rest["jobs"]] == ids[::-1][2:]
+    assert rest["next_cursor"] is None
+
+    assert client.get(f"/api/v1/orgs/{org}/jobs?status=queued", headers=anna.auth).get_json()["jobs"] == []
+    assert len(client.get(f"/api/v1/orgs/{org}/jobs?kind=bench.noop&status=completed",
+                          headers=anna.auth).get_json()["jobs"]) == 5
+    bad = client.get(f"/api/v1/orgs/{org}/jobs?cursor=%%%", headers=anna.auth)
+    assert bad.status_code == 400 and bad.get_json()["error"]["code"] == "invalid_request"
+
+
+def test_result_before_completion_is_409_job_not_completed(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    job = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.sleep", "params": {"seconds": 1}},
+                      headers=anna.auth).get_json()
+    answer = client.get(job["links"]["result"], headers=anna.auth)
+    assert answer.status_code == 409
+    assert answer.get_json()["error"]["code"] == "job_not_completed"
+    stack.wait_for(job["id"], "completed")
+    assert client.get(job["links"]["result"], headers=anna.auth).get_json()["result"] == {"slept": 1.0}
