@@ -45,9 +45,14 @@ def find_membership(conn: Connection, organization_id: UUID | str, user_id: UUID
 
 
 def require_membership(conn: Connection, organization_id: UUID | str, user_id: UUID) -> Membership:
-    """For the web: a non-member, a missing or a deleted organization all look like 404."""
+    """For the web: a non-member and a missing organization look the same, 404.
+
+    A member of a ``deleting``/``deleted`` organization still gets past this check (and may read
+    what is left); operations that need a live organization refuse with
+    ``organization_unavailable`` through :func:`check_allowed`.
+    """
     membership = find_membership(conn, organization_id, user_id)
-    if membership is None or membership.organization_state == "deleted":
+    if membership is None:
         raise NotFound()
     return membership
 

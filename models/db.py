@@ -56,15 +56,28 @@ def _driver_url(url: str) -> str:
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", url)
 
 
-def make_engine(url: str, *, pool_size: int = 5, application_name: str = "spacejobs") -> Engine:
-    """An engine with a small pool; ``pool_pre_ping`` lets processes ride out a database restart."""
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    application_name: str = "spacejobs",
+    statement_timeout_ms: int | None = None,
+) -> Engine:
+    """An engine with a small pool; ``pool_pre_ping`` lets processes ride out a database restart.
+
+    ``statement_timeout_ms`` bounds every statement, so a web request never hangs on a locked
+    or overloaded database: it answers 503 instead.
+    """
+    connect_args: dict[str, object] = {"application_name": application_name, "connect_timeout": 5}
+    if statement_timeout_ms:
+        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
     return create_engine(
         _driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
         pool_recycle=1800,
-        connect_args={"application_name": application_name, "connect_timeout": 5},
+        connect_args=connect_args,
     )
 
 

@@ -144,7 +144,7 @@ def memberships_of(conn: Connection, user_id: UUID) -> list[dict[str, str]]:
         text(
             "SELECT o.id, o.name, o.state, m.role FROM memberships m"
             " JOIN organizations o ON o.id = m.organization_id"
-            " WHERE m.user_id = :user AND o.state <> 'deleted' ORDER BY o.name, o.id"
+            " WHERE m.user_id = :user ORDER BY o.name, o.id"
         ),
         {"user": user_id},
     )

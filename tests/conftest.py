@@ -218,6 +218,18 @@ class Stack:
                                      f"events {self.events(job_id)}")
             time.sleep(0.05)
 
+    @contextlib.contextmanager
+    def workers_paused(self) -> Iterator[None]:
+        """Freeze every worker and beat (SIGSTOP) so a test can change the world between a
+        submit and the claim; they resume, and pick the job up, when the block ends."""
+        for proc in self.processes:
+            proc.signal_group(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for proc in self.processes:
+                proc.signal_group(signal.SIGCONT)
+
     def wake(self) -> None:
         from webapp.wakeups import WakeupPublisher
 

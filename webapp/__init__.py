@@ -28,6 +28,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         DATABASE_URL=os.environ.get("SPACEJOBS_APP_DATABASE_URL"),
         BROKER_URL=os.environ.get("REDIS_URL"),
         QUEUE=os.environ.get("SPACEJOBS_QUEUE"),
+        DB_STATEMENT_TIMEOUT_MS=int(os.environ.get("SPACEJOBS_WEB_STATEMENT_TIMEOUT_MS", "5000")),
         POLL_RATE_LIMIT=os.environ.get("SPACEJOBS_POLL_RATE_LIMIT", "600 per minute"),
         RATELIMIT_STORAGE_URI=_limiter_storage(os.environ.get("REDIS_URL")),
         RATELIMIT_SWALLOW_ERRORS=True,
@@ -43,7 +44,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     load_kinds()
     app.extensions["spacejobs.db"] = make_engine(
-        app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web"
+        app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web",
+        statement_timeout_ms=app.config["DB_STATEMENT_TIMEOUT_MS"],
     )
     app.extensions["spacejobs.wakeups"] = WakeupPublisher(app.config["BROKER_URL"], app.config["QUEUE"])
     limiter.init_app(app)

@@ -1,0 +1,237 @@
+"""Faults across processes: a stalled worker, failing attempts, a lost broker, a locked database,
+and the tenancy rules re-checked by the worker after submit."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+import redis
+from sqlalchemy import text
+
+from models.db import transaction
+from tests.conftest import Stack, _psycopg_url
+from tests.kinds import SECRET_MARKER
+
+UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture(scope="module")
+def lost_wakeups_app(stack: Stack):
+    """The web app as it behaves while Redis is unreachable: rows commit, wake-ups are lost."""
+    return stack.make_app(BROKER_URL=UNREACHABLE_BROKER)
+
+
+def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
+    body = {"kind": kind} | ({"params": params} if params is not None else {})
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
+    assert answer.status_code == 202, answer.get_json()
+    return answer.get_json()
+
+
+# ------------------------------------------------------------------------- fencing
+
+def test_stalled_worker_loses_its_lease_and_its_late_finish_changes_nothing(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    first = stack.start_worker(concurrency=1)
+
+    job = submit(client, org, anna, "test.stall", {"seconds": 3})
+    leased = stack.wait_for(job["id"], "leased")
+    first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the 2 s lease runs out
+    try:
+        time.sleep(2.5)
+        second = stack.start_worker(concurrency=1)
+        stack.start_beat()
+        done = stack.wait_for(job["id"], "completed", timeout=30)
+    finally:
+        first.signal_group(signal.SIGCONT)
+
+    assert done["attempts"] == 2
+    assert done["result"]["attempt"] == 2
+    assert str(leased["lease_token"]) not in str(done)
+    # The first attempt wakes up, finishes its sleep and tries to finish with its old token.
+    first.wait_for_log("stale finish discarded", timeout=20)
+    after = stack.job_row(job["id"])
+    assert after["result"] == done["result"] and after["finished_at"] == done["finished_at"]
+    completions = [e for e in stack.events(job["id"]) if e["to_status"] == "completed"]
+    assert len(completions) == 1 and completions[0]["attempt"] == 2
+    assert "stale finish discarded" not in second.output()
+
+
+# ------------------------------------------------------------------------- retries
+
+def test_failing_kind_retries_with_growing_backoff_then_fails_with_a_safe_message(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    job = submit(client, org, anna, "test.fail")
+    row = stack.wait_for(job["id"], "failed", timeout=30)
+
+    assert row["attempts"] == 3
+    assert row["error_code"] == "internal_error"
+    events = stack.events(job["id"])
+    assert [e["to_status"] for e in events] == [
+        "queued", "leased", "queued", "leased", "queued", "leased", "failed"]
+
+    with transaction(stack.operator_db) as conn:
+        times = conn.execute(text("SELECT to_status, at FROM job_events WHERE job_id = :id ORDER BY id"),
+                             {"id": job["id"]}).all()
+    requeued = [at for status, at in times[1:] if status == "queued"]
+    releases = [at for status, at in times[1:] if status == "leased"][1:]
+    waits = [(leased - queued).total_seconds() for queued, leased in zip(requeued, releases, strict=True)]
+    # backoff 0.4 s doubling, jittered within [half, full]: ≥0.2 s then ≥0.4 s
+    assert waits[0] >= 0.19 and waits[1] >= 0.39, waits
+
+    answer = client.get(f"/api/v1/orgs/{org}/jobs/{job['id']}", headers=anna.auth)
+    error = answer.get_json()["error"]
+    assert error == {"code": "internal_error", "message": "The job failed because of an internal error."}
+    body = answer.get_data(as_text=True)
+    for leak in ("SECRET-7f3a", "hunter2", "postgresql://", "Traceback", "RuntimeError"):
+        assert leak not in body
+
+    # The detail exists, for operators only.
+    with transaction(stack.operator_db) as conn:
+        diagnostics = conn.execute(
+            text("SELECT attempt, exception_class, traceback FROM job_diagnostics"
+                 " WHERE job_id = :id ORDER BY attempt"), {"id": job["id"]}).all()
+    assert [d.attempt for d in diagnostics] == [1, 2, 3]
+    assert diagnostics[0].exception_class == "builtins.RuntimeError"
+    assert SECRET_MARKER in diagnostics[0].traceback
+
+
+# ------------------------------------------------------------------------- broker and database
+
+def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(
+        stack: Stack, lost_wakeups_app, caplog):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with caplog.at_level(logging.WARNING, logger="spacejobs.web"):
+        started = time.monotonic()
+        job = submit(lost_wakeups_app.test_client(), org, anna, "bench.noop")
+        assert time.monotonic() - started < 5
+    assert any("wake-up not published" in r.getMessage() for r in caplog.records)
+    row = stack.wait_for(job["id"], "completed", timeout=20)
+    assert row["last_wakeup_at"] is not None  # the sweeper's re-signal did it
+
+
+def queue_length(stack: Stack) -> int:
+    if stack.redis_url.startswith("redis+socket://"):
+        client = redis.Redis(unix_socket_path=stack.redis_url[len("redis+socket://"):])
+    else:
+        client = redis.Redis.from_url(stack.redis_url)
+    return client.llen(stack.queue)
+
+
+def job_count(stack: Stack, org) -> int:
+    with transaction(stack.worker_db) as conn:
+        return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"), {"o": org}).scalar()
+
+
+def test_database_unreachable_at_submit_is_503_with_no_row_and_no_wakeup(stack: Stack):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    app = stack.make_app(DATABASE_URL="postgresql://space_app@127.0.0.1:1/nowhere")
+    before = queue_length(stack)
+    answer = app.test_client().post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"},
+                                    headers=anna.auth)
+    assert answer.status_code == 503
+    assert answer.get_json() == {"error": {"code": "unavailable",
+                                           "message": "The service is temporarily unavailable."}}
+    assert "127.0.0.1" not in answer.get_data(as_text=True)
+    assert job_count(stack, org) == 0
+    assert queue_length(stack) == before
+
+
+def test_database_that_cannot_take_the_row_is_503_with_no_row_and_no_wakeup(stack: Stack):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    app = stack.make_app(DB_STATEMENT_TIMEOUT_MS=300)
+    client = app.test_client()
+    client.get("/api/v1/me", headers=anna.auth)  # warm the pool: the lock below blocks new logins
+    before = queue_length(stack)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with psycopg.connect(_psycopg_url(stack.admin_url)) as conn:
+            conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert locked.wait(5)
+        answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"}, headers=anna.auth)
+    finally:
+        release.set()
+        holder.join()
+    assert answer.status_code == 503
+    assert answer.get_json()["error"]["code"] == "unavailable"
+    assert job_count(stack, org) == 0
+    assert queue_length(stack) == before
+
+
+# ------------------------------------------------------------------------- re-checks in the worker
+
+def test_requester_removed_after_submit_fails_and_loses_access_to_the_result(stack: Stack, client):
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    with stack.workers_paused():
+        job = submit(client, org, vera, "projects_export")
+        stack.remove_member(org, vera.id)
+    row = stack.wait_for(job["id"], "failed", timeout=20)
+    assert row["error_code"] == "requester_not_member"
+    assert row["attempts"] == 1  # permanent: no retry
+    assert row["result"] is None
+    for path in (f"/jobs/{job['id']}/result", f"/jobs/{job['id']}"):
+        assert client.get(f"/api/v1/orgs/{org}{path}", headers=vera.auth).status_code == 404
+
+
+def test_read_only_org_still_exports_but_a_queued_import_fails_read_only(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with stack.workers_paused():
+        export = submit(client, org, anna, "projects_export")
+        imported = submit(client, org, anna, "projects_import", {"projects": [{"name": "x"}]})
+        stack.set_state(org, "read_only")
+
+    assert stack.wait_for(export["id"], "completed", "failed")["status"] == "completed"
+    row = stack.wait_for(imported["id"], "completed", "failed")
+    assert (row["status"], row["error_code"]) == ("failed", "organization_read_only")
+    assert row["attempts"] == 1
+    projects = client.get(f"/api/v1/orgs/{org}/projects", headers=anna.auth).get_json()["projects"]
+    assert projects == []
+
+
+@pytest.mark.parametrize("state", ["deleting", "deleted"])
+def test_unavailable_org_refuses_submit_and_fails_queued_export(stack: Stack, client, state):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with stack.workers_paused():
+        queued = submit(client, org, anna, "projects_export")
+        stack.set_state(org, state)
+
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"}, headers=anna.auth)
+    assert answer.status_code == 409
+    assert answer.get_json()["error"]["code"] == "organization_unavailable"
+    row = stack.wait_for(queued["id"], "completed", "failed")
+    assert (row["status"], row["error_code"]) == ("failed", "organization_unavailable")
+
+
+def test_import_writes_projects_once_and_reports_them(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="admin")
+    job = submit(client, org, anna, "projects_import",
+                 {"projects": [{"name": "one"}, {"name": "two", "description": "2"}]})
+    stack.wait_for(job["id"], "completed")
+    result = client.get(f"/api/v1/orgs/{org}/jobs/{job['id']}/result", headers=anna.auth).get_json()
+    assert result["result"]["imported"] == 2
+    names = sorted(p["name"] for p in
+                   client.get(f"/api/v1/orgs/{org}/projects", headers=anna.auth).get_json()["projects"])
+    assert names == ["one", "two"]
