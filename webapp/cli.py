@@ -199,14 +199,15 @@ def worker(concurrency: int | None, pool: str) -> None:
                         "-n", f"spacejobs-{uuid.uuid4().hex[:8]}@%h")
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
-    os.execv(sys.executable, argv)
+    os.execv(sys.executable, argv)  # noqa: S606 - our own interpreter, fixed arguments
 
 
 @main.command()
 def beat() -> None:
     """Run Celery beat, which schedules the sweeper (safe to run on several hosts)."""
     schedule = Path(tempfile.gettempdir()) / f"spacejobs-beat-{os.getpid()}"
-    os.execv(sys.executable, _celery_argv("beat", "--loglevel", "INFO", "--schedule", str(schedule)))
+    argv = _celery_argv("beat", "--loglevel", "INFO", "--schedule", str(schedule))
+    os.execv(sys.executable, argv)  # noqa: S606 - our own interpreter, fixed arguments
 
 
 @main.command()
@@ -236,10 +237,11 @@ def demo(host: str, port: int, data_dir: Path) -> None:
         demo_users = _run(seed)
         env = dict(os.environ, SPACEJOBS_WAKEUP_GRACE=os.environ.get("SPACEJOBS_WAKEUP_GRACE", "3"))
         spacejobs = [sys.executable, "-m", "webapp.cli"]
-        for argv in (spacejobs + ["web", "--host", host, "--port", str(port), "--workers", "1"],
-                     spacejobs + ["worker", "--concurrency", "2"],
-                     spacejobs + ["beat"]):
-            children.append(subprocess.Popen(argv, env=env, start_new_session=True))
+        for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
+                     [*spacejobs, "worker", "--concurrency", "2"],
+                     [*spacejobs, "beat"]):
+            # Each in its own session so Ctrl-C reaches only us; we stop them in order.
+            children.append(subprocess.Popen(argv, env=env, start_new_session=True))  # noqa: S603
         _print_banner(host, port, demo_users)
         _wait_for_signal_or_exit(children)
     finally:
