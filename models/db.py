@@ -15,7 +15,7 @@ from pathlib import Path
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 APP_ROLE = "space_app"
 WORKER_ROLE = "space_worker"
@@ -46,8 +46,11 @@ def role_url(role: str, base_url: str | None = None) -> str:
     }.get(role)
     if base_url is None and explicit and os.environ.get(explicit):
         return _driver_url(os.environ[explicit])
-    url = make_url(_driver_url(base_url or admin_url()))
-    url = url.set(username=role, password=os.environ.get("SPACEJOBS_DB_ROLE_PASSWORD") or None)
+    base = make_url(_driver_url(base_url or admin_url()))
+    # Never the admin's password: the role has its own (or none, with trust/peer auth).
+    url = URL.create(base.drivername, username=role,
+                     password=os.environ.get("SPACEJOBS_DB_ROLE_PASSWORD") or None,
+                     host=base.host, port=base.port, database=base.database, query=base.query)
     return url.render_as_string(hide_password=False)
 
 

@@ -1,0 +1,83 @@
+"""Pure logic: no database, no broker."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from models import errors
+from models.db import load_queries, role_url
+from models.errors import InvalidParams, UnknownKind
+from models.jobs import Job
+from models.kinds import KindRules, NoParams, get_kind, load_kinds
+from webapp.errors import HTTP_STATUS
+
+load_kinds()
+
+
+def rules(**kw) -> KindRules:
+    base = dict(name="x", org_states=frozenset({"active"}), role="member", max_attempts=5,
+                backoff_base=1.0, backoff_max=10.0, lease=timedelta(seconds=30), time_limit=None,
+                dedupable=True, params=NoParams)
+    return KindRules(**(base | kw))
+
+
+def test_backoff_doubles_within_jitter_bounds_and_is_capped():
+    r = rules()
+    for attempt, ceiling in [(1, 1), (2, 2), (3, 4), (4, 8), (5, 10), (9, 10)]:
+        delays = [r.backoff(attempt) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert max(delays) - min(delays) > 0  # jittered, so retries spread out
+
+
+def test_every_domain_error_code_has_one_http_status():
+    codes = {cls.code for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, errors.DomainError)
+             and cls is not errors.DomainError}
+    worker_only = {"requester_not_member", "timed_out", "internal_error"}
+    assert codes - worker_only <= set(HTTP_STATUS)
+
+
+def test_job_view_has_no_lease_token_field():
+    assert "lease_token" not in {f.name for f in dataclasses.fields(Job)}
+
+
+def test_params_reject_unknown_fields_and_out_of_range_values():
+    sleep = get_kind("bench.sleep")
+    assert sleep.parse_params({"seconds": 2}).seconds == 2
+    with pytest.raises(InvalidParams) as too_long:
+        sleep.parse_params({"seconds": 61})
+    assert too_long.value.details["fields"] == ["seconds"]
+    with pytest.raises(InvalidParams):
+        sleep.parse_params({"seconds": 1, "organization_id": "x"})
+    with pytest.raises(InvalidParams):
+        get_kind("projects_import").parse_params({"projects": []})
+    with pytest.raises(InvalidParams):
+        sleep.parse_params(["not", "an", "object"])
+
+
+@pytest.mark.parametrize("name", ["nope", "", None, 3, "projects_export "])
+def test_unknown_kinds_are_refused(name):
+    with pytest.raises(UnknownKind):
+        get_kind(name)
+
+
+def test_named_queries_are_all_loaded():
+    queries = load_queries("jobs.sql")
+    for name in ("submit", "claim_queued", "claim_expired", "extend_lease", "complete",
+                 "fail_attempt", "release", "request_cancel", "sweep_expired_leases",
+                 "sweep_unsignalled", "lock_lease"):
+        assert queries[name].strip(), name
+    assert "FOR UPDATE SKIP LOCKED" in queries["claim_queued"]
+    assert "lease_token = :lease_token" in queries["complete"]
+
+
+def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):
+    monkeypatch.delenv("SPACEJOBS_DB_ROLE_PASSWORD", raising=False)
+    base = "postgresql://postgres:secret@db.example:5433/space?sslmode=require"
+    url = role_url("space_worker", base)
+    assert url == "postgresql+psycopg://space_worker@db.example:5433/space?sslmode=require"
+    monkeypatch.setenv("SPACEJOBS_DB_ROLE_PASSWORD", "pw")
+    assert role_url("space_app", base).startswith("postgresql+psycopg://space_app:pw@db.example:5433/")
