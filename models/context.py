@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from models import jobs
 from models.access import check_allowed, find_membership
 from models.db import transaction
-from models.errors import CancelRequested, LeaseLost, TimedOut
+from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
 from models.projects import Projects
 
 if TYPE_CHECKING:
@@ -56,12 +56,15 @@ class JobContext:
         *,
         actor: str,
         deadline: float | None = None,
+        should_release: Callable[[], bool] | None = None,
     ) -> None:
         self.engine = engine
         self.job = job
         self.rules = rules
         self.actor = actor
         self.deadline = deadline  # time.monotonic() value of the soft time limit
+        # Asked by the worker's shutdown: True once the grace period for running jobs is over.
+        self._should_release = should_release or (lambda: False)
         self._lost = threading.Event()
         self._cancel = threading.Event()
 
@@ -99,13 +102,16 @@ class JobContext:
         self.checkpoint()
 
     def checkpoint(self) -> None:
-        """A safe point: stop here if the lease is lost, a cancel was asked for, or time is up."""
+        """A safe point: stop here if the lease is lost, a cancel was asked for, time is up, or
+        the worker is shutting down and may wait no longer."""
         if self._lost.is_set():
             raise LeaseLost()
         if self._cancel.is_set():
             raise CancelRequested()
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise TimedOut()
+            raise TimedOut(permanent=not self.rules.retry_on_timeout)
+        if self._should_release():
+            raise ReleaseRequested()
 
     def check_lease_now(self) -> None:
         """Checkpoint after asking the database (the heartbeat does this in the background)."""

@@ -14,8 +14,11 @@ class DomainError(Exception):
     #: a permanent error fails a job at once instead of retrying it
     permanent = True
 
-    def __init__(self, message: str | None = None, **details: object) -> None:
+    def __init__(self, message: str | None = None, *, permanent: bool | None = None,
+                 **details: object) -> None:
         self.message = message or type(self).message
+        if permanent is not None:
+            self.permanent = permanent
         self.details = details
         super().__init__(self.message)
 
@@ -104,3 +107,7 @@ class LeaseLost(Exception):
 
 class CancelRequested(Exception):
     """The user asked to cancel: stop at the next safe point."""
+
+
+class ReleaseRequested(Exception):
+    """The worker is shutting down and the grace period is over: give the job back."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init
+from celery.signals import setup_logging, worker_process_init, worker_shutting_down
 
 from models.logsetup import configure_logging
-from tasks import runner, sweeper
+from tasks import runner, shutdown, sweeper
 
 app = Celery("spacejobs")
 app.config_from_object("celeryconfig")
@@ -39,6 +39,11 @@ def sweep() -> dict[str, int]:
 def _fresh_connections_after_fork(**_: object) -> None:
     # A forked child must never reuse the parent's pooled sockets.
     runner.reset_engine()
+
+
+@worker_shutting_down.connect
+def _graceful_shutdown(**_: object) -> None:
+    shutdown.forward_to_children()
 
 
 @setup_logging.connect

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 import traceback
@@ -23,10 +24,12 @@ from models.errors import (
     DomainError,
     InternalJobError,
     LeaseLost,
+    ReleaseRequested,
+    TimedOut,
     UnknownKind,
 )
 from models.kinds import get_kind, load_kinds
-from tasks import worker_db
+from tasks import shutdown, worker_db
 
 log = logging.getLogger("spacejobs.runner")
 
@@ -44,10 +47,13 @@ def reset_engine() -> None:
 def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> int:
     """Claim and run due jobs one after another, at most ``limit``; returns how many ran."""
     load_kinds()
+    shutdown.install_in_pool_child()
     engine = worker_db.engine()
     worker = worker_db.worker_name()
     ran = 0
     for _ in range(limit if limit is not None else drain_limit()):
+        if shutdown.stop_requested():
+            break
         with transaction(engine, actor=f"worker:{worker}") as conn:
             leased = jobs.claim(conn, worker)
         if leased is None:
@@ -71,11 +77,14 @@ def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
         # A worker without this kind's code (e.g. mid-deploy) fails it permanently and says so.
         return _record_failure(engine, leased, error, actor=actor, context=context)
 
-    deadline = time.monotonic() + kind.rules.time_limit if kind.rules.time_limit else None
-    ctx = JobContext(engine, leased, kind.rules, actor=actor, deadline=deadline)
-    heartbeat = _Heartbeat(ctx, interval=max(0.2, leased.lease_seconds / 3))
-    heartbeat.start()
     started = time.monotonic()
+    rules = kind.rules
+    ctx = JobContext(engine, leased, rules, actor=actor,
+                     deadline=started + rules.time_limit if rules.time_limit else None,
+                     should_release=shutdown.release_due)
+    heartbeat = _Heartbeat(ctx, interval=max(0.2, leased.lease_seconds / 3),
+                           kill_at=started + rules.hard_time_limit if rules.hard_time_limit else None)
+    heartbeat.start()
     try:
         params = kind.parse_params(leased.params)
         result = kind.run(ctx, params)
@@ -83,6 +92,13 @@ def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
     except LeaseLost:
         outcome = "lease_lost"
         log.warning("job stopped: lease lost to a newer attempt", extra=context)
+    except ReleaseRequested:
+        with transaction(engine, actor=actor) as conn:
+            released = jobs.release(conn, leased.id, leased.lease_token)
+        outcome = "released" if released else "lease_lost"
+        log.info("job given back at shutdown; attempt not counted", extra=context)
+        if released and publish_wake is not None:
+            _publish_quietly(publish_wake, str(leased.id), countdown=None)
     except CancelRequested:
         with transaction(engine, actor=actor) as conn:
             ok = jobs.acknowledge_cancel(conn, leased.id, leased.lease_token)
@@ -156,12 +172,15 @@ class _Heartbeat:
     """Extends the lease every ``interval`` seconds while the token matches.
 
     When an extension touches no row the lease is lost: the job learns it at its next
-    checkpoint, and its writes and finish are fenced in any case.
+    checkpoint, and its writes and finish are fenced in any case. Past the kind's hard time
+    limit it records the timeout and kills the process: a job that never reaches a checkpoint
+    cannot be stopped any other way, and Celery replaces the pool process.
     """
 
-    def __init__(self, ctx: JobContext, *, interval: float) -> None:
+    def __init__(self, ctx: JobContext, *, interval: float, kill_at: float | None = None) -> None:
         self._ctx = ctx
         self._interval = interval
+        self._kill_at = kill_at
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
 
@@ -174,9 +193,25 @@ class _Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
+            if self._kill_at is not None and time.monotonic() > self._kill_at:
+                self._hard_kill()
             try:
                 self._ctx.heartbeat()
             except Exception:
                 log.warning("lease heartbeat failed; will retry", extra={"job_id": str(self._ctx.job.id)})
             if self._ctx.lease_lost:
                 return
+
+    def _hard_kill(self) -> None:
+        job = self._ctx.job
+        error = TimedOut(permanent=not self._ctx.rules.retry_on_timeout)
+        log.error("job exceeded its hard time limit; killing its worker process",
+                  extra={"job_id": str(job.id), "kind": job.kind, "attempt": job.attempt,
+                         "organization_id": str(job.organization_id)})
+        try:
+            with transaction(self._ctx.engine, actor=self._ctx.actor) as conn:
+                jobs.fail_attempt(conn, job.id, job.lease_token, error,
+                                  retry_in=self._ctx.rules.backoff(job.attempt))
+        finally:
+            # If that write failed, the lease simply expires and the sweeper applies the rules.
+            os.kill(os.getpid(), signal.SIGKILL)

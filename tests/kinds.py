@@ -33,3 +33,17 @@ def stall(ctx: JobContext, params: StallParams) -> dict[str, Any]:
     """Sleeps WITHOUT checkpoints, then returns who ran it: a late finisher, on purpose."""
     time.sleep(params.seconds)
     return {"pid": os.getpid(), "attempt": ctx.job.attempt}
+
+
+@job_kind("test.soft_limit", org_states={"active"}, max_attempts=2, time_limit=1.0)
+def overruns_with_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    for _ in range(100):
+        time.sleep(0.1)
+        ctx.checkpoint()
+    return {"finished": True}
+
+
+@job_kind("test.hang", org_states={"active"}, max_attempts=2, time_limit=0.5, hard_time_limit=1.5)
+def hangs_without_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    time.sleep(30)
+    return {"finished": True}

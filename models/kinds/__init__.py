@@ -42,7 +42,9 @@ class KindRules:
     backoff_base: float  # seconds before the first retry
     backoff_max: float
     lease: timedelta
-    time_limit: float | None  # seconds; None: no limit beyond the lease
+    time_limit: float | None  # soft limit, seconds: TimedOut at the next checkpoint
+    hard_time_limit: float | None  # seconds: the worker process is killed, the lease expires
+    retry_on_timeout: bool
     dedupable: bool
     params: type[Params]
 
@@ -84,6 +86,8 @@ def job_kind(
     backoff_max: float = 300.0,
     lease: timedelta = timedelta(seconds=30),
     time_limit: float | None = None,
+    hard_time_limit: float | None = None,
+    retry_on_timeout: bool = False,
     dedupable: bool = True,
     params: type[Params] = NoParams,
 ) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
@@ -101,6 +105,9 @@ def job_kind(
         backoff_max=backoff_max,
         lease=lease,
         time_limit=time_limit,
+        # A job that ignores its soft limit (no checkpoints) is killed a little later.
+        hard_time_limit=hard_time_limit or (time_limit * 1.5 + 5 if time_limit else None),
+        retry_on_timeout=retry_on_timeout,
         dedupable=dedupable,
         params=params,
     )

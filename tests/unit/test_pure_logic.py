@@ -20,6 +20,7 @@ load_kinds()
 def rules(**kw) -> KindRules:
     base = dict(name="x", org_states=frozenset({"active"}), role="member", max_attempts=5,
                 backoff_base=1.0, backoff_max=10.0, lease=timedelta(seconds=30), time_limit=None,
+                hard_time_limit=None, retry_on_timeout=False,
                 dedupable=True, params=NoParams)
     return KindRules(**(base | kw))
 

@@ -1,0 +1,164 @@
+"""Heartbeats, time limits, cancellation and graceful shutdown, with real worker processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from models import jobs
+from models.db import transaction
+from tests.conftest import Stack
+from tests.integration.test_job_store import expire_lease
+
+
+def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
+    body = {"kind": kind} | ({"params": params} if params is not None else {})
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
+    assert answer.status_code == 202, answer.get_json()
+    return answer.get_json()
+
+
+@pytest.fixture()
+def tenant(stack: Stack):
+    org = stack.org()
+    return org, stack.user(org, role="owner")
+
+
+# ------------------------------------------------------------------------- heartbeats
+
+def test_heartbeats_keep_a_job_longer_than_its_lease_on_one_attempt(stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "test.stall", {"seconds": 5})  # lease is 2 s
+    row = stack.wait_for(job["id"], "completed", timeout=20)
+    assert row["attempts"] == 1
+    assert [e["to_status"] for e in stack.events(job["id"])] == ["queued", "leased", "completed"]
+
+
+def test_a_job_whose_lease_is_taken_stops_at_its_next_checkpoint_and_writes_nothing(
+        stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 8})
+    stack.wait_for(job["id"], "leased")
+    expire_lease(stack, job["id"])
+    with transaction(stack.worker_db, actor="worker:test") as conn:
+        thief = jobs.claim(conn, "test")
+    assert str(thief.id) == job["id"] and thief.attempt == 2
+    # The worker's next heartbeat (every lease/3 = 3.3 s) finds the token gone.
+    deadline = time.monotonic() + 10
+    while "lease lost" not in "".join(p.output() for p in stack.processes):
+        assert time.monotonic() < deadline, "the worker never noticed"
+        time.sleep(0.1)
+    with transaction(stack.worker_db) as conn:
+        assert jobs.complete(conn, thief.id, thief.lease_token, {"by": "thief"})
+    time.sleep(1)
+    row = stack.job_row(job["id"])
+    assert row["result"] == {"by": "thief"}
+    assert [e["to_status"] for e in stack.events(job["id"])].count("completed") == 1
+
+
+# ------------------------------------------------------------------------- time limits
+
+def test_soft_time_limit_fails_the_job_with_timed_out(stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "test.soft_limit")
+    row = stack.wait_for(job["id"], "failed", timeout=20)
+    assert (row["error_code"], row["attempts"]) == ("timed_out", 1)
+    assert row["finished_at"] - row["started_at"] < __import__("datetime").timedelta(seconds=4)
+
+
+def test_hard_time_limit_kills_the_work_and_the_worker_carries_on(stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "test.hang")
+    row = stack.wait_for(job["id"], "failed", timeout=20)
+    assert (row["error_code"], row["attempts"]) == ("timed_out", 1)
+    assert row["result"] is None
+    # The killed pool process was replaced: the worker still runs jobs.
+    after = submit(client, org, anna, "bench.noop")
+    stack.wait_for(after["id"], "completed", timeout=20)
+
+
+# ------------------------------------------------------------------------- cancellation
+
+def test_cancel_queued_is_immediate(stack: Stack, client, tenant):
+    org, anna = tenant
+    with stack.workers_paused():
+        job = submit(client, org, anna, "bench.noop")
+        answer = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert answer.status_code == 200 and answer.get_json()["status"] == "cancelled"
+    assert stack.job_row(job["id"])["attempts"] == 0
+    again = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "job_finished"
+
+
+def test_cancel_running_is_requested_then_honoured_at_a_checkpoint(stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 20})
+    stack.wait_for(job["id"], "leased")
+    answer = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert answer.status_code == 202 and answer.get_json()["status"] == "cancel_requested"
+    row = stack.wait_for(job["id"], "cancelled", timeout=10)  # heartbeat every 3.3 s tells it
+    assert row["cancel_requested_by"] == anna.id and row["result"] is None
+    events = stack.events(job["id"])
+    assert [e["to_status"] for e in events] == ["queued", "leased", "cancel_requested", "cancelled"]
+    assert events[2]["actor"] == f"user:{anna.id}" and events[3]["actor"].startswith("worker:")
+    finished = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert finished.status_code == 409
+    assert finished.get_json()["error"] == {"code": "job_finished", "status": "cancelled",
+                                            "message": "The job has already finished."}
+
+
+def test_cancel_after_completion_says_the_job_finished(stack: Stack, client, tenant):
+    org, anna = tenant
+    job = submit(client, org, anna, "bench.noop")
+    stack.wait_for(job["id"], "completed")
+    answer = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert answer.status_code == 409
+    assert answer.get_json()["error"]["status"] == "completed"
+    assert stack.job_row(job["id"])["status"] == "completed"
+
+
+# ------------------------------------------------------------------------- graceful shutdown
+
+@pytest.mark.parametrize("whole_group", [False, True], ids=["sigterm-main", "sigterm-group"])
+def test_sigterm_releases_an_unfinished_job_to_another_worker_at_once(bare_stack: Stack, whole_group):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    leaving = stack.start_worker(concurrency=1, SPACEJOBS_SHUTDOWN_GRACE="0.5")
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 3})
+    stack.wait_for(job["id"], "leased")
+    staying = stack.start_worker(concurrency=1)
+
+    if whole_group:
+        leaving.signal_group(signal.SIGTERM)
+    else:
+        leaving.popen.send_signal(signal.SIGTERM)
+    assert leaving.popen.wait(timeout=20) == 0
+    row = stack.wait_for(job["id"], "completed", timeout=20)
+    assert row["attempts"] == 1  # the released attempt was not counted
+    events = stack.events(job["id"])
+    assert [e["to_status"] for e in events] == ["queued", "leased", "queued", "leased", "completed"]
+    with transaction(stack.operator_db) as conn:
+        at = [r.at for r in conn.execute(
+            __import__("sqlalchemy").text("SELECT at FROM job_events WHERE job_id = :id ORDER BY id"),
+            {"id": job["id"]})]
+    assert (at[3] - at[2]).total_seconds() < 1.0  # taken at once, not after lease expiry
+    staying.kill()
+    stack.processes.remove(staying)
+
+
+def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    worker = stack.start_worker(concurrency=1, SPACEJOBS_SHUTDOWN_GRACE="10")
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 1.5})
+    stack.wait_for(job["id"], "leased")
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.popen.wait(timeout=20) == 0
+    row = stack.job_row(job["id"])
+    assert (row["status"], row["attempts"]) == ("completed", 1)
