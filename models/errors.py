@@ -83,6 +83,11 @@ class JobNotCompleted(DomainError):
     message = "The job has not completed."
 
 
+class ResultExpired(DomainError):
+    code = "result_expired"
+    message = "The job's result is past its retention period and was deleted."
+
+
 class JobFinished(DomainError):
     code = "job_finished"
     message = "The job has already finished."

@@ -53,6 +53,7 @@ class Job:
     cancel_requested_at: datetime | None
     leased_by: str | None
     lease_until: datetime | None
+    result_expired_at: datetime | None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -283,3 +284,14 @@ def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> li
     return [
         tuple(row) for row in conn.execute(Q["sweep_unsignalled"], {"grace": grace, "batch": batch})
     ]
+
+
+def purge_finished(
+    conn: Connection, *, jobs_age: float, results_age: float, events_age: float, batch: int = 1000
+) -> dict[str, int]:
+    """Retention (ages in seconds): delete finished jobs, drop old results, delete old events."""
+    row = conn.execute(
+        Q["purge_finished"],
+        {"jobs_age": jobs_age, "results_age": results_age, "events_age": events_age, "batch": batch},
+    ).mappings().one()
+    return dict(row)

@@ -22,6 +22,9 @@ class SweepReport:
     cancelled: int = 0
     resignalled: int = 0
     publish_failures: int = 0
+    jobs_deleted: int = 0
+    results_dropped: int = 0
+    events_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -30,6 +33,18 @@ class SweepReport:
 def wakeup_grace() -> float:
     """Seconds a due job may wait for its wake-up before the sweeper sends another."""
     return float(os.environ.get("SPACEJOBS_WAKEUP_GRACE", "5"))
+
+
+DAY = 86_400.0
+
+
+def retention() -> dict[str, float]:
+    """Ages in seconds, from days in the environment (see README, "Retention")."""
+    return {
+        "jobs_age": float(os.environ.get("SPACEJOBS_KEEP_JOBS_DAYS", "30")) * DAY,
+        "results_age": float(os.environ.get("SPACEJOBS_KEEP_RESULTS_DAYS", "7")) * DAY,
+        "events_age": float(os.environ.get("SPACEJOBS_KEEP_EVENTS_DAYS", "30")) * DAY,
+    }
 
 
 def sweep_once(*, publish_wake: Callable[..., None], batch: int = 500) -> SweepReport:
@@ -59,6 +74,11 @@ def sweep_once(*, publish_wake: Callable[..., None], batch: int = 500) -> SweepR
             report.publish_failures = len(to_wake) - index
             log.warning("sweep: broker unreachable, %d wake-ups deferred", report.publish_failures)
             break
+    with transaction(engine, actor="sweeper") as conn:
+        purged = jobs.purge_finished(conn, **retention(), batch=batch)
+    report.jobs_deleted = purged["jobs_deleted"]
+    report.results_dropped = purged["results_dropped"]
+    report.events_deleted = purged["events_deleted"]
     if any(report.as_dict().values()):
         log.info("sweep: %s", report.as_dict())
     return report

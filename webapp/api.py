@@ -21,6 +21,7 @@ from models.errors import (
     NotFound,
     OrganizationReadOnly,
     OrganizationUnavailable,
+    ResultExpired,
 )
 from models.kinds import get_kind
 from models.projects import Projects
@@ -221,6 +222,8 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     job, result = found
     if job.status != "completed":
         raise JobNotCompleted(status=job.status)
+    if job.result_expired_at is not None:
+        raise ResultExpired()
     return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
 
 

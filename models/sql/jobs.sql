@@ -188,3 +188,8 @@ VALUES (:job_id, :organization_id, :attempt, :worker, :exception_class, :traceba
 SELECT id FROM jobs
 WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
 FOR UPDATE
+
+-- purge_finished --
+-- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
+SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
+                                  :events_age * interval '1 second', :batch)
