@@ -16,7 +16,9 @@ _pid: int | None = None
 def engine() -> Engine:
     global _engine, _pid
     if _engine is None or _pid != os.getpid():
-        _engine = make_engine(role_url(WORKER_ROLE), pool_size=2, application_name="spacejobs-worker")
+        # The worker's name in pg_stat_activity lets an operator find (or cut) one process.
+        _engine = make_engine(role_url(WORKER_ROLE), pool_size=2,
+                              application_name=f"spacejobs-worker:{worker_name()}")
         _pid = os.getpid()
     return _engine
 

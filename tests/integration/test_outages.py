@@ -1,0 +1,78 @@
+"""Outages: connections killed under running workers, and a worker partitioned from PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from models.db import WORKER_ROLE, role_url
+from tests.conftest import Stack, _psycopg_url
+from tests.netproxy import Partition
+
+
+def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
+    body = {"kind": kind} | ({"params": params} if params is not None else {})
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
+    assert answer.status_code == 202, answer.get_json()
+    return answer.get_json()
+
+
+def terminate_backends(stack: Stack) -> int:
+    """What a database restart does to every client: all their connections die."""
+    with psycopg.connect(_psycopg_url(stack.admin_url), autocommit=True) as conn:
+        return len(conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()", (stack.db_name,)).fetchall())
+
+
+def test_web_and_workers_reconnect_after_their_connections_are_killed(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    before = submit(client, org, anna, "bench.noop")
+    stack.wait_for(before["id"], "completed")
+    assert terminate_backends(stack) > 0
+    after = submit(client, org, anna, "projects_export")  # the web's pool re-connects
+    stack.wait_for(after["id"], "completed")               # and so do the workers'
+
+
+def _proxied_worker_url(stack: Stack, partition: Partition) -> str:
+    url = make_url(role_url(WORKER_ROLE, stack.admin_url))
+    return url.set(host="127.0.0.1", port=partition.port, query={}).render_as_string(hide_password=False)
+
+
+def _postgres_address(stack: Stack) -> tuple[str, int] | str:
+    url = make_url(stack.admin_url)
+    if url.query.get("host"):  # embedded server: a unix socket directory
+        return f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
+    return (url.host or "127.0.0.1", url.port or 5432)
+
+
+def test_worker_cut_off_mid_job_is_replaced_and_its_late_finish_is_fenced(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    partition = Partition(_postgres_address(stack))
+    cut_off = stack.start_worker(concurrency=1,
+                                 SPACEJOBS_WORKER_DATABASE_URL=_proxied_worker_url(stack, partition))
+    job = submit(client, org, anna, "test.stall", {"seconds": 6})   # lease 2 s, no checkpoints
+    first = stack.wait_for(job["id"], "leased")
+    partition.cut()
+    stack.start_worker(concurrency=1)
+    stack.start_beat()
+    retried = stack.wait_for(job["id"], "leased", timeout=15)
+    deadline = time.monotonic() + 15
+    while retried["attempts"] < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+        retried = stack.job_row(job["id"])
+    assert retried["lease_token"] != first["lease_token"]
+    partition.open_again()
+
+    done = stack.wait_for(job["id"], "completed", timeout=30)
+    assert (done["attempts"], done["result"]["attempt"]) == (2, 2)
+    cut_off.wait_for_log("stale finish discarded", timeout=20)
+    assert stack.job_row(job["id"])["result"] == done["result"]
+    assert [e["to_status"] for e in stack.events(job["id"])].count("completed") == 1
