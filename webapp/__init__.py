@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -18,7 +19,18 @@ from webapp.wakeups import WakeupPublisher
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-limiter = Limiter(key_func=lambda: g.get("rate_key") or request.remote_addr or "anonymous")
+def _rate_key() -> str:
+    """Per API token (hashed: the key is stored in Redis), else per client address.
+
+    The limiter runs before the view, so it cannot wait for authentication to name the user.
+    """
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return "token:" + hashlib.sha256(token.strip().encode()).hexdigest()[:32]
+    return "addr:" + (request.remote_addr or "unknown")
+
+
+limiter = Limiter(key_func=_rate_key)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

@@ -32,7 +32,6 @@ def current_user() -> User:
     if user is None:
         raise Unauthorized()
     g.user = user
-    g.rate_key = f"user:{user.id}"
     return user
 
 

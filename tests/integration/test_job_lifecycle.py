@@ -77,3 +77,22 @@ def test_result_before_completion_is_409_job_not_completed(stack: Stack, client)
     assert answer.get_json()["error"]["code"] == "job_not_completed"
     stack.wait_for(job["id"], "completed")
     assert client.get(job["links"]["result"], headers=anna.auth).get_json()["result"] == {"slept": 1.0}
+
+
+def test_polling_is_rate_limited_per_token_with_retry_after(stack: Stack):
+    from webapp import _limiter_storage
+
+    # Counters in Redis, as in production, so every web process shares them.
+    app = stack.make_app(POLL_RATE_LIMIT="3 per minute",
+                         RATELIMIT_STORAGE_URI=_limiter_storage(stack.redis_url))
+    client = app.test_client()
+    org = stack.org()
+    anna, vera = stack.user(org, role="owner"), stack.user(org)
+    job = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"}, headers=anna.auth).get_json()
+    answers = [client.get(job["links"]["self"], headers=anna.auth) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    limited = answers[-1]
+    assert limited.get_json()["error"]["code"] == "rate_limited"
+    assert int(limited.headers["Retry-After"]) > 0
+    # The limit is per token: another member polling the same job is not affected.
+    assert client.get(job["links"]["self"], headers=vera.auth).status_code == 200
