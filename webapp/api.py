@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from flask import Blueprint, current_app, g, jsonify, request, url_for
+from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from models import jobs
-from models.access import check_allowed
+from models.access import check_allowed, find_membership
 from models.db import transaction
 from models.errors import (
     InvalidRequest,
@@ -234,6 +237,52 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, _membership):
         job = jobs.request_cancel(conn, jid, user.id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
+
+
+@api.get("/orgs/<org>/jobs/<job_id>/events")
+def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
+    """Server-sent events: the job as JSON whenever its status or progress changes; the stream
+    ends at a terminal state (or after SPACEJOBS_EVENTS_MAX_SECONDS; reconnect to go on).
+
+    Each poll is its own short transaction that re-checks membership, so a member removed while
+    watching stops receiving at once and no connection is held between polls.
+    """
+    jid = parse_id(job_id)
+    with org_transaction(org) as (conn, membership):
+        if jobs.get(conn, jid) is None:
+            raise NotFound()
+    user, org_id = current_user(), membership.organization_id
+    interval = float(current_app.config["EVENTS_POLL_SECONDS"])
+    max_seconds = float(current_app.config["EVENTS_MAX_SECONDS"])
+    db = engine()
+
+    def stream() -> Iterator[str]:
+        started = last_write = time.monotonic()
+        last: tuple[Any, ...] | None = None
+        while True:
+            with transaction(db, organization_id=org_id, user_id=user.id) as conn:
+                job = jobs.get(conn, jid) if find_membership(conn, org_id, user.id) else None
+            if job is None:
+                yield _sse("error", {"error": {"code": "not_found", "message": "Not found."}})
+                return
+            state = (job.status, job.attempts, json.dumps(job.progress, sort_keys=True))
+            if state != last:
+                name = "status" if last is None or last[:2] != state[:2] else "progress"
+                yield _sse(name, job_json(job))
+                last, last_write = state, time.monotonic()
+            if job.finished or time.monotonic() - started > max_seconds:
+                return
+            if time.monotonic() - last_write > 15:
+                yield ": keep-alive\n\n"  # proxies close silent connections
+                last_write = time.monotonic()
+            time.sleep(interval)
+
+    return Response(stream_with_context(stream()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
 def _encode_cursor(job: jobs.Job) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.conftest import Stack
@@ -96,3 +97,36 @@ def test_polling_is_rate_limited_per_token_with_retry_after(stack: Stack):
     assert int(limited.headers["Retry-After"]) > 0
     # The limit is per token: another member polling the same job is not affected.
     assert client.get(job["links"]["self"], headers=vera.auth).status_code == 200
+
+
+def read_events(response) -> list[tuple[str, dict]]:
+    events = []
+    for block in response.get_data(as_text=True).split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        if "event" in lines:
+            events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def test_events_stream_follows_status_and_progress_and_ends_at_a_terminal_state(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client.post(f"/api/v1/orgs/{org}/projects", json={"name": "p"}, headers=anna.auth)
+    job = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"},
+                      headers=anna.auth).get_json()
+    response = client.get(job["links"]["events"], headers=anna.auth)
+    assert response.status_code == 200
+    assert response.mimetype == "text/event-stream"
+    events = read_events(response)  # returns only once the stream has ended
+    statuses = [data["status"] for _, data in events]
+    assert statuses[0] in ("queued", "leased") and statuses[-1] == "completed"
+    assert events[-1][1]["progress"] == {"stage": "read projects", "done": 1, "total": 1}
+    assert all(name in ("status", "progress") for name, _ in events)
+
+
+def test_events_stream_of_another_orgs_job_is_404(stack: Stack, client):
+    org, other = stack.org(), stack.org()
+    anna, olga = stack.user(org, role="owner"), stack.user(other, role="owner")
+    job = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"}, headers=anna.auth).get_json()
+    assert client.get(job["links"]["events"], headers=olga.auth).status_code == 404
+    assert client.get(f"/api/v1/orgs/{other}/jobs/{job['id']}/events", headers=olga.auth).status_code == 404
