@@ -171,26 +171,59 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID) -> Job:
 # ---------------------------------------------------------------------------------------------
 
 def claim(conn: Connection, worker: str) -> LeasedJob | None:
-    """Lease the next due job (or one whose lease expired) with a fresh random token."""
+    """Lease the next due job (or one whose lease expired) with a fresh random token.
+
+    Paused kinds are skipped. A kind with a concurrency limit is claimed under a per-kind
+    advisory lock and given back (savepoint rollback) when it would exceed the limit; the next
+    candidate of another kind is tried instead.
+    """
+    controls = conn.execute(Q["claim_controls"]).all()
+    skip = [c.kind for c in controls if c.paused]
+    limits = {c.kind: c.concurrency_limit for c in controls if not c.paused}
+    while True:
+        leased = _claim_one(conn, worker, skip, undoable=bool(limits))
+        if leased is None or leased[0].kind not in limits:
+            return leased[0] if leased else None
+        job, savepoint = leased
+        conn.execute(Q["lock_kind"], {"kind": job.kind})
+        running = conn.execute(Q["count_running"], {"kind": job.kind}).scalar_one()
+        if running <= limits[job.kind]:
+            savepoint.commit()
+            return job
+        savepoint.rollback()  # releases the row lock too: another worker may take it later
+        skip.append(job.kind)
+
+
+def _claim_one(
+    conn: Connection, worker: str, skip: list[str], *, undoable: bool
+) -> tuple[LeasedJob, Any] | None:
+    """One claim attempt; inside a savepoint only when a limit may make us undo it (the common
+    path without limits saves the two extra round trips)."""
     from models.context import LeasedJob
 
     token = uuid.uuid4()
     for query in ("claim_queued", "claim_expired"):
-        row = conn.execute(Q[query], {"lease_token": token, "worker": worker}).mappings()
-        row = row.one_or_none()
-        if row is not None:
-            return LeasedJob(
-                id=row["id"],
-                organization_id=row["organization_id"],
-                requested_by=row["requested_by"],
-                kind=row["kind"],
-                params=row["params"],
-                attempt=row["attempts"],
-                max_attempts=row["max_attempts"],
-                lease_token=token,
-                lease_seconds=row["lease_seconds"],
-                request_id=row["request_id"],
-            )
+        savepoint = conn.begin_nested() if undoable else None
+        row = conn.execute(
+            Q[query], {"lease_token": token, "worker": worker, "skip_kinds": skip}
+        ).mappings().one_or_none()
+        if row is None:
+            if savepoint is not None:
+                savepoint.rollback()
+            continue
+        job = LeasedJob(
+            id=row["id"],
+            organization_id=row["organization_id"],
+            requested_by=row["requested_by"],
+            kind=row["kind"],
+            params=row["params"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            lease_token=token,
+            lease_seconds=row["lease_seconds"],
+            request_id=row["request_id"],
+        )
+        return job, savepoint
     return None
 
 
@@ -295,3 +328,8 @@ def purge_finished(
         {"jobs_age": jobs_age, "results_age": results_age, "events_age": events_age, "batch": batch},
     ).mappings().one()
     return dict(row)
+
+
+def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
+    """Fold recorded metric events into the counters (bounded); returns how many were folded."""
+    return conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()

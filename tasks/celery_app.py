@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init, worker_shutting_down
+from celery.signals import (
+    setup_logging,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutting_down,
+)
 
 from models.logsetup import configure_logging
-from tasks import runner, shutdown, sweeper
+from tasks import presence, runner, shutdown, sweeper
 
 app = Celery("spacejobs")
 app.config_from_object("celeryconfig")
@@ -24,9 +30,10 @@ def publish_wake(job_id: str | None = None, countdown: float | None = None) -> N
     app.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown, retry=False)
 
 
-@app.task(name=WAKE_TASK, ignore_result=True)
-def wake(job_id: str | None = None) -> int:
+@app.task(name=WAKE_TASK, ignore_result=True, bind=True)
+def wake(self: Any, job_id: str | None = None) -> int:
     """Claim and run due jobs, up to the drain limit. A surplus wake-up finds nothing: cheap."""
+    presence.start(self.request.hostname or "unknown")  # solo pools have no process_init
     return runner.drain(publish_wake=publish_wake)
 
 
@@ -36,9 +43,15 @@ def sweep() -> dict[str, int]:
 
 
 @worker_process_init.connect
-def _fresh_connections_after_fork(**_: object) -> None:
+def _fresh_connections_after_fork(sender: object = None, **_: object) -> None:
     # A forked child must never reuse the parent's pooled sockets.
     runner.reset_engine()
+    presence.start(str(sender or "unknown"))
+
+
+@worker_process_shutdown.connect
+def _mark_stopped(**_: object) -> None:
+    presence.stop()
 
 
 @worker_shutting_down.connect

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from models import jobs
+from models import counters, jobs
 from models.access import check_allowed, find_membership
 from models.context import JobContext, LeasedJob
 from models.db import transaction
@@ -30,10 +30,12 @@ from models.errors import (
 )
 from models.kinds import get_kind, load_kinds
 from tasks import shutdown, worker_db
+from tasks.presence import STATS
 
 log = logging.getLogger("spacejobs.runner")
 
 Publish = Callable[..., None]
+COUNTERS = counters.BufferedCounters(worker_db.engine)
 
 
 def drain_limit() -> int:
@@ -85,6 +87,8 @@ def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
     heartbeat = _Heartbeat(ctx, interval=max(0.2, leased.lease_seconds / 3),
                            kill_at=started + rules.hard_time_limit if rules.hard_time_limit else None)
     heartbeat.start()
+    STATS.running = 1
+    outcome = "crashed"  # what stays if even recording the failure raises (database gone)
     try:
         params = kind.parse_params(leased.params)
         result = kind.run(ctx, params)
@@ -112,6 +116,10 @@ def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
                                   kind_rules=kind.rules, publish_wake=publish_wake, exc=exc)
     finally:
         heartbeat.stop()
+        STATS.running = 0
+        STATS.processed += 1
+        if outcome not in ("completed", "cancelled", "released"):
+            STATS.failed += 1
     log.info("job attempt ended: %s in %.3fs", outcome, time.monotonic() - started, extra=context)
     return outcome
 
@@ -125,6 +133,7 @@ def _finish(ctx: JobContext, result: dict[str, Any]) -> str:
                       for_worker=True)
         if jobs.complete(conn, job.id, job.lease_token, result):
             return "completed"
+    COUNTERS.add(counters.STALE_FINISHES, job.kind)
     log.warning("stale finish discarded: a newer attempt owns the job",
                 extra={"job_id": str(job.id), "kind": job.kind, "attempt": job.attempt,
                        "organization_id": str(job.organization_id)})
@@ -164,7 +173,9 @@ def _record_failure(
 def _publish_quietly(publish_wake: Publish, job_id: str, *, countdown: float | None) -> None:
     try:
         publish_wake(job_id, countdown=countdown)
+        COUNTERS.add(counters.WAKEUPS_PUBLISHED)
     except Exception:
+        COUNTERS.add(counters.WAKEUPS_FAILED)
         log.warning("wake-up not published; the sweeper will re-send it", extra={"job_id": job_id})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask, g, request
 from flask_limiter import Limiter
 
+from models.counters import BufferedCounters
 from models.db import APP_ROLE, make_engine, role_url
 from models.kinds import load_kinds
 from webapp import errors
@@ -61,7 +62,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web",
         statement_timeout_ms=app.config["DB_STATEMENT_TIMEOUT_MS"],
     )
-    app.extensions["spacejobs.wakeups"] = WakeupPublisher(app.config["BROKER_URL"], app.config["QUEUE"])
+    db = app.extensions["spacejobs.db"]
+    app.extensions["spacejobs.wakeups"] = WakeupPublisher(
+        app.config["BROKER_URL"], app.config["QUEUE"], counters=BufferedCounters(lambda: db))
     limiter.init_app(app)
 
     @app.before_request

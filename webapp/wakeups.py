@@ -10,13 +10,17 @@ import logging
 
 from celery import Celery
 
+from models.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED, BufferedCounters
+
 log = logging.getLogger("spacejobs.web")
 
 WAKE_TASK = "spacejobs.wake"
 
 
 class WakeupPublisher:
-    def __init__(self, broker_url: str | None = None, queue: str | None = None) -> None:
+    def __init__(self, broker_url: str | None = None, queue: str | None = None,
+                 counters: BufferedCounters | None = None) -> None:
+        self._counters = counters
         self._celery = Celery("spacejobs-web", set_as_current=False)
         self._celery.config_from_object("celeryconfig")
         if broker_url:
@@ -28,8 +32,12 @@ class WakeupPublisher:
         """True if the broker took the signal; False (logged) if not. Never raises."""
         try:
             self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, retry=False)
+            if self._counters:
+                self._counters.add(WAKEUPS_PUBLISHED)
             return True
         except Exception as exc:
+            if self._counters:
+                self._counters.add(WAKEUPS_FAILED)
             log.warning("wake-up not published (%s); the sweeper will re-send it",
                         type(exc).__name__, extra={"job_id": job_id})
             return False

@@ -27,7 +27,7 @@ WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup
 -- with finished rows; SKIP LOCKED lets concurrent claimers pass each other without waiting.
 WITH next AS (
     SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now()
+    WHERE status = 'queued' AND run_after <= now() AND kind <> ALL(CAST(:skip_kinds AS text[]))
     ORDER BY run_after, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -46,6 +46,7 @@ RETURNING j.*
 WITH next AS (
     SELECT id FROM jobs
     WHERE status = 'leased' AND lease_until < now() AND attempts < max_attempts
+      AND kind <> ALL(CAST(:skip_kinds AS text[]))
     ORDER BY lease_until
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -193,3 +194,19 @@ FOR UPDATE
 -- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
                                   :events_age * interval '1 second', :batch)
+
+-- claim_controls --
+-- Operator controls (tiny table): paused kinds are never claimed, limited kinds are counted.
+SELECT kind, paused, concurrency_limit FROM kind_settings
+WHERE paused OR concurrency_limit IS NOT NULL
+
+-- lock_kind --
+-- Serializes claims of ONE limited kind across every worker on every host, for the rest of the
+-- claim transaction, so that the count below cannot be raced past the limit.
+SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
+
+-- count_running --
+SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_requested')
+
+-- fold_metrics --
+SELECT fold_metric_events(:batch)
