@@ -138,6 +138,19 @@ def authenticate(conn: Connection, token: str) -> User | None:
     return User(*row) if row else None
 
 
+def get_user(conn: Connection, user_id: UUID | str) -> User | None:
+    row = conn.execute(
+        text("SELECT id, email, name, is_operator FROM users WHERE id = CAST(:id AS uuid)"),
+        {"id": str(user_id)},
+    ).one_or_none()
+    return User(*row) if row else None
+
+
+def set_operator(conn: Connection, user_id: UUID, operator: bool) -> None:
+    conn.execute(text("UPDATE users SET is_operator = :op WHERE id = :id"),
+                 {"op": operator, "id": user_id})
+
+
 def memberships_of(conn: Connection, user_id: UUID) -> list[dict[str, str]]:
     """The user's own memberships across organizations (needs app.user_id in scope)."""
     rows = conn.execute(

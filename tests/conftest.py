@@ -186,6 +186,12 @@ class Stack:
             token = tenancy.create_token(conn, user.id)
         return TestUser(user.id, email, token)
 
+    def operator(self) -> TestUser:
+        found = self.user()
+        with self.admin() as conn:
+            tenancy.set_operator(conn, found.id, True)
+        return found
+
     def set_state(self, org_id: uuid.UUID, state: str) -> None:
         with self.admin() as conn:
             tenancy.set_organization_state(conn, org_id, state)

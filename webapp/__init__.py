@@ -6,14 +6,15 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import uuid
 from typing import Any
 
-from flask import Flask, g, request
+from flask import Flask, g, has_request_context, request
 from flask_limiter import Limiter
 
 from models.counters import BufferedCounters
-from models.db import APP_ROLE, make_engine, role_url
+from models.db import APP_ROLE, OPERATOR_ROLE, make_engine, role_url
 from models.kinds import load_kinds
 from webapp import errors
 from webapp.wakeups import WakeupPublisher
@@ -50,6 +51,12 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         RATELIMIT_HEADERS_ENABLED=True,
         RATELIMIT_KEY_PREFIX="spacejobs",
         MAX_CONTENT_LENGTH=1024 * 1024,
+        OPERATOR_DATABASE_URL=os.environ.get("SPACEJOBS_OPERATOR_DATABASE_URL"),
+        # Sessions only carry the dashboard login. Without a configured key every process
+        # makes its own, so a login would not survive a restart or cross web processes.
+        SECRET_KEY=os.environ.get("SPACEJOBS_SECRET_KEY") or secrets.token_hex(32),
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
         JSON_SORT_KEYS=False,
     )
     if config:
@@ -62,6 +69,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web",
         statement_timeout_ms=app.config["DB_STATEMENT_TIMEOUT_MS"],
     )
+    app.extensions["spacejobs.operator_db"] = make_engine(
+        app.config["OPERATOR_DATABASE_URL"] or role_url(OPERATOR_ROLE, app.config["DATABASE_URL"]),
+        pool_size=2, application_name="spacejobs-ops")
     db = app.extensions["spacejobs.db"]
     app.extensions["spacejobs.wakeups"] = WakeupPublisher(
         app.config["BROKER_URL"], app.config["QUEUE"], counters=BufferedCounters(lambda: db))
@@ -77,12 +87,31 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         response.headers["X-Request-ID"] = g.get("request_id", "")
         return response
 
+    from webapp import ops, ui
     from webapp.api import api
 
     app.register_blueprint(api)
+    app.register_blueprint(ops.bp)
+    app.register_blueprint(ui.bp)
+    _log_request_ids()
     errors.register(app)
     logging.getLogger("spacejobs").setLevel(logging.INFO)
     return app
+
+
+class _RequestIdFilter(logging.Filter):
+    """Every log line written while serving a request carries its request id."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if has_request_context() and not hasattr(record, "request_id"):
+            record.request_id = g.get("request_id")
+        return True
+
+
+def _log_request_ids() -> None:
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _RequestIdFilter) for f in handler.filters):
+            handler.addFilter(_RequestIdFilter())
 
 
 def _limiter_storage(redis_url: str | None) -> str:

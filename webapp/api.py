@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -33,6 +34,7 @@ from webapp import limiter
 from webapp.auth import current_user, engine, org_transaction, parse_id
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
+log = logging.getLogger("spacejobs.web")
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
@@ -170,6 +172,9 @@ def submit_job(org: str) -> ResponseReturnValue:
             idempotency_key=idempotency_key,
             request_id=g.request_id,
         )
+    log.info("job submitted" if created else "job submit replayed",
+             extra={"request_id": g.request_id, "job_id": str(job.id), "kind": job.kind,
+                    "organization_id": str(job.organization_id), "attempt": 0})
     # Only after COMMIT: a wake-up for a row that does not exist would be worse than none.
     if created:
         current_app.extensions["spacejobs.wakeups"].wake(str(job.id))

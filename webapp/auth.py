@@ -6,29 +6,37 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from flask import current_app, g, request
+from flask import current_app, g, request, session
 from sqlalchemy import Connection, Engine
 
 from models.access import Membership, require_membership
 from models.db import transaction
 from models.errors import NotFound, Unauthorized
-from models.tenancy import User, authenticate
+from models.tenancy import User, authenticate, get_user
 
 
 def engine() -> Engine:
     return current_app.extensions["spacejobs.db"]
 
 
-def current_user() -> User:
-    """The user behind the bearer token; 401 without a valid one."""
+def current_user(*, allow_session: bool = False) -> User:
+    """The user behind the bearer token; 401 without a valid one.
+
+    ``allow_session``: the dashboard also accepts the UI's session login (its forms carry a
+    CSRF token); the JSON API does not, so a cookie alone can never act on tenant data.
+    """
     if "user" in g:
         return g.user
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if not header and allow_session and session.get("user_id"):
+        with transaction(engine()) as conn:
+            user = get_user(conn, session["user_id"])
+    elif scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    with transaction(engine()) as conn:
-        user = authenticate(conn, token.strip())
+    else:
+        with transaction(engine()) as conn:
+            user = authenticate(conn, token.strip())
     if user is None:
         raise Unauthorized()
     g.user = user

@@ -99,6 +99,14 @@ def users_create(email: str, name: str, operator: bool) -> None:
     click.echo(user.id)
 
 
+@users.command("set-operator")
+@click.argument("email")
+@click.option("--revoke", is_flag=True, help="Take the operator right away instead.")
+def users_set_operator(email: str, revoke: bool) -> None:
+    """Grant (or with --revoke, take away) the operator right: /ops and /metrics."""
+    _run(lambda c: tenancy.set_operator(c, tenancy.find_user(c, email).id, not revoke))
+
+
 @main.group()
 def orgs() -> None:
     """Organizations and their members."""

@@ -1,0 +1,245 @@
+"""Operators: who may see /ops and /metrics, what they see (never tenant data), what they can do."""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from models.db import transaction
+from tests.conftest import Stack
+
+MARKER = "ZEBRA-MARKER-41d9"
+
+OPS_GET_URLS = ["/ops", "/ops/jobs", "/ops/workers", "/ops/api/overview", "/ops/api/jobs",
+                "/ops/api/workers", "/ops/api/audit", "/metrics"]
+
+
+def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
+    body = {"kind": kind} | ({"params": params} if params is not None else {})
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
+    assert answer.status_code == 202, answer.get_json()
+    return answer.get_json()
+
+
+@pytest.fixture(scope="module")
+def operator(stack: Stack):
+    return stack.operator()
+
+
+def test_everyone_but_operators_gets_the_404_of_an_unknown_url(stack: Stack, client):
+    org = stack.org()
+    owner = stack.user(org, role="owner")
+    job = submit(client, org, owner, "bench.noop")
+    missing = client.get("/no/such/page").get_data()
+    urls = [*OPS_GET_URLS, f"/ops/jobs/{job['id']}", f"/ops/api/jobs/{job['id']}"]
+    for headers in ({}, owner.auth, {"Authorization": "Bearer sj_not-a-token"}):
+        for url in urls:
+            answer = client.get(url, headers=headers)
+            assert (answer.status_code, answer.get_data()) == (404, missing), (url, headers)
+        for url in (f"/ops/api/jobs/{job['id']}/cancel", "/ops/api/kinds/bench.noop/pause"):
+            assert client.post(url, headers=headers).status_code == 404
+
+
+def test_no_ops_page_shows_params_or_results(stack: Stack, client, operator):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client.post(f"/api/v1/orgs/{org}/projects", json={"name": MARKER}, headers=anna.auth)
+    export = submit(client, org, anna, "projects_export")
+    imported = submit(client, org, anna, "projects_import", {"projects": [{"name": MARKER + "-in"}]})
+    for job in (export, imported):
+        stack.wait_for(job["id"], "completed")
+    assert MARKER in client.get(export["links"]["result"], headers=anna.auth).get_data(as_text=True)
+
+    for url in [*OPS_GET_URLS, f"/ops/jobs?organization_id={org}",
+                *(f"/ops/jobs/{j['id']}" for j in (export, imported)),
+                *(f"/ops/api/jobs/{j['id']}" for j in (export, imported))]:
+        answer = client.get(url, headers=operator.auth)
+        assert answer.status_code == 200, url
+        assert MARKER not in answer.get_data(as_text=True), url
+
+
+def test_operator_role_cannot_read_params_or_results_even_directly(stack: Stack):
+    with pytest.raises(Exception, match="permission denied"), transaction(stack.operator_db) as conn:
+        conn.execute(text("SELECT params FROM jobs LIMIT 1"))
+    with pytest.raises(Exception, match="permission denied"), transaction(stack.operator_db) as conn:
+        conn.execute(text("SELECT result FROM jobs LIMIT 1"))
+
+
+def test_pause_stops_claims_on_every_worker_and_resume_restarts_them(stack: Stack, client, operator):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    assert client.post("/ops/api/kinds/bench.noop/pause", headers=operator.auth).status_code == 200
+    try:
+        jobs = [submit(client, org, anna, "bench.noop") for _ in range(4)]
+        other = submit(client, org, anna, "projects_export")  # other kinds still run
+        stack.wait_for(other["id"], "completed")
+        time.sleep(2.5)  # several sweeps re-signal them: still nobody may claim
+        assert {stack.job_row(j["id"])["status"] for j in jobs} == {"queued"}
+    finally:
+        assert client.post("/ops/api/kinds/bench.noop/resume", headers=operator.auth).status_code == 200
+    for job in jobs:
+        stack.wait_for(job["id"], "completed", timeout=20)
+    audit = client.get("/ops/api/audit", headers=operator.auth).get_json()["audit"]
+    assert [(a["action"], a["target"], a["detail"]) for a in audit[:2]] == [
+        ("kind_control", "bench.noop", {"paused": False}),
+        ("kind_control", "bench.noop", {"paused": True})]
+    assert audit[0]["operator"] == operator.email
+
+
+def test_global_concurrency_limit_holds_across_worker_processes(bare_stack: Stack):
+    stack = bare_stack
+    operator = stack.operator()
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    for _ in range(3):
+        stack.start_worker(concurrency=2)  # six processes that could run jobs at once
+    assert client.post("/ops/api/kinds/bench.sleep/limit", json={"limit": 2},
+                       headers=operator.auth).status_code == 200
+    jobs = [submit(client, org, anna, "bench.sleep", {"seconds": 0.4}) for _ in range(14)]
+    peak, samples, done = 0, 0, False
+
+    def sample() -> None:
+        nonlocal peak, samples
+        while not done:
+            with transaction(stack.operator_db) as conn:
+                running = conn.execute(text(
+                    "SELECT count(*) FROM jobs WHERE kind = 'bench.sleep'"
+                    " AND status IN ('leased', 'cancel_requested')")).scalar()
+            peak, samples = max(peak, running), samples + 1
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for job in jobs:
+            stack.wait_for(job["id"], "completed", timeout=60)
+    finally:
+        done = True
+        sampler.join()
+    assert peak == 2, (peak, samples)
+    assert samples > 50
+
+
+def test_metrics_parse_and_move_as_jobs_run(stack: Stack, client, operator):
+    def scrape() -> dict[tuple[str, tuple], float]:
+        answer = client.get("/metrics", headers=operator.auth)
+        assert answer.status_code == 200 and answer.mimetype == "text/plain"
+        values = {}
+        for family in text_string_to_metric_families(answer.get_data(as_text=True)):
+            for sample in family.samples:
+                values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return values
+
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    before = scrape()
+    finished = ("spacejobs_jobs_finished_total", (("kind", "projects_export"), ("outcome", "completed")))
+    waits = ("spacejobs_job_queue_wait_seconds_count", (("kind", "projects_export"),))
+    job = submit(client, org, anna, "projects_export")
+    stack.wait_for(job["id"], "completed")
+    after = scrape()
+    assert after[finished] == before.get(finished, 0) + 1
+    assert after[waits] == before.get(waits, 0) + 1
+    assert after[("spacejobs_workers_online", ())] >= 1
+    assert ("spacejobs_wakeups_published_total", (("kind", ""),)) in after or True
+    # Labels are low-cardinality only: no organization or job ids anywhere.
+    body = client.get("/metrics", headers=operator.auth).get_data(as_text=True)
+    assert str(org) not in body and job["id"] not in body
+    assert not re.search(r"organization|job_id", body)
+
+
+def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack, monkeypatch):
+    stack = bare_stack
+    operator = stack.operator()
+    monkeypatch.setenv("SPACEJOBS_WORKER_OFFLINE_AFTER", "2")
+    client = stack.make_app().test_client()
+    worker = stack.start_worker(concurrency=1, SPACEJOBS_PRESENCE_INTERVAL="0.5")
+
+    def states() -> dict[int, bool]:
+        rows = client.get("/ops/api/workers", headers=operator.auth).get_json()["workers"]
+        return {w["pid"]: w["online"] for w in rows}
+
+    deadline = time.monotonic() + 15
+    while not any(states().values()):
+        assert time.monotonic() < deadline, "the worker never showed up"
+        time.sleep(0.2)
+    online_pids = [pid for pid, online in states().items() if online]
+    worker.signal_group(signal.SIGKILL)
+    time.sleep(3)
+    assert all(states()[pid] is False for pid in online_pids)
+
+
+def test_operator_cancel_and_retry_as_new_job_are_audited(stack: Stack, client, operator):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    failing = submit(client, org, anna, "test.fail")
+    stack.wait_for(failing["id"], "failed", timeout=30)
+    retried = client.post(f"/ops/api/jobs/{failing['id']}/retry", headers=operator.auth).get_json()
+    assert retried["id"] != failing["id"] and retried["retry_of"] == failing["id"]
+    assert stack.job_row(failing["id"])["status"] == "failed"  # terminal states never come back
+    new_row = stack.job_row(retried["id"])
+    assert (new_row["retry_of"], new_row["requested_by"], new_row["kind"]) == (
+        __import__("uuid").UUID(failing["id"]), anna.id, "test.fail")
+
+    running = submit(client, org, anna, "bench.sleep", {"seconds": 20})
+    stack.wait_for(running["id"], "leased")
+    answer = client.post(f"/ops/api/jobs/{running['id']}/cancel", headers=operator.auth)
+    assert answer.get_json()["status"] == "cancel_requested"
+    stack.wait_for(running["id"], "cancelled", timeout=15)
+    assert stack.events(running["id"])[2]["actor"] == f"operator:{operator.id}"
+
+    completed = submit(client, org, anna, "bench.noop")
+    stack.wait_for(completed["id"], "completed")
+    refused = client.post(f"/ops/api/jobs/{completed['id']}/retry", headers=operator.auth)
+    assert refused.status_code == 400
+
+    audit = client.get("/ops/api/audit", headers=operator.auth).get_json()["audit"]
+    actions = {(a["action"], a["target"]) for a in audit}
+    assert {("retry", failing["id"]), ("cancel", running["id"])} <= actions
+
+
+def test_dashboard_session_login_needs_an_operator_and_forms_need_csrf(stack: Stack, client, operator):
+    org = stack.org()
+    owner = stack.user(org, role="owner")
+    with stack.make_app().test_client() as browser:
+        browser.post("/login", data={"token": owner.token})
+        assert browser.get("/ops").status_code == 404
+    browser = stack.make_app().test_client()
+    assert browser.post("/login", data={"token": "sj_wrong"}).status_code == 401
+    assert browser.post("/login", data={"token": operator.token}).status_code == 302
+    page = browser.get("/ops")
+    assert page.status_code == 200 and b"Overview" in page.data
+    assert browser.post("/ops/api/kinds/bench.noop/pause", data={"x": "1"}).status_code == 400
+    csrf = re.search(rb'name="csrf" value="([^"]+)"', page.data).group(1).decode()
+    assert browser.post("/ops/api/kinds/bench.noop/pause", data={"csrf": csrf}).status_code == 302
+    assert browser.post("/ops/api/kinds/bench.noop/resume", data={"csrf": csrf}).status_code == 302
+    # The session never opens the tenant API: only a bearer token does.
+    assert browser.get("/api/v1/me").status_code == 401
+
+
+def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: Stack, client, caplog):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    request_id = "trace-" + __import__("uuid").uuid4().hex[:12]
+    with caplog.at_level("INFO", logger="spacejobs.web"):
+        answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"},
+                             headers={**anna.auth, "X-Request-ID": request_id})
+    assert answer.headers["X-Request-ID"] == request_id
+    job_id = answer.get_json()["id"]
+    web_lines = [r for r in caplog.records if getattr(r, "request_id", None) == request_id]
+    assert web_lines and web_lines[0].job_id == job_id
+    stack.wait_for(job_id, "completed")
+    time.sleep(0.3)
+    worker_lines = [line for p in stack.processes for line in p.output().splitlines()
+                    if f"job_id={job_id}" in line]
+    assert worker_lines
+    for line in worker_lines:
+        assert f"request_id={request_id}" in line and "kind=projects_export" in line
+        assert f"organization_id={org}" in line and "attempt=1" in line

@@ -1,0 +1,239 @@
+"""Operators: the dashboard (/ops), its JSON API (/ops/api), actions, and /metrics.
+
+Everyone who is not an operator gets the same 404 as an unknown URL, tenant owners included.
+Reads use the space_operator role, whose column grants leave out params, results and lease
+tokens, so no page can show them even by mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask.typing import ResponseReturnValue
+from sqlalchemy import Engine
+
+from models import ops
+from models.db import transaction
+from models.errors import InvalidRequest, NotFound, Unauthorized
+from models.jobs import ACTIVE, TERMINAL
+from models.kinds import load_kinds
+from models.metrics import render as render_metrics
+from models.tenancy import User
+from webapp.auth import current_user, engine, parse_id
+
+bp = Blueprint("ops", __name__)
+
+
+def offline_after() -> float:
+    return float(os.environ.get("SPACEJOBS_WORKER_OFFLINE_AFTER", "30"))
+
+
+def operator_db() -> Engine:
+    return current_app.extensions["spacejobs.operator_db"]
+
+
+def require_operator() -> User:
+    """An operator by bearer token or by UI session; anyone else: 404, as if nothing were here."""
+    try:
+        user = current_user(allow_session=True)
+    except Unauthorized:
+        raise NotFound() from None
+    if not user.is_operator:
+        raise NotFound()
+    g.via_session = "Authorization" not in request.headers
+    return user
+
+
+def _check_csrf() -> None:
+    """Session-authenticated POSTs (the dashboard's forms) must carry the session's token."""
+    if not g.get("via_session"):
+        return
+    sent = request.form.get("csrf") or request.headers.get("X-CSRF-Token", "")
+    if not sent or not secrets.compare_digest(sent, session.get("csrf", "")):
+        raise InvalidRequest("The form is stale; reload the page and try again.")
+
+
+def csrf_token() -> str:
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(24)
+    return session["csrf"]
+
+
+def _done(payload: dict[str, Any], back: str) -> ResponseReturnValue:
+    if g.get("via_session") and request.form:
+        return redirect(back)
+    return jsonify(payload)
+
+
+def _filters() -> dict[str, Any]:
+    status = request.args.get("status") or None
+    if status is not None and status not in ACTIVE + TERMINAL:
+        raise InvalidRequest("Unknown status filter.", fields=["status"])
+    org = request.args.get("organization_id") or None
+    hours = request.args.get("hours") or None
+    try:
+        organization_id = UUID(org) if org else None
+        since = datetime.now(UTC) - timedelta(hours=float(hours)) if hours else None
+        limit = min(max(int(request.args.get("limit", "100")), 1), 500)
+    except ValueError:
+        raise InvalidRequest("Invalid filter.", fields=["organization_id", "hours", "limit"]) from None
+    return {"kind": request.args.get("kind") or None, "status": status,
+            "organization_id": organization_id, "since": since,
+            "expired_only": request.args.get("expired") == "1", "limit": limit}
+
+
+# ----------------------------------------------------------------------------- JSON API
+
+@bp.get("/ops/api/overview")
+def api_overview() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        data = ops.overview(conn)
+        data["running"] = ops.list_jobs(conn, status="leased", limit=100)
+        data["expired"] = ops.list_jobs(conn, expired_only=True, limit=100)
+        data["failed"] = ops.list_jobs(conn, status="failed", limit=20)
+        data["workers"] = ops.workers(conn, offline_after=offline_after())
+    return jsonify(data)
+
+
+@bp.get("/ops/api/jobs")
+def api_jobs() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        return jsonify({"jobs": ops.list_jobs(conn, **_filters())})
+
+
+@bp.get("/ops/api/jobs/<job_id>")
+def api_job(job_id: str) -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        return jsonify(ops.job_detail(conn, parse_id(job_id)))
+
+
+@bp.get("/ops/api/workers")
+def api_workers() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        return jsonify({"workers": ops.workers(conn, offline_after=offline_after()),
+                        "offline_after_seconds": offline_after()})
+
+
+@bp.get("/ops/api/audit")
+def api_audit() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        return jsonify({"audit": ops.audit_log(conn)})
+
+
+@bp.post("/ops/api/jobs/<job_id>/cancel")
+def api_cancel(job_id: str) -> ResponseReturnValue:
+    user = require_operator()
+    _check_csrf()
+    job = ops.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
+                     request_id=g.request_id)
+    return _done({"id": str(job.id), "status": job.status}, url_for("ops.job_page", job_id=job_id))
+
+
+@bp.post("/ops/api/jobs/<job_id>/retry")
+def api_retry(job_id: str) -> ResponseReturnValue:
+    user = require_operator()
+    _check_csrf()
+    new = ops.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
+                           request_id=g.request_id)
+    return _done({"id": str(new.id), "status": new.status, "retry_of": job_id},
+                 url_for("ops.job_page", job_id=str(new.id)))
+
+
+@bp.post("/ops/api/kinds/<kind>/<action>")
+def api_kind(kind: str, action: str) -> ResponseReturnValue:
+    user = require_operator()
+    _check_csrf()
+    if action in ("pause", "resume"):
+        ops.set_kind_control(engine(), kind, operator_id=user.id, paused=action == "pause",
+                             request_id=g.request_id)
+    elif action == "limit":
+        body = request.form if request.form else (request.get_json(silent=True) or {})
+        raw = body.get("limit")
+        try:
+            limit = None if raw in (None, "") else int(raw)
+        except (TypeError, ValueError):
+            raise InvalidRequest("limit must be a whole number or empty.", fields=["limit"]) from None
+        ops.set_kind_control(engine(), kind, operator_id=user.id, concurrency_limit=limit,
+                             request_id=g.request_id)
+    else:
+        raise NotFound()
+    return _done({"kind": kind, "action": action}, url_for("ops.overview_page"))
+
+
+# ----------------------------------------------------------------------------- metrics
+
+@bp.get("/metrics")
+def metrics() -> ResponseReturnValue:
+    require_operator()
+    body = render_metrics(operator_db(), offline_after=offline_after())
+    return Response(body, mimetype="text/plain; version=0.0.4")
+
+
+# ----------------------------------------------------------------------------- HTML
+
+def _page(template: str, **context: Any) -> str:
+    return render_template(template, csrf=csrf_token(), operator=g.user, now=datetime.now(UTC),
+                           offline_after=offline_after(), **context)
+
+
+@bp.get("/ops")
+def overview_page() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        data = ops.overview(conn)
+        running = ops.list_jobs(conn, status="leased", limit=50)
+        expired = ops.list_jobs(conn, expired_only=True, limit=50)
+        failed = ops.list_jobs(conn, status="failed", limit=20)
+        workers = ops.workers(conn, offline_after=offline_after())
+    known = sorted(set(load_kinds()) | {k["kind"] for k in data["kinds"]})
+    return _page("ops/overview.html", kinds=data["kinds"], known_kinds=known,
+                 settings={s["kind"]: s for s in data["settings"]}, running=running,
+                 expired=expired, failed=failed, workers=workers)
+
+
+@bp.get("/ops/jobs")
+def jobs_page() -> ResponseReturnValue:
+    require_operator()
+    filters = _filters()
+    with transaction(operator_db()) as conn:
+        rows = ops.list_jobs(conn, **filters)
+    return _page("ops/jobs.html", jobs=rows, filters=request.args, statuses=ACTIVE + TERMINAL,
+                 known_kinds=sorted(load_kinds()))
+
+
+@bp.get("/ops/jobs/<job_id>")
+def job_page(job_id: str) -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        job = ops.job_detail(conn, parse_id(job_id))
+    return _page("ops/job.html", job=job)
+
+
+@bp.get("/ops/workers")
+def workers_page() -> ResponseReturnValue:
+    require_operator()
+    with transaction(operator_db()) as conn:
+        rows = ops.workers(conn, offline_after=offline_after())
+        audit = ops.audit_log(conn)
+    return _page("ops/workers.html", workers=rows, audit=audit)
