@@ -6,6 +6,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -148,7 +149,7 @@ def test_metrics_parse_and_move_as_jobs_run(stack: Stack, client, operator):
     assert after[finished] == before.get(finished, 0) + 1
     assert after[waits] == before.get(waits, 0) + 1
     assert after[("spacejobs_workers_online", ())] >= 1
-    assert ("spacejobs_wakeups_published_total", (("kind", ""),)) in after or True
+    # The web's wake-up counter is flushed in the background (every 5 s), so it is not asserted here.
     # Labels are low-cardinality only: no organization or job ids anywhere.
     body = client.get("/metrics", headers=operator.auth).get_data(as_text=True)
     assert str(org) not in body and job["id"] not in body
@@ -186,7 +187,7 @@ def test_operator_cancel_and_retry_as_new_job_are_audited(stack: Stack, client, 
     assert stack.job_row(failing["id"])["status"] == "failed"  # terminal states never come back
     new_row = stack.job_row(retried["id"])
     assert (new_row["retry_of"], new_row["requested_by"], new_row["kind"]) == (
-        __import__("uuid").UUID(failing["id"]), anna.id, "test.fail")
+        uuid.UUID(failing["id"]), anna.id, "test.fail")
 
     running = submit(client, org, anna, "bench.sleep", {"seconds": 20})
     stack.wait_for(running["id"], "leased")
@@ -227,7 +228,7 @@ def test_dashboard_session_login_needs_an_operator_and_forms_need_csrf(stack: St
 def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: Stack, client, caplog):
     org = stack.org()
     anna = stack.user(org, role="owner")
-    request_id = "trace-" + __import__("uuid").uuid4().hex[:12]
+    request_id = "trace-" + uuid.uuid4().hex[:12]
     with caplog.at_level("INFO", logger="spacejobs.web"):
         answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"},
                              headers={**anna.auth, "X-Request-ID": request_id})
