@@ -47,13 +47,16 @@ def find_membership(conn: Connection, organization_id: UUID | str, user_id: UUID
 def require_membership(conn: Connection, organization_id: UUID | str, user_id: UUID) -> Membership:
     """For the web: a non-member and a missing organization look the same, 404.
 
-    A member of a ``deleting``/``deleted`` organization still gets past this check (and may read
-    what is left); operations that need a live organization refuse with
-    ``organization_unavailable`` through :func:`check_allowed`.
+    A member of a ``deleted`` organization gets 409 ``organization_unavailable`` on everything
+    (it knows the organization existed; it sees nothing of what is left). A ``deleting`` one may
+    still be read; operations that need a live organization refuse through
+    :func:`check_allowed`.
     """
     membership = find_membership(conn, organization_id, user_id)
     if membership is None:
         raise NotFound()
+    if membership.organization_state == "deleted":
+        raise OrganizationUnavailable()
     return membership
 
 

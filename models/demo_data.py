@@ -39,4 +39,11 @@ def seed(conn: Connection) -> list[dict[str, str]]:
             tenancy.add_member(conn, org_id, user.id, role)
             out.append({"email": email, "role": role, "org_name": org_name, "org_id": str(org_id),
                         "token": tenancy.create_token(conn, user.id)})
+    # An operator who belongs to no organization: sees /ops and /metrics, never tenant data.
+    try:
+        olga = tenancy.find_user(conn, "olga@ops.example")
+    except NotFound:
+        olga = tenancy.create_user(conn, "olga@ops.example", "Olga", operator=True)
+    out.append({"email": olga.email, "role": "operator", "org_name": "-", "org_id": "-",
+                "token": tenancy.create_token(conn, olga.id)})
     return out

@@ -136,6 +136,7 @@ def get_project(org: str, project_id: str) -> ResponseReturnValue:
 
 @api.post("/orgs/<org>/projects")
 def create_project(org: str) -> ResponseReturnValue:
+    current_user()
     body = parse_body(CreateProject)
     with org_transaction(org) as (conn, membership):
         if membership.organization_state == "read_only":
@@ -150,6 +151,7 @@ def create_project(org: str) -> ResponseReturnValue:
 
 @api.post("/orgs/<org>/jobs")
 def submit_job(org: str) -> ResponseReturnValue:
+    current_user()  # 401 before anything else: validation must not tell strangers what exists
     body = parse_body(SubmitJob)
     kind = get_kind(body.kind)
     params = kind.parse_params(body.params).model_dump(mode="json")

@@ -55,7 +55,8 @@ def parse_id(value: str) -> uuid.UUID:
 def org_transaction(org: str) -> Iterator[tuple[Connection, Membership]]:
     """A transaction scoped to the URL's organization, after checking current membership.
 
-    A non-member, a removed member, a deleted or a missing organization all get the same 404.
+    A non-member, a removed member or a missing organization all get the same 404; a member of
+    a deleted organization gets 409 ``organization_unavailable``.
     """
     user = current_user()
     org_id = parse_id(org)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -243,7 +244,8 @@ def demo(host: str, port: int, data_dir: Path) -> None:
 
         upgrade(database_url)
         demo_users = _run(seed)
-        env = dict(os.environ, SPACEJOBS_WAKEUP_GRACE=os.environ.get("SPACEJOBS_WAKEUP_GRACE", "3"))
+        env = dict(os.environ, SPACEJOBS_WAKEUP_GRACE=os.environ.get("SPACEJOBS_WAKEUP_GRACE", "3"),
+                   SPACEJOBS_SECRET_KEY=os.environ.get("SPACEJOBS_SECRET_KEY") or secrets.token_hex(32))
         spacejobs = [sys.executable, "-m", "webapp.cli"]
         for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
                      [*spacejobs, "worker", "--concurrency", "2"],
@@ -266,6 +268,7 @@ def _print_banner(host: str, port: int, demo_users: list[dict[str, str]]) -> Non
         click.echo(f"  {user['email']:<22} {user['role']:<7} org {user['org_name']} {user['org_id']}")
         click.echo(f"    token: {user['token']}")
     first = demo_users[0]
+    click.echo(f"\nOperators: sign in at {base}/login with the operator token, then {base}/ops")
     click.echo("\nTry:\n"
                f"  curl -s -H 'Authorization: Bearer {first['token']}' {base}/api/v1/me\n"
                f"  curl -si -X POST -H 'Authorization: Bearer {first['token']}' "

@@ -1,0 +1,317 @@
+"""Row-level security, grants and the transition trigger, proven AS THE APPLICATION ROLES.
+
+Superusers and BYPASSRLS roles skip every policy, so every assertion here runs on connections
+of space_app, space_worker or space_operator (checked by ``roles``). The owner role is used only
+to seed, as the CLI does. No worker processes: the module drives the job store itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from models import jobs
+from models.db import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE, make_engine, transaction
+from models.kinds import get_kind, load_kinds
+from models.projects import Projects
+from tests.conftest import Stack
+
+load_kinds()
+
+TENANT_TABLES = ("projects", "memberships", "job_events")
+
+
+def rls_violation(table: str) -> str:
+    return f'new row violates row-level security policy for table "{table}"'
+
+
+@dataclass
+class Roles:
+    app: Engine
+    worker: Engine
+    operator: Engine
+
+
+@dataclass
+class Tenant:
+    id: uuid.UUID
+    user: uuid.UUID
+    projects: list[str]
+    jobs: list[str]
+
+
+@dataclass
+class World:
+    a: Tenant
+    b: Tenant
+    completed_job: str  # in A
+    queued_job: str  # in A
+
+
+@pytest.fixture(scope="module")
+def roles(bare_stack: Stack) -> Iterator[Roles]:
+    found = Roles(app=make_engine(bare_stack.app_url, pool_size=2),
+                  worker=make_engine(bare_stack.worker_url, pool_size=2),
+                  operator=make_engine(bare_stack.operator_url, pool_size=2))
+    # The point of this module: none of these connections is a superuser.
+    for engine, role in ((found.app, APP_ROLE), (found.worker, WORKER_ROLE),
+                         (found.operator, OPERATOR_ROLE)):
+        with engine.connect() as conn:
+            row = conn.execute(text(
+                "SELECT current_user, session_user, r.rolsuper, r.rolbypassrls"
+                " FROM pg_roles r WHERE r.rolname = current_user")).one()
+        assert tuple(row) == (role, role, False, False)
+    yield found
+    for engine in (found.app, found.worker, found.operator):
+        engine.dispose()
+
+
+def submit(app: Engine, org: uuid.UUID, user: uuid.UUID, kind: str = "bench.noop") -> str:
+    with transaction(app, organization_id=org, user_id=user, actor="test") as conn:
+        job, created = jobs.submit(conn, organization_id=org, requested_by=user, kind=get_kind(kind),
+                                   params={})
+    assert created
+    return str(job.id)
+
+
+def seed_tenant(stack: Stack, roles: Roles, name: str) -> Tenant:
+    org = stack.org(name=name)
+    user = stack.user(org, role="owner").id
+    with transaction(roles.app, organization_id=org, user_id=user) as conn:
+        projects = [str(Projects(conn, org).create(f"{name}-{i}").id) for i in range(2)]
+    return Tenant(org, user, projects, [submit(roles.app, org, user)])
+
+
+@pytest.fixture(scope="module")
+def world(bare_stack: Stack, roles: Roles) -> World:
+    a = seed_tenant(bare_stack, roles, "rls-a")
+    b = seed_tenant(bare_stack, roles, "rls-b")
+    # Finish every job so far through the real claim and fenced finish, as a worker would.
+    while (leased := _claim(roles.worker)) is not None:
+        with transaction(roles.worker, actor="test-worker") as conn:
+            assert jobs.complete(conn, leased.id, leased.lease_token, {"secret": "result-data"})
+    completed = a.jobs[0]
+    queued = submit(roles.app, a.id, a.user)
+    a.jobs.append(queued)
+    b.jobs.append(submit(roles.app, b.id, b.user))
+    return World(a, b, completed, queued)
+
+
+def _claim(worker: Engine):
+    with transaction(worker, actor="test-worker") as conn:
+        return jobs.claim(conn, "test-worker")
+
+
+def count(conn, table: str) -> int:
+    return conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+# ----------------------------------------------------------------------------- no tenant in scope
+
+@pytest.mark.parametrize("table", [*TENANT_TABLES, "jobs", "organizations"])
+def test_app_role_without_organization_sees_no_rows(roles: Roles, world: World, table: str):
+    with roles.app.begin() as conn:  # no set_config at all
+        assert count(conn, table) == 0
+    with transaction(roles.app) as conn:  # our own helper, explicitly without a tenant
+        assert count(conn, table) == 0
+
+
+@pytest.mark.parametrize("table", TENANT_TABLES)
+def test_worker_role_without_organization_sees_no_tenant_rows(roles: Roles, world: World, table: str):
+    with roles.worker.begin() as conn:
+        assert count(conn, table) == 0
+
+
+def test_worker_role_reads_the_shared_queue_across_organizations_but_no_tenant_data(
+        roles: Roles, world: World):
+    """By design (DESIGN.md §3): the worker's own policy on jobs spans organizations."""
+    with roles.worker.begin() as conn:
+        seen = set(conn.execute(text("SELECT organization_id FROM jobs")).scalars())
+        assert {world.a.id, world.b.id} <= seen
+        assert count(conn, "projects") == 0
+        assert count(conn, "memberships") == 0
+
+
+def test_worker_role_scoped_to_a_sees_only_as_tenant_rows(roles: Roles, world: World):
+    with transaction(roles.worker, organization_id=world.a.id) as conn:
+        projects = {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()}
+        event_orgs = set(conn.execute(text("SELECT organization_id FROM job_events")).scalars())
+        member_orgs = set(conn.execute(text("SELECT organization_id FROM memberships")).scalars())
+    assert projects == set(world.a.projects)
+    assert event_orgs == member_orgs == {world.a.id}
+
+
+# ----------------------------------------------------------------------------- tenant A in scope
+
+def test_app_role_scoped_to_a_sees_only_as_projects_and_jobs(roles: Roles, world: World):
+    with transaction(roles.app, organization_id=world.a.id) as conn:
+        projects = {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()}
+        job_ids = {str(j) for j in conn.execute(text("SELECT id FROM jobs")).scalars()}
+        event_orgs = set(conn.execute(text("SELECT organization_id FROM job_events")).scalars())
+        b_by_id = conn.execute(text("SELECT count(*) FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))"),
+                               {"ids": world.b.jobs}).scalar_one()
+        b_projects = conn.execute(text("SELECT count(*) FROM projects WHERE organization_id = :org"),
+                                  {"org": world.b.id}).scalar_one()
+    assert projects == set(world.a.projects)
+    assert job_ids == set(world.a.jobs)
+    assert event_orgs == {world.a.id}
+    assert b_by_id == 0 and b_projects == 0
+
+
+def test_app_role_scoped_to_a_cannot_insert_a_project_for_b(roles: Roles, world: World):
+    with pytest.raises(DBAPIError, match=rls_violation("projects")), \
+            transaction(roles.app, organization_id=world.a.id, user_id=world.a.user) as conn:
+        conn.execute(text("INSERT INTO projects (organization_id, name) VALUES (:org, 'planted')"),
+                     {"org": world.b.id})
+    with transaction(roles.worker, organization_id=world.b.id) as conn:
+        assert {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()} == set(
+            world.b.projects)
+
+
+def test_app_role_scoped_to_a_cannot_insert_a_job_for_b(roles: Roles, world: World):
+    with pytest.raises(DBAPIError, match=rls_violation("jobs")), \
+            transaction(roles.app, organization_id=world.a.id, user_id=world.a.user) as conn:
+        conn.execute(
+            text("INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
+                 " VALUES (:org, :user, 'bench.noop', 30, 3)"),
+            {"org": world.b.id, "user": world.b.user})
+    with roles.worker.begin() as conn:
+        in_b = {str(j) for j in conn.execute(text("SELECT id FROM jobs WHERE organization_id = :org"),
+                                             {"org": world.b.id}).scalars()}
+    assert in_b == set(world.b.jobs)
+
+
+def test_app_role_scoped_to_a_cannot_cancel_bs_jobs(roles: Roles, world: World):
+    with transaction(roles.app, organization_id=world.a.id, user_id=world.a.user) as conn:
+        cancelled = conn.execute(
+            text("UPDATE jobs SET status = 'cancelled' WHERE organization_id = :org"),
+            {"org": world.b.id}).rowcount
+        assert cancelled == 0
+    with roles.worker.begin() as conn:
+        statuses = conn.execute(text("SELECT status, organization_id FROM jobs WHERE id = ANY("
+                                     "CAST(:ids AS uuid[]))"), {"ids": world.b.jobs}).all()
+        assert all(status != "cancelled" and org == world.b.id for status, org in statuses)
+
+
+# ----------------------------------------------------------------------------- pooled connections
+
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_tenant_setting_does_not_leak_to_the_next_transaction_on_the_same_connection(
+        bare_stack: Stack, world: World, ending: str):
+    engine = make_engine(bare_stack.app_url, pool_size=1)
+    try:
+        with pytest.raises(RuntimeError) if ending == "rollback" else contextlib.nullcontext(), \
+                transaction(engine, organization_id=world.a.id, user_id=world.a.user) as conn:
+            first_pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            assert count(conn, "projects") == len(world.a.projects)
+            if ending == "rollback":
+                raise RuntimeError("the request failed")
+
+        with engine.begin() as conn:  # a plain transaction: nothing sets app.* here
+            row = conn.execute(text(
+                "SELECT pg_backend_pid(), current_setting('app.organization_id', true),"
+                " current_setting('app.user_id', true), app_org(), app_user()")).one()
+            assert row[0] == first_pid, "the pool must hand back the same connection"
+            assert tuple(row[1:]) == ("", "", None, None)
+            for table in (*TENANT_TABLES, "jobs", "organizations"):
+                assert count(conn, table) == 0, table
+    finally:
+        engine.dispose()
+
+
+# ----------------------------------------------------------------------------- operator
+
+def test_operator_reads_job_metadata_across_organizations(roles: Roles, world: World):
+    with roles.operator.begin() as conn:
+        rows = conn.execute(text(
+            "SELECT id, organization_id, kind, status, attempts, error_code, created_at FROM jobs")).all()
+    seen = {str(row.id) for row in rows}
+    assert set(world.a.jobs) | set(world.b.jobs) <= seen
+    assert {row.organization_id for row in rows} >= {world.a.id, world.b.id}
+
+
+@pytest.mark.parametrize("select", [
+    "SELECT params FROM jobs",
+    "SELECT result FROM jobs",
+    "SELECT lease_token FROM jobs",
+    "SELECT * FROM jobs",
+    "SELECT id FROM jobs WHERE result IS NOT NULL",
+    "SELECT id FROM projects",
+])
+def test_operator_cannot_read_params_result_lease_token_or_tenant_data(roles: Roles, world: World,
+                                                                       select: str):
+    with pytest.raises(DBAPIError, match="permission denied"), roles.operator.begin() as conn:
+        conn.execute(text(select))
+
+
+# ----------------------------------------------------------------------------- catalog
+
+def test_every_tenant_table_has_row_level_security_enabled_and_forced(roles: Roles):
+    with roles.operator.begin() as conn:
+        rows = conn.execute(text(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')"
+            "   AND (c.relname = 'organizations' OR EXISTS ("
+            "        SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid"
+            "        AND a.attname = 'organization_id' AND a.attnum > 0 AND NOT a.attisdropped))"
+            " ORDER BY c.relname")).all()
+    tables = {row.relname: (row.relrowsecurity, row.relforcerowsecurity) for row in rows}
+    assert {"organizations", "memberships", "projects", "jobs", "job_events",
+            "job_diagnostics"} <= set(tables)
+    unprotected = {name: flags for name, flags in tables.items() if flags != (True, True)}
+    assert unprotected == {}
+
+
+def test_no_application_role_is_superuser_or_bypasses_rls(roles: Roles):
+    names = [OWNER_ROLE, APP_ROLE, WORKER_ROLE, OPERATOR_ROLE]
+    with roles.app.begin() as conn:
+        rows = conn.execute(text(
+            "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = ANY(:names)"),
+            {"names": names}).all()
+    assert sorted(row.rolname for row in rows) == sorted(names)
+    assert [row.rolname for row in rows if row.rolsuper or row.rolbypassrls] == []
+
+
+def test_worker_claim_is_covered_by_an_update_policy_on_jobs(roles: Roles, world: World):
+    """SELECT ... FOR UPDATE SKIP LOCKED is governed by UPDATE policies (DESIGN.md §3)."""
+    with roles.worker.begin() as conn:
+        policies = conn.execute(text(
+            "SELECT policyname, cmd, roles FROM pg_policies"
+            " WHERE schemaname = 'public' AND tablename = 'jobs'")).all()
+        locked = conn.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE SKIP LOCKED"),
+                              {"id": world.queued_job}).scalar_one_or_none()
+    # A FOR ALL policy covers UPDATE as well.
+    update_roles = {role for p in policies if p.cmd in ("UPDATE", "ALL") for role in p.roles}
+    assert WORKER_ROLE in update_roles, policies
+    assert str(locked) == world.queued_job
+
+
+# ----------------------------------------------------------------------------- transition trigger
+
+def test_worker_cannot_move_a_completed_job_back_to_queued(roles: Roles, world: World):
+    with pytest.raises(DBAPIError, match="can no longer change"), \
+            transaction(roles.worker, actor="test-worker") as conn:
+        conn.execute(text("UPDATE jobs SET status = 'queued', run_after = now() WHERE id = :id"),
+                     {"id": world.completed_job})
+    with roles.worker.begin() as conn:
+        row = conn.execute(text("SELECT status, result FROM jobs WHERE id = :id"),
+                           {"id": world.completed_job}).one()
+    assert tuple(row) == ("completed", {"secret": "result-data"})
+
+
+def test_worker_cannot_jump_a_queued_job_to_completed(roles: Roles, world: World):
+    with pytest.raises(DBAPIError, match="cannot go from queued to completed"), \
+            transaction(roles.worker, actor="test-worker") as conn:
+        conn.execute(text("UPDATE jobs SET status = 'completed', result = '{}' WHERE id = :id"),
+                     {"id": world.queued_job})
+    with roles.worker.begin() as conn:
+        status = conn.execute(text("SELECT status FROM jobs WHERE id = :id"),
+                              {"id": world.queued_job}).scalar_one()
+    assert status == "queued"
