@@ -207,7 +207,7 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(store: Stack):
             " FROM generate_series(1, 20000)"), {"org": org, "user": user})
         conn.execute(text("ANALYZE jobs"))
     query = jobs.Q["claim_queued"].text.replace(":lease_token", "gen_random_uuid()") \
-        .replace(":worker", "'explain'")
+        .replace(":worker", "'explain'").replace(":skip_kinds", "'{}'")
     with store.worker_db.connect() as conn, conn.begin():
         plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + query)))
         conn.rollback()
