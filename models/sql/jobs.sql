@@ -152,10 +152,12 @@ RETURNING j.id, j.status
 -- sweep_unsignalled --
 -- Due jobs that nobody claimed within the grace period get a fresh wake-up: this is what makes
 -- a lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
--- sweepers from re-sending the same wake-up.
+-- sweepers from re-sending the same wake-up. A job put back in the queue (retry, expired
+-- lease, release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is
+-- due; a new job first gets the grace period for the web's own wake-up to arrive.
 WITH due AS (
     SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now() - :grace * interval '1 second'
+    WHERE status = 'queued' AND run_after <= now()
       AND coalesce(last_wakeup_at, created_at) <= now() - :grace * interval '1 second'
     ORDER BY run_after, created_at
     LIMIT :batch

@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from sqlalchemy import text
 
 from models import jobs
 from models.db import transaction
@@ -132,22 +133,26 @@ def test_sigterm_releases_an_unfinished_job_to_another_worker_at_once(bare_stack
     stack.wait_for(job["id"], "leased")
     staying = stack.start_worker(concurrency=1)
 
-    if whole_group:
-        leaving.signal_group(signal.SIGTERM)
-    else:
-        leaving.popen.send_signal(signal.SIGTERM)
-    assert leaving.popen.wait(timeout=20) == 0
-    row = stack.wait_for(job["id"], "completed", timeout=20)
-    assert row["attempts"] == 1  # the released attempt was not counted
-    events = stack.events(job["id"])
-    assert [e["to_status"] for e in events] == ["queued", "leased", "queued", "leased", "completed"]
-    with transaction(stack.operator_db) as conn:
-        at = [r.at for r in conn.execute(
-            __import__("sqlalchemy").text("SELECT at FROM job_events WHERE job_id = :id ORDER BY id"),
-            {"id": job["id"]})]
-    assert (at[3] - at[2]).total_seconds() < 1.0  # taken at once, not after lease expiry
-    staying.kill()
-    stack.processes.remove(staying)
+    try:
+        if whole_group:
+            leaving.signal_group(signal.SIGTERM)
+        else:
+            leaving.popen.send_signal(signal.SIGTERM)
+        assert leaving.popen.wait(timeout=20) == 0
+        row = stack.wait_for(job["id"], "completed", timeout=20)
+        assert row["attempts"] == 1  # the released attempt was not counted
+        events = stack.events(job["id"])
+        assert [e["to_status"] for e in events] == ["queued", "leased", "queued", "leased", "completed"]
+        with transaction(stack.operator_db) as conn:
+            at = [r.at for r in conn.execute(
+                text("SELECT at FROM job_events WHERE job_id = :id ORDER BY id"), {"id": job["id"]})]
+        # Taken again at once (its own wake-up, or the next sweep if the leaving worker swallowed
+        # that message), not after its 10 s lease would have expired.
+        assert (at[3] - at[2]).total_seconds() < 3.0
+    finally:
+        for proc in (leaving, staying):
+            proc.kill()
+            stack.processes.remove(proc)
 
 
 def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Stack):
@@ -158,7 +163,11 @@ def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Sta
     worker = stack.start_worker(concurrency=1, SPACEJOBS_SHUTDOWN_GRACE="10")
     job = submit(client, org, anna, "bench.sleep", {"seconds": 1.5})
     stack.wait_for(job["id"], "leased")
-    worker.popen.send_signal(signal.SIGTERM)
-    assert worker.popen.wait(timeout=20) == 0
-    row = stack.job_row(job["id"])
-    assert (row["status"], row["attempts"]) == ("completed", 1)
+    try:
+        worker.popen.send_signal(signal.SIGTERM)
+        assert worker.popen.wait(timeout=20) == 0
+        row = stack.job_row(job["id"])
+        assert (row["status"], row["attempts"]) == ("completed", 1)
+    finally:
+        worker.kill()
+        stack.processes.remove(worker)
