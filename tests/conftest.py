@@ -242,6 +242,14 @@ class Stack:
         assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
 
 
+def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None = None) -> dict:
+    """POST a job as ``user``; it must be accepted (202)."""
+    body = {"kind": kind} | ({"params": params} if params is not None else {})
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
+    assert answer.status_code == 202, answer.get_json()
+    return answer.get_json()
+
+
 @dataclass
 class TestUser:
     id: uuid.UUID

@@ -14,7 +14,7 @@ import redis
 from sqlalchemy import text
 
 from models.db import transaction
-from tests.conftest import Stack, _psycopg_url
+from tests.conftest import Stack, _psycopg_url, submit
 from tests.kinds import SECRET_MARKER
 
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
@@ -24,13 +24,6 @@ UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 def lost_wakeups_app(stack: Stack):
     """The web app as it behaves while Redis is unreachable: rows commit, wake-ups are lost."""
     return stack.make_app(BROKER_URL=UNREACHABLE_BROKER)
-
-
-def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
-    body = {"kind": kind} | ({"params": params} if params is not None else {})
-    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
-    assert answer.status_code == 202, answer.get_json()
-    return answer.get_json()
 
 
 # ------------------------------------------------------------------------- fencing

@@ -13,19 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from models.db import transaction
-from tests.conftest import Stack
+from tests.conftest import Stack, submit
 
 MARKER = "ZEBRA-MARKER-41d9"
 
 OPS_GET_URLS = ["/ops", "/ops/jobs", "/ops/workers", "/ops/api/overview", "/ops/api/jobs",
                 "/ops/api/workers", "/ops/api/audit", "/metrics"]
-
-
-def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
-    body = {"kind": kind} | ({"params": params} if params is not None else {})
-    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
-    assert answer.status_code == 202, answer.get_json()
-    return answer.get_json()
 
 
 @pytest.fixture(scope="module")

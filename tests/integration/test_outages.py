@@ -8,15 +8,8 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from models.db import WORKER_ROLE, role_url
-from tests.conftest import Stack, _psycopg_url
+from tests.conftest import Stack, _psycopg_url, submit
 from tests.netproxy import Partition
-
-
-def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
-    body = {"kind": kind} | ({"params": params} if params is not None else {})
-    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
-    assert answer.status_code == 202, answer.get_json()
-    return answer.get_json()
 
 
 def terminate_backends(stack: Stack) -> int:

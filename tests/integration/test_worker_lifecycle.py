@@ -10,15 +10,8 @@ from sqlalchemy import text
 
 from models import jobs
 from models.db import transaction
-from tests.conftest import Stack
+from tests.conftest import Stack, submit
 from tests.integration.test_job_store import expire_lease
-
-
-def submit(client, org, user, kind: str, params: dict | None = None) -> dict:
-    body = {"kind": kind} | ({"params": params} if params is not None else {})
-    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
-    assert answer.status_code == 202, answer.get_json()
-    return answer.get_json()
 
 
 @pytest.fixture()
