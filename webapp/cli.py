@@ -181,7 +181,7 @@ def web(host: str, port: int, workers: int) -> None:
     class Server(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
             for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
-                               "threads": 8, "timeout": 60, "graceful_timeout": 10,
+                               "threads": 16, "timeout": 60, "graceful_timeout": 10,
                                "accesslog": "-"}.items():
                 self.cfg.set(key, value)
 
