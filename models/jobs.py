@@ -170,14 +170,21 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID) -> Job:
 # Worker side (space_worker)
 # ---------------------------------------------------------------------------------------------
 
-def claim(conn: Connection, worker: str) -> LeasedJob | None:
+def claim_controls(conn: Connection) -> list[Any]:
+    """The operators' per-kind controls: (kind, paused, concurrency_limit) rows."""
+    return list(conn.execute(Q["claim_controls"]).all())
+
+
+def claim(conn: Connection, worker: str, *, controls: list[Any] | None = None) -> LeasedJob | None:
     """Lease the next due job (or one whose lease expired) with a fresh random token.
 
     Paused kinds are skipped. A kind with a concurrency limit is claimed under a per-kind
     advisory lock and given back (savepoint rollback) when it would exceed the limit; the next
-    candidate of another kind is tried instead.
+    candidate of another kind is tried instead. ``controls`` lets a caller reuse recently read
+    controls (the runner re-reads them every second) instead of one more query per claim.
     """
-    controls = conn.execute(Q["claim_controls"]).all()
+    if controls is None:
+        controls = claim_controls(conn)
     skip = [c.kind for c in controls if c.paused]
     limits = {c.kind: c.concurrency_limit for c in controls if not c.paused}
     while True:

@@ -46,6 +46,20 @@ def reset_engine() -> None:
     worker_db.reset()
 
 
+_CONTROLS_TTL = 1.0  # a pause or a new limit reaches every worker within this many seconds
+_controls_cache: tuple[float, int, list[Any]] | None = None
+
+
+def _controls(conn: Any) -> list[Any]:
+    """Operator controls, re-read at most once a second per process (not once per claim)."""
+    global _controls_cache
+    now = time.monotonic()
+    cache = _controls_cache
+    if cache is None or cache[1] != os.getpid() or now - cache[0] > _CONTROLS_TTL:
+        _controls_cache = (now, os.getpid(), jobs.claim_controls(conn))
+    return _controls_cache[2]
+
+
 def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> int:
     """Claim and run due jobs one after another, at most ``limit``; returns how many ran."""
     load_kinds()
@@ -57,7 +71,7 @@ def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> i
         if shutdown.stop_requested():
             break
         with transaction(engine, actor=f"worker:{worker}") as conn:
-            leased = jobs.claim(conn, worker)
+            leased = jobs.claim(conn, worker, controls=_controls(conn))
         if leased is None:
             break
         run_one(leased, publish_wake=publish_wake)

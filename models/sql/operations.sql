@@ -72,18 +72,12 @@ $$;
 CREATE FUNCTION metric_buckets() RETURNS double precision[] LANGUAGE sql IMMUTABLE AS
 $$ SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800]::double precision[] $$;
 
-CREATE FUNCTION observe_metric(p_name text, p_kind text, p_seconds double precision)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    bound double precision;
-BEGIN
-    -- Stored per bucket (the smallest bound that holds the value), not cumulatively;
-    -- /metrics accumulates on read.
-    SELECT min(b) INTO bound FROM unnest(metric_buckets()) AS b WHERE p_seconds <= b;
-    INSERT INTO metric_events (name, kind, label, value)
-    VALUES (p_name || '_bucket', p_kind, coalesce(bound::text, '+Inf'), 1),
-           (p_name || '_sum', p_kind, '', p_seconds);
-END $$;
+-- The bucket label of a value: the smallest bound that holds it. Stored per bucket, not
+-- cumulatively; /metrics accumulates on read.
+CREATE FUNCTION metric_bucket(seconds double precision) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((SELECT min(b) FROM unnest(metric_buckets()) AS b WHERE seconds <= b)::text,
+                    '+Inf')
+$$;
 
 CREATE FUNCTION fold_metric_events(batch integer) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -111,26 +105,36 @@ REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
 
 CREATE FUNCTION jobs_count_metrics() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    wait_s double precision;
+    run_s double precision;
+    expired boolean;
 BEGIN
     IF NEW.status = OLD.status AND NEW.attempts = OLD.attempts THEN
         RETURN NULL;
     END IF;
     -- queue wait: created → first lease; duration: first lease → finish
     IF OLD.status = 'queued' AND NEW.status = 'leased' AND OLD.attempts = 0 THEN
-        PERFORM observe_metric('spacejobs_job_queue_wait_seconds', NEW.kind,
-                               extract(epoch FROM clock_timestamp() - NEW.created_at));
+        wait_s := extract(epoch FROM clock_timestamp() - NEW.created_at);
     END IF;
-    IF NEW.status IN ('completed', 'failed', 'cancelled') AND NEW.status <> OLD.status THEN
-        PERFORM bump_metric('spacejobs_jobs_finished_total', NEW.kind, NEW.status, 1);
-        IF NEW.started_at IS NOT NULL THEN
-            PERFORM observe_metric('spacejobs_job_duration_seconds', NEW.kind,
-                                   extract(epoch FROM clock_timestamp() - NEW.started_at));
-        END IF;
+    IF NEW.status IN ('completed', 'failed', 'cancelled') AND NEW.status <> OLD.status
+       AND NEW.started_at IS NOT NULL THEN
+        run_s := extract(epoch FROM clock_timestamp() - NEW.started_at);
     END IF;
-    IF OLD.status IN ('leased', 'cancel_requested') AND OLD.lease_until < now()
-       AND (NEW.status <> OLD.status OR NEW.lease_token IS DISTINCT FROM OLD.lease_token) THEN
-        PERFORM bump_metric('spacejobs_leases_expired_total', NEW.kind, '', 1);
-    END IF;
+    expired := OLD.status IN ('leased', 'cancel_requested') AND OLD.lease_until < now()
+               AND (NEW.status <> OLD.status OR NEW.lease_token IS DISTINCT FROM OLD.lease_token);
+    -- One INSERT per transition, whatever it records (the claim and the finish are hot paths).
+    INSERT INTO metric_events (name, kind, label, value)
+    SELECT m.name, NEW.kind, m.label, m.value FROM (VALUES
+        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(wait_s), 1.0, wait_s IS NOT NULL),
+        ('spacejobs_job_queue_wait_seconds_sum', '', wait_s, wait_s IS NOT NULL),
+        ('spacejobs_jobs_finished_total', NEW.status, 1.0,
+            NEW.status IN ('completed', 'failed', 'cancelled') AND NEW.status <> OLD.status),
+        ('spacejobs_job_duration_seconds_bucket', metric_bucket(run_s), 1.0, run_s IS NOT NULL),
+        ('spacejobs_job_duration_seconds_sum', '', run_s, run_s IS NOT NULL),
+        ('spacejobs_leases_expired_total', '', 1.0, expired)
+    ) AS m (name, label, value, wanted)
+    WHERE m.wanted;
     RETURN NULL;
 END $$;
 
@@ -151,7 +155,6 @@ $$;
 REVOKE ALL ON FUNCTION count_event(text, text, double precision) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION count_event(text, text, double precision) TO space_app, space_worker;
 REVOKE ALL ON FUNCTION bump_metric(text, text, text, double precision) FROM PUBLIC;
-REVOKE ALL ON FUNCTION observe_metric(text, text, double precision) FROM PUBLIC;
 
 GRANT SELECT, INSERT, UPDATE ON worker_processes TO space_worker;
 GRANT SELECT ON worker_processes, kind_settings, operator_audit, metric_counters, metric_events

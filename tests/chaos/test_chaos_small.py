@@ -37,3 +37,7 @@ def test_small_chaos_run_loses_nothing_and_finishes_nothing_twice() -> None:
     assert report.finished_twice == 0
     assert report.still_leased == 0
     assert report.completed + report.cancelled + report.failed == report.accepted
+    # Deterministic database facts too: each job's events form one chain ending in its status,
+    # and only jobs someone cancelled are cancelled.
+    assert report.broken_event_chains == 0 and report.status_disagrees_with_events == 0
+    assert report.cancelled_unasked == 0 and report.cancel_answer_contradicted == 0

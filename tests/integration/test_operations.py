@@ -69,6 +69,7 @@ def test_pause_stops_claims_on_every_worker_and_resume_restarts_them(stack: Stac
     org = stack.org()
     anna = stack.user(org, role="owner")
     assert client.post("/ops/api/kinds/bench.noop/pause", headers=operator.auth).status_code == 200
+    time.sleep(1.2)  # workers re-read the controls every second
     try:
         jobs = [submit(client, org, anna, "bench.noop") for _ in range(4)]
         other = submit(client, org, anna, "projects_export")  # other kinds still run
@@ -96,6 +97,7 @@ def test_global_concurrency_limit_holds_across_worker_processes(bare_stack: Stac
         stack.start_worker(concurrency=2)  # six processes that could run jobs at once
     assert client.post("/ops/api/kinds/bench.sleep/limit", json={"limit": 2},
                        headers=operator.auth).status_code == 200
+    time.sleep(1.2)  # workers re-read the controls every second
     jobs = [submit(client, org, anna, "bench.sleep", {"seconds": 0.4}) for _ in range(14)]
     peak, samples, done = 0, 0, False
 

@@ -21,9 +21,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS jobs_count_metrics ON jobs")
     for function in ("jobs_count_metrics()", "count_event(text, text, double precision)",
-                     "observe_metric(text, text, double precision)", "metric_buckets()",
+                     "metric_bucket(double precision)", "metric_buckets()",
                      "bump_metric(text, text, text, double precision)"):
         op.execute(f"DROP FUNCTION IF EXISTS {function}")
-    for table in ("metric_counters", "operator_audit", "kind_settings", "worker_processes"):
+    for table in ("metric_counters", "metric_events", "operator_audit", "kind_settings",
+                  "worker_processes"):
         op.execute(f"DROP TABLE IF EXISTS {table}")
     op.execute("ALTER TABLE jobs DROP COLUMN IF EXISTS retry_of")

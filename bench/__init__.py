@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; run them as modules from the repository root."""
