@@ -35,6 +35,11 @@ worker_send_task_events = os.environ.get("SPACEJOBS_TASK_EVENTS", "1") == "1"
 task_send_sent_event = os.environ.get("SPACEJOBS_TASK_SENT_EVENTS", "0") == "1"
 
 task_default_queue = os.environ.get("SPACEJOBS_QUEUE", "spacejobs")
+# Sweeps get a queue of their own, which workers read alongside the wake-ups (the Redis
+# transport alternates between a consumer's queues): behind a backlog of wake-ups in one queue
+# they would otherwise wait (or expire), and expired leases would wait with them.
+sweep_queue = task_default_queue + ".sweep"
+task_routes = {"spacejobs.sweep": {"queue": sweep_queue}}
 worker_hijack_root_logger = False
 worker_concurrency = int(os.environ.get("SPACEJOBS_WORKER_CONCURRENCY", "2"))
 timezone = "UTC"

@@ -335,7 +335,7 @@ class Fleet:
             name = f"w{slot}.{lives}"
             incarnation = self._spawn(name, [
                 sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker",
-                "--loglevel", "INFO", "-Q", self.queue, "-c", str(self.concurrency),
+                "--loglevel", "INFO", "-Q", f"{self.queue}.sweep,{self.queue}", "-c", str(self.concurrency),
                 "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
             ], "ready.")
             self.slots[slot] = incarnation

@@ -402,7 +402,8 @@ def worker_argv(app_module: str, queue: str, name: str) -> list[str]:
     # The production command (webapp/cli.py `spacejobs worker`) minus mingle and gossip, which
     # only slow the start-up and add cross-worker chatter irrelevant to one worker.
     return [sys.executable, "-m", "celery", "-A", app_module, "worker", "--loglevel", "INFO",
-            "--pool", "prefork", "-c", str(CONCURRENCY), "-Q", queue, "-n", f"{name}@%h",
+            "--pool", "prefork", "-c", str(CONCURRENCY), "-Q", f"{queue}.sweep,{queue}",
+            "-n", f"{name}@%h",
             "--without-mingle", "--without-gossip"]
 
 

@@ -129,7 +129,7 @@ class Stack:
         name = f"w{len(self.processes)}-{uuid.uuid4().hex[:6]}"
         proc = Proc.start(
             [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
-             "INFO", "-Q", self.queue, "-c", str(concurrency), "-n", f"{name}@%h",
+             "INFO", "-Q", f"{self.queue}.sweep,{self.queue}", "-c", str(concurrency), "-n", f"{name}@%h",
              "--without-mingle", "--without-gossip"],
             env=self.env(**extra_env), log=self.tmp / f"{name}.log",
         )

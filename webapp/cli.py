@@ -204,7 +204,7 @@ def _celery_argv(*args: str) -> list[str]:
 def worker(concurrency: int | None, pool: str) -> None:
     """Run a Celery worker that claims and runs jobs."""
     queue = os.environ.get("SPACEJOBS_QUEUE", "spacejobs")
-    argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool, "-Q", queue,
+    argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool, "-Q", f"{queue}.sweep,{queue}",
                         "-n", f"spacejobs-{uuid.uuid4().hex[:8]}@%h")
     if concurrency:
         argv += ["--concurrency", str(concurrency)]

@@ -7,6 +7,8 @@ still durable and the sweeper re-sends the signal.
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 from celery import Celery
 
@@ -21,6 +23,8 @@ class WakeupPublisher:
     def __init__(self, broker_url: str | None = None, queue: str | None = None,
                  counters: BufferedCounters | None = None) -> None:
         self._counters = counters
+        self._backoff = float(os.environ.get("SPACEJOBS_BROKER_BACKOFF", "5"))
+        self._skip_until = 0.0
         self._celery = Celery("spacejobs-web", set_as_current=False)
         self._celery.config_from_object("celeryconfig")
         if broker_url:
@@ -29,7 +33,16 @@ class WakeupPublisher:
             self._celery.conf.task_default_queue = queue
 
     def wake(self, job_id: str) -> bool:
-        """True if the broker took the signal; False (logged) if not. Never raises."""
+        """True if the broker took the signal; False (logged) if not. Never raises.
+
+        After a failure, publishing is skipped for ``SPACEJOBS_BROKER_BACKOFF`` seconds: each
+        attempt against a dead broker costs a connect timeout, and the sweeper re-sends every
+        skipped wake-up anyway. Submits stay fast while Redis is down.
+        """
+        if time.monotonic() < self._skip_until:
+            if self._counters:
+                self._counters.add(WAKEUPS_FAILED)
+            return False
         try:
             self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, retry=False)
             if self._counters:
@@ -38,6 +51,7 @@ class WakeupPublisher:
         except Exception as exc:
             if self._counters:
                 self._counters.add(WAKEUPS_FAILED)
+            self._skip_until = time.monotonic() + self._backoff
             log.warning("wake-up not published (%s); the sweeper will re-send it",
                         type(exc).__name__, extra={"job_id": job_id})
             return False
