@@ -119,14 +119,25 @@ def job_kind(
     return register
 
 
+_loaded_for: tuple[str | None, str | None] | None = None
+
+
 def load_kinds() -> dict[str, JobKind]:
-    """Import the built-in kinds, the bench kinds when enabled, and any extra kind modules."""
+    """Import the built-in kinds, the bench kinds when enabled, and any extra kind modules.
+
+    Cheap to call per job: the imports happen again only if the two variables changed.
+    """
+    global _loaded_for
+    wanted = (os.environ.get("SPACEJOBS_BENCH_KINDS"), os.environ.get("SPACEJOBS_EXTRA_KIND_MODULES"))
+    if _loaded_for == wanted:
+        return _REGISTRY
+    _loaded_for = wanted
     importlib.import_module("models.kinds.projects")
     if os.environ.get("SPACEJOBS_BENCH_KINDS") == "1":
         importlib.import_module("models.kinds.bench")
     for module in filter(None, os.environ.get("SPACEJOBS_EXTRA_KIND_MODULES", "").split(",")):
         importlib.import_module(module.strip())
-    return dict(_REGISTRY)
+    return _REGISTRY
 
 
 def get_kind(name: object) -> JobKind:
