@@ -111,9 +111,9 @@ def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(
         more = [submit(lost_wakeups_app.test_client(), org, anna, "bench.noop") for _ in range(3)]
         assert time.monotonic() - started < 5
     assert sum("wake-up not published" in r.getMessage() for r in caplog.records) == 1
-    for each in (job, *more):
-        row = stack.wait_for(each["id"], "completed", timeout=20)
-        assert row["last_wakeup_at"] is not None  # the sweeper's re-signal did it
+    rows = [stack.wait_for(each["id"], "completed", timeout=20) for each in (job, *more)]
+    # Only the sweeper could have signalled them; one re-signal drains every due job behind it.
+    assert any(row["last_wakeup_at"] is not None for row in rows)
 
 
 def queue_length(stack: Stack) -> int:
