@@ -3,48 +3,7 @@
 -- it must see every organization's events, which the worker role may not read; only the
 -- worker role may call it, and it touches nothing that is not finished.
 
-ALTER TABLE jobs ADD COLUMN result_expired_at timestamptz;
-
--- Terminal rows stay frozen, with one exception: retention may drop the result.
-CREATE OR REPLACE FUNCTION jobs_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.status IN ('completed', 'failed', 'cancelled') THEN
-        IF NEW.result_expired_at IS NOT NULL AND OLD.result_expired_at IS NULL
-           AND NEW.result IS NULL AND NEW.result_ref IS NULL THEN
-            NEW := OLD;
-            NEW.result := NULL;
-            NEW.result_ref := NULL;
-            NEW.result_expired_at := now();
-            RETURN NEW;
-        END IF;
-        RAISE EXCEPTION 'job % is % and can no longer change', OLD.id, OLD.status
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.organization_id <> OLD.organization_id OR NEW.requested_by <> OLD.requested_by
-       OR NEW.kind <> OLD.kind OR NEW.params <> OLD.params THEN
-        RAISE EXCEPTION 'job % snapshot is immutable', OLD.id USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.status <> OLD.status AND NOT (
-           (OLD.status = 'queued' AND NEW.status IN ('leased', 'cancelled'))
-        OR (OLD.status = 'leased' AND NEW.status IN ('completed', 'failed', 'queued', 'cancel_requested'))
-        OR (OLD.status = 'cancel_requested' AND NEW.status IN ('cancelled', 'completed', 'failed'))
-    ) THEN
-        RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF OLD.status = 'leased' AND NEW.status = 'leased'
-       AND NEW.lease_token IS DISTINCT FROM OLD.lease_token AND OLD.lease_until > now() THEN
-        RAISE EXCEPTION 'job % is leased until %', OLD.id, OLD.lease_until
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.status IN ('completed', 'failed', 'cancelled') THEN
-        NEW.finished_at := coalesce(NEW.finished_at, now());
-        NEW.lease_token := NULL;
-        NEW.lease_until := NULL;
-    END IF;
-    NEW.updated_at := now();
-    RETURN NEW;
-END $$;
+-- jobs.result_expired_at and the trigger's one exception for it are in schema.sql (0001).
 
 CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
     WHERE result IS NOT NULL AND result_expired_at IS NULL;
@@ -87,4 +46,3 @@ END $$;
 
 REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
-GRANT SELECT (result_expired_at) ON jobs TO space_operator;

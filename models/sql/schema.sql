@@ -88,6 +88,8 @@ CREATE TABLE jobs (
     started_at           timestamptz,
     finished_at          timestamptz,
     cancel_requested_at  timestamptz,
+    -- set when retention dropped the result of a finished job (the API then answers 410)
+    result_expired_at    timestamptz,
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
            (lease_token IS NOT NULL AND lease_until IS NOT NULL))
@@ -139,6 +141,15 @@ CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
 CREATE FUNCTION jobs_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.status IN ('completed', 'failed', 'cancelled') THEN
+        -- Terminal rows stay frozen, with one exception: retention may drop the result.
+        IF NEW.result_expired_at IS NOT NULL AND OLD.result_expired_at IS NULL
+           AND NEW.result IS NULL AND NEW.result_ref IS NULL THEN
+            NEW := OLD;
+            NEW.result := NULL;
+            NEW.result_ref := NULL;
+            NEW.result_expired_at := now();
+            RETURN NEW;
+        END IF;
         RAISE EXCEPTION 'job % is % and can no longer change', OLD.id, OLD.status
             USING ERRCODE = 'check_violation';
     END IF;

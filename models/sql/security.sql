@@ -81,5 +81,6 @@ GRANT SELECT (id, email, name, is_operator, created_at) ON users TO space_operat
 GRANT SELECT (id, organization_id, requested_by, kind, status, leased_by, lease_until,
               lease_seconds, attempts, max_attempts, run_after, progress, result_ref, error_code,
               error_message, dedup_key, request_id, last_wakeup_at, cancel_requested_by,
-              created_at, updated_at, started_at, finished_at, cancel_requested_at)
+              created_at, updated_at, started_at, finished_at, cancel_requested_at,
+              result_expired_at)
     ON jobs TO space_operator;

@@ -1,4 +1,4 @@
-"""Retention: result expiry on frozen rows, and the bounded purge the sweeper calls.
+"""Retention: the bounded purge the sweeper calls, and the index it walks.
 
 Revision ID: 0002
 Revises: 0001
@@ -21,4 +21,3 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS purge_finished_jobs(interval, interval, interval, integer)")
     op.execute("DROP INDEX IF EXISTS jobs_result_retention_idx")
-    op.execute("ALTER TABLE jobs DROP COLUMN IF EXISTS result_expired_at")
