@@ -13,8 +13,9 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from models import counters
 from models.logsetup import configure_logging
-from tasks import presence, runner, shutdown, sweeper
+from tasks import presence, runner, shutdown, sweeper, worker_db
 
 app = Celery("spacejobs")
 app.config_from_object("celeryconfig")
@@ -26,8 +27,14 @@ log = logging.getLogger("spacejobs.tasks")
 
 
 def publish_wake(job_id: str | None = None, countdown: float | None = None) -> None:
-    """A wake-up signal; losing it costs latency only (the sweeper re-sends)."""
-    app.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown, retry=False)
+    """A wake-up signal; losing it costs latency only (the sweeper re-sends). Every wake-up a
+    worker sends goes through here, so this is where it is counted."""
+    try:
+        app.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown, retry=False)
+    except Exception:
+        worker_db.COUNTERS.add(counters.WAKEUPS_FAILED)
+        raise
+    worker_db.COUNTERS.add(counters.WAKEUPS_PUBLISHED)
 
 
 @app.task(name=WAKE_TASK, ignore_result=True, bind=True)

@@ -35,7 +35,6 @@ from tasks.presence import STATS
 log = logging.getLogger("spacejobs.runner")
 
 Publish = Callable[..., None]
-COUNTERS = counters.BufferedCounters(worker_db.engine)
 
 
 def drain_limit() -> int:
@@ -147,7 +146,7 @@ def _finish(ctx: JobContext, result: dict[str, Any]) -> str:
                       for_worker=True)
         if jobs.complete(conn, job.id, job.lease_token, result):
             return "completed"
-    COUNTERS.add(counters.STALE_FINISHES, job.kind)
+    worker_db.COUNTERS.add(counters.STALE_FINISHES, job.kind)
     log.warning("stale finish discarded: a newer attempt owns the job",
                 extra={"job_id": str(job.id), "kind": job.kind, "attempt": job.attempt,
                        "organization_id": str(job.organization_id)})
@@ -187,9 +186,7 @@ def _record_failure(
 def _publish_quietly(publish_wake: Publish, job_id: str, *, countdown: float | None) -> None:
     try:
         publish_wake(job_id, countdown=countdown)
-        COUNTERS.add(counters.WAKEUPS_PUBLISHED)
     except Exception:
-        COUNTERS.add(counters.WAKEUPS_FAILED)
         log.warning("wake-up not published; the sweeper will re-send it", extra={"job_id": job_id})
 
 

@@ -8,12 +8,11 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from models import counters, jobs
+from models import jobs
 from models.db import transaction
 from tasks import worker_db
 
 log = logging.getLogger("spacejobs.sweeper")
-COUNTERS = counters.BufferedCounters(worker_db.engine)
 
 
 @dataclass
@@ -66,19 +65,15 @@ def sweep_once(*, publish_wake: Callable[..., None], batch: int = 500) -> SweepR
         due = jobs.sweep_unsignalled(conn, grace=wakeup_grace(), batch=batch)
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
-    published = 0
     for index, job_id in enumerate(to_wake):
         try:
             publish_wake(str(job_id))
-            published += 1
         except Exception:
             # The broker is down: stop trying for this round. The rows keep their state and the
             # next sweep after the grace period re-sends their wake-ups.
             report.publish_failures = len(to_wake) - index
             log.warning("sweep: broker unreachable, %d wake-ups deferred", report.publish_failures)
             break
-    COUNTERS.add(counters.WAKEUPS_PUBLISHED, by=published)
-    COUNTERS.add(counters.WAKEUPS_FAILED, by=report.publish_failures)
     with transaction(engine, actor="sweeper") as conn:
         purged = jobs.purge_finished(conn, **retention(), batch=batch)
     report.jobs_deleted = purged["jobs_deleted"]

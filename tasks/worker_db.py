@@ -7,6 +7,7 @@ import socket
 
 from sqlalchemy import Engine
 
+from models.counters import BufferedCounters
 from models.db import WORKER_ROLE, make_engine, role_url
 
 _engine: Engine | None = None
@@ -33,3 +34,7 @@ def reset() -> None:
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# One buffer (and one flush thread) per worker process, shared by the runner and the sweeper.
+COUNTERS = BufferedCounters(engine)

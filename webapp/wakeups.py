@@ -40,18 +40,19 @@ class WakeupPublisher:
         skipped wake-up anyway. Submits stay fast while Redis is down.
         """
         if time.monotonic() < self._skip_until:
-            if self._counters:
-                self._counters.add(WAKEUPS_FAILED)
+            self._count(WAKEUPS_FAILED)
             return False
         try:
             self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, retry=False)
-            if self._counters:
-                self._counters.add(WAKEUPS_PUBLISHED)
+            self._count(WAKEUPS_PUBLISHED)
             return True
         except Exception as exc:
-            if self._counters:
-                self._counters.add(WAKEUPS_FAILED)
+            self._count(WAKEUPS_FAILED)
             self._skip_until = time.monotonic() + self._backoff
             log.warning("wake-up not published (%s); the sweeper will re-send it",
                         type(exc).__name__, extra={"job_id": job_id})
             return False
+
+    def _count(self, name: str) -> None:
+        if self._counters is not None:
+            self._counters.add(name)
