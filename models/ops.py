@@ -45,11 +45,23 @@ def list_jobs(
     status: str | None = None,
     organization_id: UUID | None = None,
     since: datetime | None = None,
+    running_only: bool = False,
     expired_only: bool = False,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
+    """Newest first. ``running_only``: leased or cancel_requested (a job asked to stop still runs)."""
     return _rows(conn, "list_jobs", kind=kind, status=status, organization_id=organization_id,
-                 since=since, expired_only=expired_only, limit=limit)
+                 since=since, running_only=running_only, expired_only=expired_only, limit=limit)
+
+
+def dashboard(conn: Connection, *, offline_after: float) -> dict[str, Any]:
+    """Everything the overview shows, for its HTML page and its JSON alike."""
+    data = overview(conn)
+    data["running"] = list_jobs(conn, running_only=True, limit=100)
+    data["expired"] = list_jobs(conn, expired_only=True, limit=100)
+    data["failed"] = list_jobs(conn, status="failed", limit=20)
+    data["workers"] = workers(conn, offline_after=offline_after)
+    return data
 
 
 def job_detail(conn: Connection, job_id: UUID) -> dict[str, Any]:

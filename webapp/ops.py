@@ -95,6 +95,7 @@ def _filters() -> dict[str, Any]:
         raise InvalidRequest("Invalid filter.", fields=["organization_id", "hours", "limit"]) from None
     return {"kind": request.args.get("kind") or None, "status": status,
             "organization_id": organization_id, "since": since,
+            "running_only": request.args.get("running") == "1",
             "expired_only": request.args.get("expired") == "1", "limit": limit}
 
 
@@ -104,12 +105,7 @@ def _filters() -> dict[str, Any]:
 def api_overview() -> ResponseReturnValue:
     require_operator()
     with transaction(operator_db()) as conn:
-        data = ops.overview(conn)
-        data["running"] = ops.list_jobs(conn, status="leased", limit=100)
-        data["expired"] = ops.list_jobs(conn, expired_only=True, limit=100)
-        data["failed"] = ops.list_jobs(conn, status="failed", limit=20)
-        data["workers"] = ops.workers(conn, offline_after=offline_after())
-    return jsonify(data)
+        return jsonify(ops.dashboard(conn, offline_after=offline_after()))
 
 
 @bp.get("/ops/api/jobs")
@@ -201,15 +197,10 @@ def _page(template: str, **context: Any) -> str:
 def overview_page() -> ResponseReturnValue:
     require_operator()
     with transaction(operator_db()) as conn:
-        data = ops.overview(conn)
-        running = ops.list_jobs(conn, status="leased", limit=50)
-        expired = ops.list_jobs(conn, expired_only=True, limit=50)
-        failed = ops.list_jobs(conn, status="failed", limit=20)
-        workers = ops.workers(conn, offline_after=offline_after())
+        data = ops.dashboard(conn, offline_after=offline_after())
+    data["settings"] = {s["kind"]: s for s in data["settings"]}
     known = sorted(set(load_kinds()) | {k["kind"] for k in data["kinds"]})
-    return _page("ops/overview.html", kinds=data["kinds"], known_kinds=known,
-                 settings={s["kind"]: s for s in data["settings"]}, running=running,
-                 expired=expired, failed=failed, workers=workers)
+    return _page("ops/overview.html", known_kinds=known, **data)
 
 
 @bp.get("/ops/jobs")

@@ -45,6 +45,7 @@ WHERE (CAST(:kind AS text) IS NULL OR kind = :kind)
   AND (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:organization_id AS uuid) IS NULL OR organization_id = :organization_id)
   AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+  AND (NOT :running_only OR status IN ('leased', 'cancel_requested'))
   AND (NOT :expired_only OR (status IN ('leased', 'cancel_requested') AND lease_until < now()))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit

@@ -188,6 +188,11 @@ def test_operator_cancel_and_retry_as_new_job_are_audited(stack: Stack, client, 
     stack.wait_for(running["id"], "leased")
     answer = client.post(f"/ops/api/jobs/{running['id']}/cancel", headers=operator.auth)
     assert answer.get_json()["status"] == "cancel_requested"
+    # A job asked to stop is still running until it reaches a checkpoint: the dashboard says so.
+    overview = client.get("/ops/api/overview", headers=operator.auth).get_json()
+    shown = {j["id"]: j["status"] for j in overview["running"]}
+    assert shown.get(running["id"]) == "cancel_requested" or \
+        stack.job_row(running["id"])["status"] == "cancelled"
     stack.wait_for(running["id"], "cancelled", timeout=15)
     assert stack.events(running["id"])[2]["actor"] == f"operator:{operator.id}"
 
