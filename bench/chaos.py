@@ -46,6 +46,8 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from models.db import libpq_url
+
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "bench.sleep"
 ACTIVE = ("queued", "leased", "cancel_requested")
@@ -940,12 +942,6 @@ def _stall_notes(operator: Engine, stalls: list[Stall]) -> list[str]:
     return notes
 
 
-def _psycopg_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def _seed(admin: Engine, organizations: int) -> list[Tenant]:
     from models import tenancy
 
@@ -1046,7 +1042,7 @@ def run_chaos(
 
         _log(f"starting private PostgreSQL and Redis in {tmp}")
         servers = Servers(tmp)
-        with psycopg.connect(_psycopg_url(servers.postgres.url("postgres")), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(servers.postgres.url("postgres")), autocommit=True) as conn:
             conn.execute('CREATE DATABASE "chaos"')
             pg_version = conn.execute("SHOW server_version").fetchone()
         admin_url = servers.postgres.url("chaos")

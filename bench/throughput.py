@@ -34,7 +34,8 @@ import psycopg
 import redis
 from kombu import Connection as KombuConnection
 from sqlalchemy import Engine, event, text
-from sqlalchemy.engine import make_url
+
+from models.db import libpq_url, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "bench.noop"
@@ -55,14 +56,6 @@ def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
-
-
-def _psycopg_url(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _with_database(url: str, database: str) -> str:
-    return make_url(url).set(database=database).render_as_string(hide_password=False)
 
 
 def _query_name(queries: dict[str, Any], statement: str, dialect: Any) -> str:
@@ -202,16 +195,16 @@ class Run:
     def create_database(self) -> None:
         from models.migrate import upgrade
 
-        with psycopg.connect(_psycopg_url(self.server_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(self.server_url), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
-        self.db_url = _with_database(self.server_url, self.db_name)
+        self.db_url = with_database(self.server_url, self.db_name)
         upgrade(self.db_url)
 
     def drop_database(self) -> None:
         for engine in self.engines:
             engine.dispose()
         if self.db_url:
-            with psycopg.connect(_psycopg_url(self.server_url), autocommit=True) as conn:
+            with psycopg.connect(libpq_url(self.server_url), autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
     def engine(self, url: str, pool_size: int = 2) -> Engine:
@@ -442,7 +435,7 @@ def enqueue_store(run: Run, report: Report, n: int) -> None:
         conn.execute(text("DELETE FROM jobs WHERE organization_id = :org"),
                      {"org": tenant.organization_id})
     run.purge(run.queue)
-    with psycopg.connect(_psycopg_url(run.db_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(run.db_url), autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE jobs, job_events")
 
 
@@ -708,7 +701,7 @@ def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> No
 # ---------------------------------------------------------------------------------------------
 
 def machine(run: Run) -> list[tuple[str, str]]:
-    with psycopg.connect(_psycopg_url(run.db_url)) as conn:
+    with psycopg.connect(libpq_url(run.db_url)) as conn:
         pg = conn.execute("SHOW server_version").fetchone()
     redis_version = run.redis().info("server").get("redis_version", "?")
     return [

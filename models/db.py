@@ -54,6 +54,16 @@ def role_url(role: str, base_url: str | None = None) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def libpq_url(url: str) -> str:
+    """The same URL in the plain form psycopg.connect() and psql take (no driver suffix)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def with_database(url: str, database: str) -> str:
+    """The same server and role, another database."""
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
 def _driver_url(url: str) -> str:
     # psycopg 3 is the only driver we ship; accept the plain scheme operators write.
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", url)

@@ -28,10 +28,18 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.engine import make_url
 
 from models import tenancy
-from models.db import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, make_engine, role_url, transaction
+from models.db import (
+    APP_ROLE,
+    OPERATOR_ROLE,
+    WORKER_ROLE,
+    libpq_url,
+    make_engine,
+    role_url,
+    transaction,
+    with_database,
+)
 from models.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,14 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # Test-only kinds (tests/kinds.py) and the bench kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
-
-
-def _with_database(url: str, database: str) -> str:
-    return make_url(url).set(database=database).render_as_string(hide_password=False)
-
-
-def _psycopg_url(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @dataclass
@@ -57,15 +57,15 @@ class Servers:
     embedded: Any = None
 
     def create_database(self, name: str, template: str | None = None) -> str:
-        with psycopg.connect(_psycopg_url(self.admin_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(self.admin_url), autocommit=True) as conn:
             if template:
                 conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
             else:
                 conn.execute(f'CREATE DATABASE "{name}"')
-        return _with_database(self.admin_url, name)
+        return with_database(self.admin_url, name)
 
     def drop_database(self, name: str) -> None:
-        with psycopg.connect(_psycopg_url(self.admin_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(self.admin_url), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

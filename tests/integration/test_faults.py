@@ -13,8 +13,8 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from models.db import transaction
-from tests.conftest import Stack, _psycopg_url, submit
+from models.db import libpq_url, transaction
+from tests.conftest import Stack, submit
 from tests.kinds import SECRET_MARKER
 
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
@@ -154,7 +154,7 @@ def test_database_that_cannot_take_the_row_is_503_with_no_row_and_no_wakeup(stac
     locked, release = threading.Event(), threading.Event()
 
     def hold_lock() -> None:
-        with psycopg.connect(_psycopg_url(stack.admin_url)) as conn:
+        with psycopg.connect(libpq_url(stack.admin_url)) as conn:
             conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
             locked.set()
             release.wait(10)

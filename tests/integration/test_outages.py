@@ -7,14 +7,14 @@ import time
 import psycopg
 from sqlalchemy.engine import make_url
 
-from models.db import WORKER_ROLE, role_url
-from tests.conftest import Stack, _psycopg_url, submit
+from models.db import WORKER_ROLE, libpq_url, role_url
+from tests.conftest import Stack, submit
 from tests.netproxy import Partition
 
 
 def terminate_backends(stack: Stack) -> int:
     """What a database restart does to every client: all their connections die."""
-    with psycopg.connect(_psycopg_url(stack.admin_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(stack.admin_url), autocommit=True) as conn:
         return len(conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = %s AND pid <> pg_backend_pid()", (stack.db_name,)).fetchall())
