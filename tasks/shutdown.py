@@ -74,7 +74,3 @@ def forward_to_children() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGTERM)
 
-
-def reset_for_tests() -> None:
-    global _stop_at
-    _stop_at = None

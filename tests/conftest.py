@@ -148,6 +148,12 @@ class Stack:
         proc.wait_for_log("beat: Starting", timeout=30)
         return proc
 
+    def retire(self, *procs: Proc) -> None:
+        """Kill processes a test started, so the next test of the module does not inherit them."""
+        for proc in procs:
+            proc.kill()
+            self.processes.remove(proc)
+
     def stop(self) -> None:
         for proc in self.processes:
             proc.kill()

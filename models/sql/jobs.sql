@@ -154,11 +154,12 @@ RETURNING j.id, j.status
 -- a lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
 -- sweepers from re-sending the same wake-up. A job put back in the queue (retry, expired
 -- lease, release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is
--- due; a new job first gets the grace period for the web's own wake-up to arrive.
+-- due; a new job (last_wakeup_at = its submit) first gets the grace period for the web's own
+-- wake-up to arrive.
 WITH due AS (
     SELECT id FROM jobs
     WHERE status = 'queued' AND run_after <= now()
-      AND coalesce(last_wakeup_at, created_at) <= now() - :grace * interval '1 second'
+      AND (last_wakeup_at IS NULL OR last_wakeup_at <= now() - :grace * interval '1 second')
     ORDER BY run_after, created_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED

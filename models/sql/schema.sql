@@ -81,7 +81,10 @@ CREATE TABLE jobs (
     dedup_key            text,
     idempotency_key      text,
     request_id           text,
-    last_wakeup_at       timestamptz,
+    -- When a wake-up was last sent for it: set at submit (the web sends one right after
+    -- commit) and by the sweeper; cleared when the job is put back in the queue, which
+    -- means "nobody has signalled it since".
+    last_wakeup_at       timestamptz DEFAULT now(),
     cancel_requested_by  uuid REFERENCES users (id),
     created_at           timestamptz NOT NULL DEFAULT now(),
     updated_at           timestamptz NOT NULL DEFAULT now(),

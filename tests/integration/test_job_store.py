@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from models import jobs
 from models.context import JobContext
 from models.db import make_engine, transaction
-from models.errors import JobFinished, LeaseLost, NotFound
+from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.kinds import get_kind, load_kinds
 from tests.conftest import Stack
 
@@ -84,25 +84,17 @@ def test_a_live_lease_cannot_be_taken_over_even_with_raw_sql(store: Stack):
     assert store.job_row(job.id)["lease_token"] == leased.lease_token
 
 
-@pytest.mark.parametrize("sql", [
-    "UPDATE jobs SET status = 'queued' WHERE id = :id",          # terminal never comes back
-    "UPDATE jobs SET result = '{\"x\": 1}' WHERE id = :id",      # nor changes its result
-])
-def test_terminal_jobs_are_frozen_by_the_database(store: Stack, sql: str):
+# (Status changes out of a terminal state and queued -> completed jumps are covered, with the
+# row checked unchanged, in test_row_level_security.py.)
+def test_a_finished_jobs_result_cannot_be_rewritten(store: Stack):
     drain_queue(store)
     _, job = new_job(store)
     leased = claim(store)
     with transaction(store.worker_db) as conn:
         assert jobs.complete(conn, job.id, leased.lease_token, {"ok": True})
     with pytest.raises(DBAPIError, match="can no longer change"), transaction(store.worker_db) as conn:
-        conn.execute(text(sql), {"id": job.id})
-
-
-def test_queued_cannot_jump_to_completed(store: Stack):
-    _, job = new_job(store)
-    with pytest.raises(DBAPIError, match="cannot go from queued to completed"), \
-            transaction(store.worker_db) as conn:
-        conn.execute(text("UPDATE jobs SET status = 'completed' WHERE id = :id"), {"id": job.id})
+        conn.execute(text("UPDATE jobs SET result = '{\"x\": 1}' WHERE id = :id"), {"id": job.id})
+    assert store.job_row(job.id)["result"] == {"ok": True}
 
 
 def test_concurrent_claims_skip_each_others_rows_without_waiting(store: Stack):
@@ -169,6 +161,29 @@ def test_unsignalled_due_jobs_are_resignalled_once_per_grace_period(store: Stack
         assert [j for j, _ in jobs.sweep_unsignalled(conn, grace=0)] == [job.id]
     with transaction(store.worker_db) as conn:
         assert jobs.sweep_unsignalled(conn, grace=1) == []           # just re-signalled
+
+
+def test_jobs_put_back_in_the_queue_are_resignalled_without_waiting_for_the_grace(store: Stack):
+    """A retry, an expired lease and a release at shutdown each clear last_wakeup_at: if their
+    own wake-up is lost they are re-signalled at the next sweep, not a grace period later."""
+    drain_queue(store)
+    ids = [new_job(store)[1].id for _ in range(3)]
+    leases = {job.id: job for job in (claim(store) for _ in range(3))}
+    retried, expired, released = (leases[i] for i in ids)
+    with transaction(store.worker_db) as conn:
+        assert jobs.fail_attempt(conn, retried.id, retried.lease_token, InternalJobError(),
+                                 retry_in=0) == "queued"
+        assert jobs.release(conn, released.id, released.lease_token)
+    expire_lease(store, expired.id)
+    with transaction(store.worker_db, actor="sweeper") as conn:
+        assert dict(jobs.sweep_expired_leases(conn)) == {expired.id: "queued"}
+    with transaction(store.worker_db) as conn:
+        again = {j for j, _ in jobs.sweep_unsignalled(conn, grace=60)}
+
+    assert again == set(ids)
+    new_job(store)
+    with transaction(store.worker_db) as conn:
+        assert jobs.sweep_unsignalled(conn, grace=60) == []  # a new job waits for its own wake-up
 
 
 def test_cancel_queued_is_immediate_running_is_requested_finished_is_refused(store: Stack):

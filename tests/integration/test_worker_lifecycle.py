@@ -143,9 +143,7 @@ def test_sigterm_releases_an_unfinished_job_to_another_worker_at_once(bare_stack
         # that message), not after its 10 s lease would have expired.
         assert (at[3] - at[2]).total_seconds() < 3.0
     finally:
-        for proc in (leaving, staying):
-            proc.kill()
-            stack.processes.remove(proc)
+        stack.retire(leaving, staying)
 
 
 def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Stack):
@@ -162,5 +160,4 @@ def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Sta
         row = stack.job_row(job["id"])
         assert (row["status"], row["attempts"]) == ("completed", 1)
     finally:
-        worker.kill()
-        stack.processes.remove(worker)
+        stack.retire(worker)
