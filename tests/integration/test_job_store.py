@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 
 from models import jobs
 from models.context import JobContext
-from models.db import make_engine, transaction
+from models.db import make_engine, scope, transaction
 from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.kinds import get_kind, load_kinds
 from tests.conftest import Stack
@@ -227,3 +227,22 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(store: Stack):
         plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + query)))
         conn.rollback()
     assert "jobs_claimable_idx" in plan, plan
+
+
+def test_two_sweepers_take_disjoint_expired_leases_without_waiting(store: Stack):
+    """Beat may run on several hosts: concurrent sweeps must neither block nor double-handle."""
+    drain_queue(store)
+    ids = [new_job(store)[1].id for _ in range(2)]
+    for _ in ids:
+        claim(store)
+    for job_id in ids:
+        expire_lease(store, job_id)
+    with store.worker_db.connect() as one, store.worker_db.connect() as two, one.begin(), two.begin():
+        two.execute(text("SET LOCAL lock_timeout = '1s'"))
+        for conn in (one, two):
+            scope(conn, actor="sweeper")
+        first = dict(jobs.sweep_expired_leases(one, batch=1))   # its row stays locked
+        second = dict(jobs.sweep_expired_leases(two, batch=10))  # skips it, takes the other
+    assert len(first) == len(second) == 1
+    assert set(first) | set(second) == set(ids)
+    assert [e["actor"] for job_id in ids for e in store.events(job_id)].count("sweeper") == 2

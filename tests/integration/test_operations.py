@@ -151,6 +151,13 @@ def test_metrics_parse_and_move_as_jobs_run(stack: Stack, client, operator):
     assert not re.search(r"organization|job_id", body)
 
 
+def test_histogram_buckets_are_the_same_in_sql_and_in_metrics(stack: Stack):
+    from models.metrics import BUCKETS
+
+    with transaction(stack.operator_db) as conn:
+        assert tuple(conn.execute(text("SELECT metric_buckets()")).scalar_one()) == BUCKETS
+
+
 def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack, monkeypatch):
     stack = bare_stack
     operator = stack.operator()
