@@ -874,8 +874,10 @@ def _db_figures(report: ChaosReport, operator: Engine, tally: ClientTally) -> li
             " count(*) FILTER (WHERE actor = 'sweeper' AND from_status IN ('leased', 'cancel_requested'))"
             " FROM job_events")).one()
         report.relet_after_expiry, report.expired_by_sweeper = relet, swept
+        # last_wakeup_at is the submit time until the sweeper re-signals a job (NULL after a
+        # requeue that nobody has signalled since).
         report.resignalled_by_sweeper = conn.execute(text(
-            "SELECT count(*) FROM jobs WHERE last_wakeup_at IS NOT NULL")).scalar_one()
+            "SELECT count(*) FROM jobs WHERE last_wakeup_at > created_at")).scalar_one()
         return conn.execute(text(
             "SELECT actor, at FROM job_events WHERE to_status = 'leased' AND actor LIKE 'worker:%'")).all()
 
