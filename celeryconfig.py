@@ -1,17 +1,20 @@
-"""Celery settings, every one read from the environment (see README, "Configuration").
+"""Celery settings, decided here and fed from the one settings object (models.settings; see
+README, "Configuration").
 
 Redis only carries wake-up signals; the job row in PostgreSQL is the truth. That decides most
 of what follows.
 """
 
-import os
+from models.settings import get_settings
 
-broker_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+_settings = get_settings()
+
+broker_url = _settings.redis_url
 broker_connection_retry_on_startup = True
-broker_connection_timeout = float(os.environ.get("SPACEJOBS_BROKER_TIMEOUT", "2"))
+broker_connection_timeout = _settings.broker_timeout
 broker_transport_options = {
-    "socket_timeout": float(os.environ.get("SPACEJOBS_BROKER_TIMEOUT", "2")),
-    "socket_connect_timeout": float(os.environ.get("SPACEJOBS_BROKER_TIMEOUT", "2")),
+    "socket_timeout": _settings.broker_timeout,
+    "socket_connect_timeout": _settings.broker_timeout,
 }
 
 # A message is a nudge, not the job: acknowledge it on receipt (acks_late off). Redelivering a
@@ -31,24 +34,23 @@ result_backend = None
 
 # Flower and `celery events` see the wake-ups; the job rows are the real history. The
 # "task-sent" event costs every submit a second publish (~0.5 ms measured), so it is opt-in.
-worker_send_task_events = os.environ.get("SPACEJOBS_TASK_EVENTS", "1") == "1"
-task_send_sent_event = os.environ.get("SPACEJOBS_TASK_SENT_EVENTS", "0") == "1"
+worker_send_task_events = _settings.task_events
+task_send_sent_event = _settings.task_sent_events
 
-task_default_queue = os.environ.get("SPACEJOBS_QUEUE", "spacejobs")
+task_default_queue = _settings.queue
 # Sweeps get a queue of their own, which workers read alongside the wake-ups (the Redis
 # transport alternates between a consumer's queues): behind a backlog of wake-ups in one queue
 # they would otherwise wait (or expire), and expired leases would wait with them.
-sweep_queue = task_default_queue + ".sweep"
-task_routes = {"spacejobs.sweep": {"queue": sweep_queue}}
+task_routes = {"spacejobs.sweep": {"queue": _settings.sweep_queue}}
 worker_hijack_root_logger = False
-worker_concurrency = int(os.environ.get("SPACEJOBS_WORKER_CONCURRENCY", "2"))
+worker_concurrency = _settings.worker_concurrency
 timezone = "UTC"
 
 beat_schedule = {
     "spacejobs-sweep": {
         "task": "spacejobs.sweep",
-        "schedule": float(os.environ.get("SPACEJOBS_SWEEP_INTERVAL", "5")),
+        "schedule": _settings.sweep_interval,
         # A sweep that could not run in time is superseded by the next one.
-        "options": {"expires": float(os.environ.get("SPACEJOBS_SWEEP_INTERVAL", "5"))},
+        "options": {"expires": _settings.sweep_interval},
     },
 }

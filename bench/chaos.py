@@ -46,7 +46,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from models.db import libpq_url
+from models.db.engine import libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "bench.sleep"
@@ -838,7 +838,7 @@ class ChaosReport:
 def _db_figures(report: ChaosReport, operator: Engine, tally: ClientTally) -> list[tuple]:
     """Fills the database half of the report; returns the claim events (actor, at)."""
     accepted = tally.accepted
-    from models.db import transaction
+    from models.db.transaction import transaction
 
     with transaction(operator) as conn:
         rows = conn.execute(text(
@@ -928,7 +928,7 @@ def _check_survivors(report: ChaosReport, restarts: list[Restart], claims: list[
 def _stall_notes(operator: Engine, stalls: list[Stall]) -> list[str]:
     """Whether the jobs of each frozen worker were taken over while it was frozen: only then
     does its late attempt meet the fence (otherwise its lease is still the current one)."""
-    from models.db import transaction
+    from models.db.transaction import transaction
 
     notes = []
     for stall in stalls:
@@ -945,22 +945,23 @@ def _stall_notes(operator: Engine, stalls: list[Stall]) -> list[str]:
 
 
 def _seed(admin: Engine, organizations: int) -> list[Tenant]:
-    from models import tenancy
+    from models.db.transaction import owner_transaction
+    from models.tenancy import accounts
 
     tenants = []
     for index in range(organizations):
-        with tenancy.owner_transaction(admin, actor="chaos") as conn:
-            org = tenancy.create_organization(conn, f"chaos-{index}")
-            user = tenancy.create_user(conn, f"chaos-{index}-{uuid.uuid4().hex[:8]}@example.test")
-            tenancy.add_member(conn, org, user.id, "member")
-            token = tenancy.create_token(conn, user.id)
+        with owner_transaction(admin, actor="chaos") as conn:
+            org = accounts.create_organization(conn, f"chaos-{index}")
+            user = accounts.create_user(conn, f"chaos-{index}-{uuid.uuid4().hex[:8]}@example.test")
+            accounts.add_member(conn, org, user.id, "member")
+            token = accounts.create_token(conn, user.id)
         tenants.append(Tenant(org, token))
     return tenants
 
 
 def _lease_holders(operator: Engine) -> dict[int, list[str]]:
     """Job ids leased by each worker process (``leased_by`` is ``host:pid``)."""
-    from models.db import transaction
+    from models.db.transaction import transaction
 
     try:
         with transaction(operator) as conn:
@@ -977,7 +978,7 @@ def _lease_holders(operator: Engine) -> dict[int, list[str]]:
 
 
 def _wait_terminal(operator: Engine, fleet: Fleet, timeout: float) -> bool:
-    from models.db import transaction
+    from models.db.transaction import transaction
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -1038,8 +1039,9 @@ def run_chaos(
     engines: list[Engine] = []
     tally = ClientTally()
     try:
-        from models.db import APP_ROLE, OPERATOR_ROLE, make_engine, role_url
-        from models.migrate import upgrade
+        from models.db.engine import make_engine
+        from models.db.migrate import upgrade
+        from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
         from webapp import create_app
 
         _log(f"starting private PostgreSQL and Redis in {tmp}")

@@ -35,7 +35,7 @@ import redis
 from kombu import Connection as KombuConnection
 from sqlalchemy import Engine, event, text
 
-from models.db import libpq_url, with_database
+from models.db.engine import libpq_url, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "bench.noop"
@@ -193,7 +193,7 @@ class Run:
         return f"plain-bench-{self.run_id}"
 
     def create_database(self) -> None:
-        from models.migrate import upgrade
+        from models.db.migrate import upgrade
 
         with psycopg.connect(libpq_url(self.server_url), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
@@ -208,7 +208,7 @@ class Run:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
     def engine(self, url: str, pool_size: int = 2) -> Engine:
-        from models.db import make_engine
+        from models.db.engine import make_engine
 
         engine = make_engine(url, pool_size=pool_size, application_name="spacejobs-bench")
         self.engines.append(engine)
@@ -216,7 +216,7 @@ class Run:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        # Workers must derive their role URL from THIS database's admin URL (models.db.role_url).
+        # Workers must derive their role URL from THIS database's admin URL (models.db.roles.role_url).
         for name in ("SPACEJOBS_APP_DATABASE_URL", "SPACEJOBS_WORKER_DATABASE_URL",
                      "SPACEJOBS_OPERATOR_DATABASE_URL"):
             env.pop(name, None)
@@ -251,7 +251,7 @@ def start_servers(tmp: Path) -> tuple[str, str, str, Any]:
 
 @contextmanager
 def owner(admin: Engine) -> Iterator[Any]:
-    from models.tenancy import owner_transaction
+    from models.db.transaction import owner_transaction
 
     with owner_transaction(admin, actor="bench") as conn:
         yield conn
@@ -259,13 +259,13 @@ def owner(admin: Engine) -> Iterator[Any]:
 
 def seed_tenant(admin: Engine, label: str) -> Tenant:
     """One organization per phase, so each phase's rows are told apart by organization_id."""
-    from models import tenancy
+    from models.tenancy import accounts
 
     with owner(admin) as conn:
-        org = tenancy.create_organization(conn, f"bench-{label}")
-        user = tenancy.create_user(conn, f"bench-{label}-{uuid.uuid4().hex[:8]}@example.test")
-        tenancy.add_member(conn, org, user.id, "member")
-        token = tenancy.create_token(conn, user.id)
+        org = accounts.create_organization(conn, f"bench-{label}")
+        user = accounts.create_user(conn, f"bench-{label}-{uuid.uuid4().hex[:8]}@example.test")
+        accounts.add_member(conn, org, user.id, "member")
+        token = accounts.create_token(conn, user.id)
     return Tenant(org, user.id, token)
 
 
@@ -401,11 +401,12 @@ def worker_argv(app_module: str, queue: str, name: str) -> list[str]:
 
 
 def enqueue_store(run: Run, report: Report, n: int) -> None:
-    """The store's own rate: jobs.submit in a space_app transaction, then the wake-up."""
-    from models import jobs
-    from models.db import APP_ROLE, role_url, transaction
+    """The store's own rate: store.submit in a space_app transaction, then the wake-up."""
+    from models.db.roles import APP_ROLE, role_url
+    from models.db.transaction import transaction
+    from models.jobs import store
     from models.kinds import get_kind
-    from webapp.wakeups import WakeupPublisher
+    from tasks.wakeups import WakeupPublisher
 
     tenant = seed_tenant(run.admin, "store")
     app_db = run.engine(role_url(APP_ROLE, run.db_url), pool_size=1)
@@ -418,7 +419,7 @@ def enqueue_store(run: Run, report: Report, n: int) -> None:
         t0 = time.perf_counter()
         with transaction(app_db, organization_id=tenant.organization_id, user_id=tenant.user_id,
                          actor=f"user:{tenant.user_id}") as conn:
-            job, _created = jobs.submit(conn, organization_id=tenant.organization_id,
+            job, _created = store.submit(conn, organization_id=tenant.organization_id,
                                         requested_by=tenant.user_id, kind=kind, params={})
         t1 = time.perf_counter()
         if not publisher.wake(str(job.id)):
@@ -588,8 +589,9 @@ def plain_celery(run: Run, report: Report, n: int, rate: float, seconds: float,
 
 def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> None:
     """Single claims on a table with 0 and then ``finished_rows`` finished jobs, no worker running."""
-    from models import jobs
-    from models.db import WORKER_ROLE, role_url, scope, transaction
+    from models.db.roles import WORKER_ROLE, role_url
+    from models.db.transaction import scope, transaction
+    from models.jobs import store
 
     tenant = seed_tenant(run.admin, "claims")
     worker_db = run.engine(role_url(WORKER_ROLE, run.db_url), pool_size=1)
@@ -618,14 +620,14 @@ def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> No
         for _ in range(samples):
             t0 = time.perf_counter()
             with transaction(worker_db, actor="worker:bench") as conn:
-                leased = jobs.claim(conn, "bench")
+                leased = store.claim(conn, "bench")
             values.append(1000 * (time.perf_counter() - t0))
             if (leased is not None) != expect_job:
                 raise BenchError("claim returned an unexpected result")
         return values
 
     def captured_claim(expect_job: bool) -> list[tuple[str, Any]]:
-        """The statements jobs.claim really sends (whatever they are today), with parameters."""
+        """The statements store.claim really sends (whatever they are today), with parameters."""
         seen: list[tuple[str, Any]] = []
 
         def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -636,7 +638,7 @@ def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> No
             with conn.begin() as trans:
                 scope(conn, actor="worker:bench")
                 seen.clear()  # only the claim's own statements
-                if (jobs.claim(conn, "explain") is not None) != expect_job:
+                if (store.claim(conn, "explain") is not None) != expect_job:
                     raise BenchError("claim returned an unexpected result")
                 trans.rollback()
             event.remove(conn, "before_cursor_execute", record)
@@ -653,7 +655,7 @@ def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> No
                 plan = conn.exec_driver_sql(
                     "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + statement, parameters
                 ).scalars().all()
-                plans.append((_query_name(jobs.Q, statement, conn.dialect), state, plan))
+                plans.append((_query_name(store.Q, statement, conn.dialect), state, plan))
             trans.rollback()  # EXPLAIN ANALYZE really leased a row
         return plans
 
@@ -692,7 +694,7 @@ def claim_cost(run: Run, report: Report, finished_rows: int, samples: int) -> No
                      f"with {finished_rows:,} finished rows: indexes {', '.join(used) or 'none'}"
                      f"{'; SEQ SCAN on jobs' if seq_scan else ', no scan of the whole jobs table'}")
         report.extra += [f"EXPLAIN ANALYZE {name} (worker role, {finished_rows:,} finished rows,"
-                         f" {state}; the statement as models.jobs.claim sends it):",
+                         f" {state}; the statement as models.jobs.store.claim sends it):",
                          *("    " + line for line in plan)]
 
 
@@ -771,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(created for this run, removed at the end)"),
         ]
 
-        from models.db import APP_ROLE, role_url
+        from models.db.roles import APP_ROLE, role_url
         from webapp import create_app
 
         web = create_app({"TESTING": True, "DATABASE_URL": role_url(APP_ROLE, run.db_url),

@@ -13,46 +13,34 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from models import counters
-from models.logsetup import configure_logging
+from models.logs import configure_logging
 from tasks import presence, runner, shutdown, sweeper, worker_db
+from tasks.wakeups import SWEEP_TASK, WAKE_TASK, WakeupPublisher
 
 app = Celery("spacejobs")
 app.config_from_object("celeryconfig")
 
-WAKE_TASK = "spacejobs.wake"
-SWEEP_TASK = "spacejobs.sweep"
-
 log = logging.getLogger("spacejobs.tasks")
 
-
-def publish_wake(job_id: str | None = None, countdown: float | None = None) -> None:
-    """A wake-up signal; losing it costs latency only (the sweeper re-sends). Every wake-up a
-    worker sends goes through here, so this is where it is counted."""
-    try:
-        app.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown, retry=False)
-    except Exception:
-        worker_db.COUNTERS.add(counters.WAKEUPS_FAILED)
-        raise
-    worker_db.COUNTERS.add(counters.WAKEUPS_PUBLISHED)
+# Every wake-up a worker sends (a retry, a release at shutdown, the sweeper's re-signals) goes
+# through the same publisher as the web's, counted in this process's buffer.
+publisher = WakeupPublisher(counters=worker_db.COUNTERS, celery=app)
 
 
 @app.task(name=WAKE_TASK, ignore_result=True, bind=True)
 def wake(self: Any, job_id: str | None = None) -> int:
     """Claim and run due jobs, up to the drain limit. A surplus wake-up finds nothing: cheap."""
     presence.start(self.request.hostname or "unknown")  # solo pools have no process_init
-    return runner.drain(publish_wake=publish_wake)
+    return runner.drain(publish_wake=publisher.wake)
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
 def sweep() -> dict[str, int]:
-    return sweeper.sweep_once(publish_wake=publish_wake).as_dict()
+    return sweeper.sweep_once(publish_wake=publisher.wake).as_dict()
 
 
 @worker_process_init.connect
-def _fresh_connections_after_fork(sender: object = None, **_: object) -> None:
-    # A forked child must never reuse the parent's pooled sockets.
-    runner.reset_engine()
+def _register_pool_process(sender: object = None, **_: object) -> None:
     presence.start(str(sender or "unknown"))
 
 

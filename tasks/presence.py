@@ -10,9 +10,10 @@ import socket
 import threading
 from importlib.metadata import PackageNotFoundError, version
 
-from models import presence
-from models.db import transaction
+from models.db.transaction import transaction
 from models.kinds import load_kinds
+from models.ops import presence
+from models.settings import get_settings
 from tasks import worker_db
 
 log = logging.getLogger("spacejobs.presence")
@@ -28,12 +29,19 @@ class Stats:
 
 
 STATS = Stats()
-_started_in: int | None = None
+_started = False
 _stop = threading.Event()
 
 
-def interval() -> float:
-    return float(os.environ.get("SPACEJOBS_PRESENCE_INTERVAL", "5"))
+def _forget_parent() -> None:
+    # A forked child runs no presence thread and has processed nothing yet.
+    global STATS, _started, _stop
+    STATS.__init__()  # the runner holds a reference to this object: reset it in place
+    _started = False
+    _stop = threading.Event()
+
+
+os.register_at_fork(after_in_child=_forget_parent)
 
 
 def _version() -> str:
@@ -45,11 +53,10 @@ def _version() -> str:
 
 def start(node: str) -> None:
     """Register this process and heartbeat in the background (idempotent per process)."""
-    global _started_in
-    if _started_in == os.getpid():
+    global _started
+    if _started:
         return
-    _started_in = os.getpid()
-    _stop.clear()
+    _started = True
     threading.Thread(target=_loop, args=(node,), name="presence", daemon=True).start()
 
 
@@ -71,7 +78,7 @@ def _loop(node: str) -> None:
                     presence.register(
                         conn, process_id=worker_db.worker_name(), node=node,
                         hostname=socket.gethostname(), pid=os.getpid(), version=_version(),
-                        queues=[os.environ.get("SPACEJOBS_QUEUE", "spacejobs")],
+                        queues=[get_settings().queue],
                         kinds=sorted(load_kinds()), concurrency=1)
                     registered = True
                 else:
@@ -79,5 +86,5 @@ def _loop(node: str) -> None:
                                        processed=STATS.processed, failed=STATS.failed)
         except Exception:
             log.warning("presence heartbeat failed; will retry")
-        if _stop.wait(interval()):
+        if _stop.wait(get_settings().presence_interval):
             return

@@ -15,10 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from models import counters, jobs
-from models.access import check_allowed, find_membership
-from models.context import JobContext, LeasedJob
-from models.db import transaction
+from models.db.transaction import transaction
 from models.errors import (
     CancelRequested,
     DomainError,
@@ -28,25 +25,23 @@ from models.errors import (
     TimedOut,
     UnknownKind,
 )
+from models.jobs import store
+from models.jobs.context import JobContext
+from models.jobs.records import LeasedJob
 from models.kinds import get_kind, load_kinds
+from models.ops import counters
+from models.settings import get_settings
+from models.tenancy.access import check_allowed, find_membership
 from tasks import shutdown, worker_db
 from tasks.presence import STATS
 
-log = logging.getLogger("spacejobs.runner")
+log = logging.getLogger("spacestore.runner")
 
 Publish = Callable[..., None]
 
 
-def drain_limit() -> int:
-    return int(os.environ.get("SPACEJOBS_DRAIN_LIMIT", "50"))
-
-
-def reset_engine() -> None:
-    worker_db.reset()
-
-
 _CONTROLS_TTL = 1.0  # a pause or a new limit reaches every worker within this many seconds
-_controls_cache: tuple[float, int, list[Any]] | None = None
+_controls_cache: tuple[float, list[Any]] | None = None
 
 
 def _controls(conn: Any) -> list[Any]:
@@ -54,9 +49,9 @@ def _controls(conn: Any) -> list[Any]:
     global _controls_cache
     now = time.monotonic()
     cache = _controls_cache
-    if cache is None or cache[1] != os.getpid() or now - cache[0] > _CONTROLS_TTL:
-        _controls_cache = (now, os.getpid(), jobs.claim_controls(conn))
-    return _controls_cache[2]
+    if cache is None or now - cache[0] > _CONTROLS_TTL:
+        _controls_cache = (now, store.claim_controls(conn))
+    return _controls_cache[1]
 
 
 def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> int:
@@ -66,11 +61,11 @@ def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> i
     engine = worker_db.engine()
     worker = worker_db.worker_name()
     ran = 0
-    for _ in range(limit if limit is not None else drain_limit()):
+    for _ in range(limit if limit is not None else get_settings().drain_limit):
         if shutdown.stop_requested():
             break
         with transaction(engine, actor=f"worker:{worker}") as conn:
-            leased = jobs.claim(conn, worker, controls=_controls(conn))
+            leased = store.claim(conn, worker, controls=_controls(conn))
         if leased is None:
             break
         run_one(leased, publish_wake=publish_wake)
@@ -111,14 +106,14 @@ def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
         log.warning("job stopped: lease lost to a newer attempt", extra=context)
     except ReleaseRequested:
         with transaction(engine, actor=actor) as conn:
-            released = jobs.release(conn, leased.id, leased.lease_token)
+            released = store.release(conn, leased.id, leased.lease_token)
         outcome = "released" if released else "lease_lost"
         log.info("job given back at shutdown; attempt not counted", extra=context)
         if released and publish_wake is not None:
             _publish_quietly(publish_wake, str(leased.id), countdown=None)
     except CancelRequested:
         with transaction(engine, actor=actor) as conn:
-            ok = jobs.acknowledge_cancel(conn, leased.id, leased.lease_token)
+            ok = store.acknowledge_cancel(conn, leased.id, leased.lease_token)
         outcome = "cancelled" if ok else "lease_lost"
         log.info("job cancelled at a safe point", extra=context)
     except DomainError as error:
@@ -144,7 +139,7 @@ def _finish(ctx: JobContext, result: dict[str, Any]) -> str:
         membership = find_membership(conn, job.organization_id, job.requested_by)
         check_allowed(membership, org_states=ctx.rules.org_states, role=ctx.rules.role,
                       for_worker=True)
-        if jobs.complete(conn, job.id, job.lease_token, result):
+        if store.complete(conn, job.id, job.lease_token, result):
             return "completed"
     worker_db.COUNTERS.add(counters.STALE_FINISHES, job.kind)
     log.warning("stale finish discarded: a newer attempt owns the job",
@@ -166,10 +161,10 @@ def _record_failure(
 ) -> str:
     retry_in = kind_rules.backoff(leased.attempt) if kind_rules else 0.0
     with transaction(engine, actor=actor) as conn:
-        status = jobs.fail_attempt(conn, leased.id, leased.lease_token, error, retry_in=retry_in)
+        status = store.fail_attempt(conn, leased.id, leased.lease_token, error, retry_in=retry_in)
         if status is not None and exc is not None:
             # The technical detail goes to operators only, never into error_message.
-            jobs.record_diagnostics(
+            store.record_diagnostics(
                 conn, leased, worker=worker_db.worker_name(),
                 exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
                 traceback="".join(traceback.format_exception(exc)),
@@ -232,7 +227,7 @@ class _Heartbeat:
                          "organization_id": str(job.organization_id)})
         try:
             with transaction(self._ctx.engine, actor=self._ctx.actor) as conn:
-                jobs.fail_attempt(conn, job.id, job.lease_token, error,
+                store.fail_attempt(conn, job.id, job.lease_token, error,
                                   retry_in=self._ctx.rules.backoff(job.attempt))
         finally:
             # If that write failed, the lease simply expires and the sweeper applies the rules.

@@ -19,15 +19,25 @@ import signal
 import time
 from types import FrameType
 
+from models.settings import get_settings
+
 log = logging.getLogger("spacejobs.shutdown")
 
-_main_pid = os.getpid()  # imported by the Celery main process before it forks its pool
-_installed_in: int | None = None
+_in_forked_child = False  # True in a Celery pool child (the main process imports us first)
+_installed = False
 _stop_at: float | None = None
 
 
+def _forked() -> None:
+    global _in_forked_child, _installed, _stop_at
+    _in_forked_child, _installed, _stop_at = True, False, None
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def grace() -> float:
-    return float(os.environ.get("SPACEJOBS_SHUTDOWN_GRACE", "20"))
+    return get_settings().shutdown_grace
 
 
 def request_stop() -> None:
@@ -49,16 +59,15 @@ def release_due() -> bool:
 
 def install_in_pool_child() -> None:
     """Take over SIGTERM in a pool child (idempotent; a no-op in the main process)."""
-    global _installed_in
-    pid = os.getpid()
-    if pid == _main_pid or _installed_in == pid:
+    global _installed
+    if not _in_forked_child or _installed:
         return
 
     def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
         request_stop()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    _installed_in = pid
+    _installed = True
 
 
 def forward_to_children() -> None:

@@ -4,15 +4,16 @@ FOR UPDATE SKIP LOCKED, so two sweepers never handle the same row)."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from models import jobs
-from models.db import transaction
+from models.db.transaction import transaction
+from models.jobs import store
+from models.jobs.records import Status
+from models.settings import get_settings
 from tasks import worker_db
 
-log = logging.getLogger("spacejobs.sweeper")
+log = logging.getLogger("spacestore.sweeper")
 
 
 @dataclass
@@ -30,57 +31,51 @@ class SweepReport:
         return asdict(self)
 
 
-def wakeup_grace() -> float:
-    """Seconds a due job may wait for its wake-up before the sweeper sends another."""
-    return float(os.environ.get("SPACEJOBS_WAKEUP_GRACE", "5"))
-
-
 DAY = 86_400.0
 
 
 def retention() -> dict[str, float]:
-    """Ages in seconds, from days in the environment (see README, "Retention")."""
+    """Ages in seconds, from the days in the settings (see README, "Retention")."""
+    settings = get_settings()
     return {
-        "jobs_age": float(os.environ.get("SPACEJOBS_KEEP_JOBS_DAYS", "30")) * DAY,
-        "results_age": float(os.environ.get("SPACEJOBS_KEEP_RESULTS_DAYS", "7")) * DAY,
-        "events_age": float(os.environ.get("SPACEJOBS_KEEP_EVENTS_DAYS", "30")) * DAY,
+        "jobs_age": settings.keep_jobs_days * DAY,
+        "results_age": settings.keep_results_days * DAY,
+        "events_age": settings.keep_events_days * DAY,
     }
 
 
-def sweep_once(*, publish_wake: Callable[..., None], batch: int = 500) -> SweepReport:
+def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepReport:
     engine = worker_db.engine()
     report = SweepReport()
     with transaction(engine, actor="sweeper") as conn:
-        expired = jobs.sweep_expired_leases(conn, batch=batch)
+        expired = store.sweep_expired_leases(conn, batch=batch)
     to_wake = []
     for job_id, status in expired:
-        if status == "queued":
+        if status == Status.QUEUED:
             report.requeued += 1
             to_wake.append(job_id)
-        elif status == "failed":
+        elif status == Status.FAILED:
             report.failed += 1
         else:
             report.cancelled += 1
     with transaction(engine, actor="sweeper") as conn:
-        due = jobs.sweep_unsignalled(conn, grace=wakeup_grace(), batch=batch)
+        due = store.sweep_unsignalled(conn, grace=get_settings().wakeup_grace, batch=batch)
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
     for index, job_id in enumerate(to_wake):
-        try:
-            publish_wake(str(job_id))
-        except Exception:
+        if not publish_wake(str(job_id)):
             # The broker is down: stop trying for this round. The rows keep their state and the
             # next sweep after the grace period re-sends their wake-ups.
             report.publish_failures = len(to_wake) - index
             log.warning("sweep: broker unreachable, %d wake-ups deferred", report.publish_failures)
             break
     with transaction(engine, actor="sweeper") as conn:
-        purged = jobs.purge_finished(conn, **retention(), batch=batch)
+        purged = store.purge_finished(conn, **retention(), batch=batch)
     report.jobs_deleted = purged["jobs_deleted"]
     report.results_dropped = purged["results_dropped"]
     report.events_deleted = purged["events_deleted"]
     with transaction(engine, actor="sweeper") as conn:
-        jobs.fold_metrics(conn)
+        store.fold_metrics(conn)
     if any(report.as_dict().values()):
         log.info("sweep: %s", report.as_dict())
     return report

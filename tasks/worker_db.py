@@ -1,4 +1,5 @@
-"""The worker role's engine, one per process (created lazily, never shared across a fork)."""
+"""The worker role's engine and name, one per process (created lazily, never shared across a
+fork: Celery's prefork children each get their own)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,31 @@ import socket
 
 from sqlalchemy import Engine
 
-from models.counters import BufferedCounters
-from models.db import WORKER_ROLE, make_engine, role_url
+from models.db.engine import make_engine
+from models.db.roles import WORKER_ROLE, role_url
+from models.ops.counters import BufferedCounters
 
 _engine: Engine | None = None
-_pid: int | None = None
 
 
 def engine() -> Engine:
-    global _engine, _pid
-    if _engine is None or _pid != os.getpid():
+    global _engine
+    if _engine is None:
         # The worker's name in pg_stat_activity lets an operator find (or cut) one process.
         _engine = make_engine(role_url(WORKER_ROLE), pool_size=2,
                               application_name=f"spacejobs-worker:{worker_name()}")
-        _pid = os.getpid()
     return _engine
 
 
-def reset() -> None:
-    global _engine, _pid
+def _forget_parent_engine() -> None:
+    global _engine
     if _engine is not None:
         # In a forked child the parent's sockets are not ours to close.
-        _engine.dispose(close=_pid == os.getpid())
-    _engine, _pid = None, None
+        _engine.dispose(close=False)
+    _engine = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_engine)
 
 
 def worker_name() -> str:

@@ -29,24 +29,19 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from models import tenancy
-from models.db import (
-    APP_ROLE,
-    OPERATOR_ROLE,
-    WORKER_ROLE,
-    libpq_url,
-    make_engine,
-    role_url,
-    transaction,
-    with_database,
-)
-from models.migrate import upgrade
+from models.db.engine import libpq_url, make_engine, with_database
+from models.db.migrate import upgrade
+from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
+from models.db.transaction import owner_transaction, transaction
+from models.settings import reload_settings
+from models.tenancy import accounts
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Test-only kinds (tests/kinds.py) and the bench kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
+reload_settings()
 
 
 @dataclass
@@ -174,37 +169,37 @@ class Stack:
 
     # -- seeding through the owner role, as the CLI does ----------------------------------
     def admin(self) -> contextlib.AbstractContextManager[Any]:
-        return tenancy.owner_transaction(self._admin, actor="test")
+        return owner_transaction(self._admin, actor="test")
 
     def org(self, name: str | None = None, state: str = "active") -> uuid.UUID:
         with self.admin() as conn:
-            org_id = tenancy.create_organization(conn, name or f"org-{uuid.uuid4().hex[:6]}")
+            org_id = accounts.create_organization(conn, name or f"org-{uuid.uuid4().hex[:6]}")
             if state != "active":
-                tenancy.set_organization_state(conn, org_id, state)
+                accounts.set_organization_state(conn, org_id, state)
         return org_id
 
     def user(self, org_id: uuid.UUID | None = None, role: str = "member") -> TestUser:
         email = f"u-{uuid.uuid4().hex[:10]}@example.test"
         with self.admin() as conn:
-            user = tenancy.create_user(conn, email)
+            user = accounts.create_user(conn, email)
             if org_id is not None:
-                tenancy.add_member(conn, org_id, user.id, role)
-            token = tenancy.create_token(conn, user.id)
+                accounts.add_member(conn, org_id, user.id, role)
+            token = accounts.create_token(conn, user.id)
         return TestUser(user.id, email, token)
 
     def operator(self) -> TestUser:
         found = self.user()
         with self.admin() as conn:
-            tenancy.set_operator(conn, found.id, True)
+            accounts.set_operator(conn, found.id, True)
         return found
 
     def set_state(self, org_id: uuid.UUID, state: str) -> None:
         with self.admin() as conn:
-            tenancy.set_organization_state(conn, org_id, state)
+            accounts.set_organization_state(conn, org_id, state)
 
     def remove_member(self, org_id: uuid.UUID, user_id: uuid.UUID) -> None:
         with self.admin() as conn:
-            tenancy.remove_member(conn, org_id, user_id)
+            accounts.remove_member(conn, org_id, user_id)
 
     # -- inspection as the worker role (it may read the whole queue) ----------------------
     def job_row(self, job_id: str | uuid.UUID) -> dict[str, Any]:
@@ -243,7 +238,7 @@ class Stack:
                 proc.signal_group(signal.SIGCONT)
 
     def wake(self) -> None:
-        from webapp.wakeups import WakeupPublisher
+        from tasks.wakeups import WakeupPublisher
 
         assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
 

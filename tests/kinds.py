@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.context import JobContext
+from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
 
 # Planted in exceptions: it must never reach error_message, an HTTP body or a user.

@@ -2,59 +2,51 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
 import secrets
 import uuid
 from typing import Any
 
 from flask import Flask, g, has_request_context, request
-from flask_limiter import Limiter
 
-from models.counters import BufferedCounters
-from models.db import APP_ROLE, OPERATOR_ROLE, make_engine, role_url
+from models.db.engine import make_engine
+from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
 from models.kinds import load_kinds
-from webapp import errors
-from webapp.wakeups import WakeupPublisher
+from models.ops.counters import BufferedCounters
+from models.settings import get_settings
+from tasks.wakeups import WakeupPublisher
+from webapp import errors, ops, ui
+from webapp.api import api
+from webapp.limits import limiter, limiter_storage
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-def _rate_key() -> str:
-    """Per API token (hashed: the key is stored in Redis), else per client address.
-
-    The limiter runs before the view, so it cannot wait for authentication to name the user.
-    """
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return "token:" + hashlib.sha256(token.strip().encode()).hexdigest()[:32]
-    return "addr:" + (request.remote_addr or "unknown")
-
-
-limiter = Limiter(key_func=_rate_key)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """Build the app. ``config`` overrides environment defaults (tests pass URLs here)."""
+    settings = get_settings()
     app = Flask(__name__)
     app.config.update(
-        DATABASE_URL=os.environ.get("SPACEJOBS_APP_DATABASE_URL"),
-        BROKER_URL=os.environ.get("REDIS_URL"),
-        QUEUE=os.environ.get("SPACEJOBS_QUEUE"),
-        DB_STATEMENT_TIMEOUT_MS=int(os.environ.get("SPACEJOBS_WEB_STATEMENT_TIMEOUT_MS", "5000")),
-        EVENTS_POLL_SECONDS=float(os.environ.get("SPACEJOBS_EVENTS_POLL_SECONDS", "0.5")),
-        EVENTS_MAX_SECONDS=float(os.environ.get("SPACEJOBS_EVENTS_MAX_SECONDS", "120")),
-        POLL_RATE_LIMIT=os.environ.get("SPACEJOBS_POLL_RATE_LIMIT", "600 per minute"),
-        RATELIMIT_STORAGE_URI=_limiter_storage(os.environ.get("REDIS_URL")),
+        DATABASE_URL=settings.app_database_url,
+        BROKER_URL=settings.redis_url,
+        QUEUE=settings.queue,
+        DB_STATEMENT_TIMEOUT_MS=settings.web_statement_timeout_ms,
+        EVENTS_POLL_SECONDS=settings.events_poll_seconds,
+        EVENTS_MAX_SECONDS=settings.events_max_seconds,
+        POLL_RATE_LIMIT=settings.poll_rate_limit,
+        WORKER_OFFLINE_AFTER=settings.worker_offline_after,
+        RATELIMIT_STORAGE_URI=limiter_storage(settings.redis_url),
         RATELIMIT_SWALLOW_ERRORS=True,
         RATELIMIT_HEADERS_ENABLED=True,
         RATELIMIT_KEY_PREFIX="spacejobs",
         MAX_CONTENT_LENGTH=1024 * 1024,
-        OPERATOR_DATABASE_URL=os.environ.get("SPACEJOBS_OPERATOR_DATABASE_URL"),
-        # Sessions only carry the dashboard login. Without a configured key every process
-        # makes its own, so a login would not survive a restart or cross web processes.
-        SECRET_KEY=os.environ.get("SPACEJOBS_SECRET_KEY") or secrets.token_hex(32),
+        OPERATOR_DATABASE_URL=settings.operator_database_url,
+        # Without a configured key every process makes its own, so a login would not survive
+        # a restart or cross web processes.
+        SECRET_KEY=(settings.secret_key.get_secret_value() if settings.secret_key
+                    else secrets.token_hex(32)),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         JSON_SORT_KEYS=False,
@@ -62,7 +54,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     if config:
         app.config.update(config)
         if "BROKER_URL" in config and "RATELIMIT_STORAGE_URI" not in config:
-            app.config["RATELIMIT_STORAGE_URI"] = _limiter_storage(config["BROKER_URL"])
+            app.config["RATELIMIT_STORAGE_URI"] = limiter_storage(config["BROKER_URL"])
 
     load_kinds()
     app.extensions["spacejobs.db"] = make_engine(
@@ -87,9 +79,6 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         response.headers["X-Request-ID"] = g.get("request_id", "")
         return response
 
-    from webapp import ops, ui
-    from webapp.api import api
-
     app.register_blueprint(api)
     app.register_blueprint(ops.bp)
     app.register_blueprint(ui.bp)
@@ -112,12 +101,3 @@ def _log_request_ids() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _RequestIdFilter) for f in handler.filters):
             handler.addFilter(_RequestIdFilter())
-
-
-def _limiter_storage(redis_url: str | None) -> str:
-    """Rate-limit counters live in Redis so every web process shares them."""
-    if not redis_url:
-        return "memory://"
-    if redis_url.startswith("redis+socket://"):
-        return "redis+unix://" + redis_url[len("redis+socket://"):]
-    return redis_url

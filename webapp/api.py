@@ -16,9 +16,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from models import jobs
-from models.access import check_allowed, find_membership
-from models.db import transaction
+from models.db.transaction import transaction
 from models.errors import (
     InvalidRequest,
     JobNotCompleted,
@@ -27,11 +25,14 @@ from models.errors import (
     OrganizationUnavailable,
     ResultExpired,
 )
+from models.jobs import store
+from models.jobs.records import ALL_STATUSES, Job
 from models.kinds import get_kind
-from models.projects import Projects
-from models.tenancy import memberships_of
-from webapp import limiter
+from models.tenancy.access import check_allowed, find_membership
+from models.tenancy.accounts import memberships_of
+from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id
+from webapp.limits import limiter
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
@@ -70,7 +71,7 @@ def parse_body(model: type[BodyT]) -> BodyT:
                              fields=fields) from None
 
 
-def job_json(job: jobs.Job) -> dict[str, Any]:
+def job_json(job: Job) -> dict[str, Any]:
     org, jid = str(job.organization_id), str(job.id)
 
     def link(endpoint: str) -> str:
@@ -164,11 +165,11 @@ def submit_job(org: str) -> ResponseReturnValue:
     # ONE transaction: membership and organization state checked, row and event inserted.
     with org_transaction(org) as (conn, membership):
         check_allowed(membership, org_states=kind.rules.org_states, role=kind.rules.role)
-        job, created = jobs.submit(
+        job, created = store.submit(
             conn,
             organization_id=membership.organization_id,
             requested_by=user.id,
-            kind=kind,
+            kind=kind.rules,
             params=params,
             dedup_key=body.dedup_key,
             idempotency_key=idempotency_key,
@@ -191,7 +192,7 @@ def submit_job(org: str) -> ResponseReturnValue:
 @api.get("/orgs/<org>/jobs")
 def list_jobs(org: str) -> ResponseReturnValue:
     status = request.args.get("status") or None
-    if status is not None and status not in jobs.ACTIVE + jobs.TERMINAL:
+    if status is not None and status not in ALL_STATUSES:
         raise InvalidRequest("Unknown status filter.", fields=["status"])
     kind = request.args.get("kind") or None
     try:
@@ -200,7 +201,7 @@ def list_jobs(org: str) -> ResponseReturnValue:
         raise InvalidRequest("limit must be a number.", fields=["limit"]) from None
     before = _decode_cursor(request.args.get("cursor"))
     with org_transaction(org) as (conn, membership):
-        page = jobs.list_for_org(conn, membership.organization_id, status=status, kind=kind,
+        page = store.list_for_org(conn, membership.organization_id, status=status, kind=kind,
                                  before=before, limit=limit + 1)
     more = len(page) > limit
     page = page[:limit]
@@ -215,7 +216,7 @@ def list_jobs(org: str) -> ResponseReturnValue:
 def get_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, _membership):
-        job = jobs.get(conn, jid)
+        job = store.get(conn, jid)
     if job is None:
         raise NotFound()
     return jsonify(job_json(job))
@@ -226,7 +227,7 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
     with org_transaction(org) as (conn, _membership):
-        found = jobs.get_result(conn, jid)
+        found = store.get_result(conn, jid)
     if found is None:
         raise NotFound()
     job, result = found
@@ -242,7 +243,7 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user()
     with org_transaction(org) as (conn, _membership):
-        job = jobs.request_cancel(conn, jid, user.id)
+        job = store.request_cancel(conn, jid, user.id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
 
 
@@ -256,7 +257,7 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     """
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, membership):
-        if jobs.get(conn, jid) is None:
+        if store.get(conn, jid) is None:
             raise NotFound()
     user, org_id = current_user(), membership.organization_id
     interval = float(current_app.config["EVENTS_POLL_SECONDS"])
@@ -268,7 +269,7 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
         last: tuple[Any, ...] | None = None
         while True:
             with transaction(db, organization_id=org_id, user_id=user.id) as conn:
-                job = jobs.get(conn, jid) if find_membership(conn, org_id, user.id) else None
+                job = store.get(conn, jid) if find_membership(conn, org_id, user.id) else None
             if job is None:
                 yield _sse("error", {"error": {"code": "not_found", "message": "Not found."}})
                 return
@@ -292,7 +293,7 @@ def _sse(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def _encode_cursor(job: jobs.Job) -> str:
+def _encode_cursor(job: Job) -> str:
     raw = f"{job.created_at.isoformat()}|{job.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

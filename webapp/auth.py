@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from flask import current_app, g, request, session
 from sqlalchemy import Connection, Engine
 
-from models.access import Membership, require_membership
-from models.db import transaction
+from models.db.transaction import transaction
 from models.errors import NotFound, Unauthorized
-from models.tenancy import User, authenticate, get_user
+from models.tenancy.access import Membership, require_membership
+from models.tenancy.accounts import User, authenticate, get_user
 
 
 def engine() -> Engine:

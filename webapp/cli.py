@@ -21,14 +21,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from models.accounts.access import ORG_STATES, ROLE_RANK
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from models import tenancy
-from models.access import ORG_STATES, ROLE_RANK
-from models.db import admin_url, make_engine
+from models.db.engine import make_engine
+from models.db.roles import admin_url
+from models.db.transaction import owner_transaction
 from models.errors import DomainError
-from models.logsetup import configure_logging
+from models.logs import configure_logging
+from models.settings import get_settings, reload_settings
+from models.tenancy import accounts
 
 T = TypeVar("T")
 
@@ -36,7 +39,8 @@ T = TypeVar("T")
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Space Jobs: durable, tenant-scoped background jobs (Flask + Celery + PostgreSQL)."""
-    configure_logging(os.environ.get("SPACEJOBS_LOG_LEVEL", "WARNING"))
+    # Quiet by default: creating commands print only their result on stdout.
+    configure_logging("WARNING")
 
 
 @contextlib.contextmanager
@@ -47,7 +51,7 @@ def _admin(actor: str = "cli") -> Iterator[Connection]:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        with tenancy.owner_transaction(engine, actor=actor) as conn:
+        with owner_transaction(engine, actor=actor) as conn:
             yield conn
     except DomainError as exc:
         raise click.ClickException(exc.message) from None
@@ -72,7 +76,7 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Create the roles and migrate the schema to the newest revision (idempotent)."""
-    from models.migrate import upgrade
+    from models.db.migrate import upgrade
 
     try:
         upgrade(admin_url())
@@ -96,7 +100,7 @@ def users() -> None:
 @click.option("--operator", is_flag=True, help="May use /ops and /metrics.")
 def users_create(email: str, name: str, operator: bool) -> None:
     """Create a user; prints its id."""
-    user = _run(lambda c: tenancy.create_user(c, email, name, operator=operator))
+    user = _run(lambda c: accounts.create_user(c, email, name, operator=operator))
     click.echo(user.id)
 
 
@@ -105,7 +109,7 @@ def users_create(email: str, name: str, operator: bool) -> None:
 @click.option("--revoke", is_flag=True, help="Take the operator right away instead.")
 def users_set_operator(email: str, revoke: bool) -> None:
     """Grant (or with --revoke, take away) the operator right: /ops and /metrics."""
-    _run(lambda c: tenancy.set_operator(c, tenancy.find_user(c, email).id, not revoke))
+    _run(lambda c: accounts.set_operator(c, accounts.find_user(c, email).id, not revoke))
 
 
 @main.group()
@@ -117,7 +121,7 @@ def orgs() -> None:
 @click.argument("name")
 def orgs_create(name: str) -> None:
     """Create an organization; prints its id."""
-    click.echo(_run(lambda c: tenancy.create_organization(c, name)))
+    click.echo(_run(lambda c: accounts.create_organization(c, name)))
 
 
 @orgs.command("add-member")
@@ -128,8 +132,8 @@ def orgs_add_member(org: str, email: str, role: str) -> None:
     """Add EMAIL to ORG (id or name) with a role, or change their role."""
 
     def add(conn: Connection) -> None:
-        tenancy.add_member(conn, tenancy.resolve_organization(conn, org),
-                           tenancy.find_user(conn, email).id, role)
+        accounts.add_member(conn, accounts.resolve_organization(conn, org),
+                           accounts.find_user(conn, email).id, role)
 
     _run(add)
 
@@ -141,8 +145,8 @@ def orgs_remove_member(org: str, email: str) -> None:
     """Remove EMAIL from ORG. Their queued and running jobs there will fail."""
 
     def remove(conn: Connection) -> bool:
-        return tenancy.remove_member(conn, tenancy.resolve_organization(conn, org),
-                                     tenancy.find_user(conn, email).id)
+        return accounts.remove_member(conn, accounts.resolve_organization(conn, org),
+                                     accounts.find_user(conn, email).id)
 
     if not _run(remove):
         raise click.ClickException("That user is not a member of that organization.")
@@ -153,7 +157,7 @@ def orgs_remove_member(org: str, email: str) -> None:
 @click.argument("state", type=click.Choice(ORG_STATES))
 def orgs_set_state(org: str, state: str) -> None:
     """Set ORG's state: active, read_only, deleting or deleted."""
-    _run(lambda c: tenancy.set_organization_state(c, tenancy.resolve_organization(c, org), state))
+    _run(lambda c: accounts.set_organization_state(c, accounts.resolve_organization(c, org), state))
 
 
 @main.group()
@@ -165,7 +169,7 @@ def tokens() -> None:
 @click.argument("email")
 def tokens_create(email: str) -> None:
     """Create an API token for EMAIL; prints it (only its hash is stored)."""
-    click.echo(_run(lambda c: tenancy.create_token(c, tenancy.find_user(c, email).id)))
+    click.echo(_run(lambda c: accounts.create_token(c, accounts.find_user(c, email).id)))
 
 
 # ----------------------------------------------------------------------------- processes
@@ -203,8 +207,9 @@ def _celery_argv(*args: str) -> list[str]:
 @click.option("--pool", default="prefork", show_default=True)
 def worker(concurrency: int | None, pool: str) -> None:
     """Run a Celery worker that claims and runs jobs."""
-    queue = os.environ.get("SPACEJOBS_QUEUE", "spacejobs")
-    argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool, "-Q", f"{queue}.sweep,{queue}",
+    settings = get_settings()
+    argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool,
+                        "-Q", f"{settings.sweep_queue},{settings.queue}",
                         "-n", f"spacejobs-{uuid.uuid4().hex[:8]}@%h")
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
@@ -227,31 +232,38 @@ def beat() -> None:
 def demo(host: str, port: int, data_dir: Path) -> None:
     """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
     demo data, web + worker + beat. Ctrl-C stops all of it."""
-    from models.demo_data import seed
+    from models.db.migrate import upgrade
+    from models.tenancy.demo import seed
     from webapp import embedded
 
     configure_logging("INFO")
+    settings = get_settings()
     servers = None
-    if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+    # REDIS_URL has a default; the demo embeds Redis unless it was given explicitly.
+    redis_given = "redis_url" in settings.model_fields_set
+    if not (settings.database_url and redis_given):
         click.echo("starting embedded PostgreSQL and Redis ...", err=True)
         servers = embedded.start(data_dir.resolve())
     children: list[subprocess.Popen[bytes]] = []
     try:
-        database_url = os.environ.get("DATABASE_URL") or servers.database_url("spacejobs")  # type: ignore[union-attr]
-        redis_url = os.environ.get("REDIS_URL") or servers.redis_url  # type: ignore[union-attr]
-        os.environ.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
-        from models.migrate import upgrade
-
+        database_url = settings.database_url or servers.database_url("spacejobs")  # type: ignore[union-attr]
+        redis_url = settings.redis_url if redis_given else servers.redis_url  # type: ignore[union-attr]
+        # The children (and this process, from here on) read the servers from the environment.
+        overrides = {"DATABASE_URL": database_url, "REDIS_URL": redis_url}
+        if "wakeup_grace" not in settings.model_fields_set:
+            overrides["SPACEJOBS_WAKEUP_GRACE"] = "3"
+        if settings.secret_key is None:
+            overrides["SPACEJOBS_SECRET_KEY"] = secrets.token_hex(32)
+        os.environ.update(overrides)
+        reload_settings()
         upgrade(database_url)
         demo_users = _run(seed)
-        env = dict(os.environ, SPACEJOBS_WAKEUP_GRACE=os.environ.get("SPACEJOBS_WAKEUP_GRACE", "3"),
-                   SPACEJOBS_SECRET_KEY=os.environ.get("SPACEJOBS_SECRET_KEY") or secrets.token_hex(32))
         spacejobs = [sys.executable, "-m", "webapp.cli"]
         for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
                      [*spacejobs, "worker", "--concurrency", "2"],
                      [*spacejobs, "beat"]):
             # Each in its own session so Ctrl-C reaches only us; we stop them in order.
-            children.append(subprocess.Popen(argv, env=env, start_new_session=True))  # noqa: S603
+            children.append(subprocess.Popen(argv, start_new_session=True))  # noqa: S603
         _print_banner(host, port, demo_users)
         _wait_for_signal_or_exit(children)
     finally:

@@ -7,8 +7,9 @@ tokens, so no page can show them even by mistake.
 
 from __future__ import annotations
 
-import os
+import functools
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -28,36 +29,46 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from sqlalchemy import Engine
 
-from models import ops
-from models.db import transaction
+from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound, Unauthorized
-from models.jobs import ACTIVE, TERMINAL
+from models.jobs.records import ALL_STATUSES
 from models.kinds import load_kinds
-from models.metrics import render as render_metrics
-from models.tenancy import User
+from models.ops import actions, dashboard
+from models.ops.metrics import render as render_metrics
 from webapp.auth import current_user, engine, parse_id
 
 bp = Blueprint("ops", __name__)
 
 
 def offline_after() -> float:
-    return float(os.environ.get("SPACEJOBS_WORKER_OFFLINE_AFTER", "30"))
+    return float(current_app.config["WORKER_OFFLINE_AFTER"])
 
 
 def operator_db() -> Engine:
     return current_app.extensions["spacejobs.operator_db"]
 
 
-def require_operator() -> User:
-    """An operator by bearer token or by UI session; anyone else: 404, as if nothing were here."""
-    try:
-        user = current_user(allow_session=True)
-    except Unauthorized:
-        raise NotFound() from None
-    if not user.is_operator:
-        raise NotFound()
-    g.via_session = "Authorization" not in request.headers
-    return user
+def operator_only(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
+    """An operator by bearer token or by UI session; anyone else: 404, as if nothing were here.
+
+    The operator is ``g.user``. A POST that came with a session (a dashboard form) must also
+    carry the session's CSRF token.
+    """
+
+    @functools.wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> ResponseReturnValue:
+        try:
+            user = current_user(allow_session=True)
+        except Unauthorized:
+            raise NotFound() from None
+        if not user.is_operator:
+            raise NotFound()
+        g.via_session = "Authorization" not in request.headers
+        if request.method == "POST":
+            _check_csrf()
+        return view(*args, **kwargs)
+
+    return wrapped
 
 
 def _check_csrf() -> None:
@@ -83,7 +94,7 @@ def _done(payload: dict[str, Any], back: str) -> ResponseReturnValue:
 
 def _filters() -> dict[str, Any]:
     status = request.args.get("status") or None
-    if status is not None and status not in ACTIVE + TERMINAL:
+    if status is not None and status not in ALL_STATUSES:
         raise InvalidRequest("Unknown status filter.", fields=["status"])
     org = request.args.get("organization_id") or None
     hours = request.args.get("hours") or None
@@ -102,66 +113,66 @@ def _filters() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- JSON API
 
 @bp.get("/ops/api/overview")
+@operator_only
 def api_overview() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        return jsonify(ops.dashboard(conn, offline_after=offline_after()))
+        return jsonify(dashboard.dashboard(conn, offline_after=offline_after()))
 
 
 @bp.get("/ops/api/jobs")
+@operator_only
 def api_jobs() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        return jsonify({"jobs": ops.list_jobs(conn, **_filters())})
+        return jsonify({"jobs": dashboard.list_jobs(conn, **_filters())})
 
 
 @bp.get("/ops/api/jobs/<job_id>")
+@operator_only
 def api_job(job_id: str) -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        return jsonify(ops.job_detail(conn, parse_id(job_id)))
+        return jsonify(dashboard.job_detail(conn, parse_id(job_id)))
 
 
 @bp.get("/ops/api/workers")
+@operator_only
 def api_workers() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        return jsonify({"workers": ops.workers(conn, offline_after=offline_after()),
+        return jsonify({"workers": dashboard.workers(conn, offline_after=offline_after()),
                         "offline_after_seconds": offline_after()})
 
 
 @bp.get("/ops/api/audit")
+@operator_only
 def api_audit() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        return jsonify({"audit": ops.audit_log(conn)})
+        return jsonify({"audit": dashboard.audit_log(conn)})
 
 
 @bp.post("/ops/api/jobs/<job_id>/cancel")
+@operator_only
 def api_cancel(job_id: str) -> ResponseReturnValue:
-    user = require_operator()
-    _check_csrf()
-    job = ops.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
+    user = g.user
+    job = actions.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
                      request_id=g.request_id)
     return _done({"id": str(job.id), "status": job.status}, url_for("ops.job_page", job_id=job_id))
 
 
 @bp.post("/ops/api/jobs/<job_id>/retry")
+@operator_only
 def api_retry(job_id: str) -> ResponseReturnValue:
-    user = require_operator()
-    _check_csrf()
-    new = ops.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
+    user = g.user
+    new = actions.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
                            request_id=g.request_id)
     return _done({"id": str(new.id), "status": new.status, "retry_of": job_id},
                  url_for("ops.job_page", job_id=str(new.id)))
 
 
 @bp.post("/ops/api/kinds/<kind>/<action>")
+@operator_only
 def api_kind(kind: str, action: str) -> ResponseReturnValue:
-    user = require_operator()
-    _check_csrf()
+    user = g.user
     if action in ("pause", "resume"):
-        ops.set_kind_control(engine(), kind, operator_id=user.id, paused=action == "pause",
+        actions.set_kind_control(engine(), kind, operator_id=user.id, paused=action == "pause",
                              request_id=g.request_id)
     elif action == "limit":
         body = request.form if request.form else (request.get_json(silent=True) or {})
@@ -170,7 +181,7 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
             limit = None if raw in (None, "") else int(raw)
         except (TypeError, ValueError):
             raise InvalidRequest("limit must be a whole number or empty.", fields=["limit"]) from None
-        ops.set_kind_control(engine(), kind, operator_id=user.id, concurrency_limit=limit,
+        actions.set_kind_control(engine(), kind, operator_id=user.id, concurrency_limit=limit,
                              request_id=g.request_id)
     else:
         raise NotFound()
@@ -180,8 +191,8 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- metrics
 
 @bp.get("/metrics")
+@operator_only
 def metrics() -> ResponseReturnValue:
-    require_operator()
     body = render_metrics(operator_db(), offline_after=offline_after())
     return Response(body, mimetype="text/plain; version=0.0.4")
 
@@ -194,37 +205,37 @@ def _page(template: str, **context: Any) -> str:
 
 
 @bp.get("/ops")
+@operator_only
 def overview_page() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        data = ops.dashboard(conn, offline_after=offline_after())
+        data = dashboard.dashboard(conn, offline_after=offline_after())
     data["settings"] = {s["kind"]: s for s in data["settings"]}
     known = sorted(set(load_kinds()) | {k["kind"] for k in data["kinds"]})
     return _page("ops/overview.html", known_kinds=known, **data)
 
 
 @bp.get("/ops/jobs")
+@operator_only
 def jobs_page() -> ResponseReturnValue:
-    require_operator()
     filters = _filters()
     with transaction(operator_db()) as conn:
-        rows = ops.list_jobs(conn, **filters)
-    return _page("ops/jobs.html", jobs=rows, filters=request.args, statuses=ACTIVE + TERMINAL,
+        rows = dashboard.list_jobs(conn, **filters)
+    return _page("ops/jobs.html", jobs=rows, filters=request.args, statuses=ALL_STATUSES,
                  known_kinds=sorted(load_kinds()))
 
 
 @bp.get("/ops/jobs/<job_id>")
+@operator_only
 def job_page(job_id: str) -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        job = ops.job_detail(conn, parse_id(job_id))
+        job = dashboard.job_detail(conn, parse_id(job_id))
     return _page("ops/job.html", job=job)
 
 
 @bp.get("/ops/workers")
+@operator_only
 def workers_page() -> ResponseReturnValue:
-    require_operator()
     with transaction(operator_db()) as conn:
-        rows = ops.workers(conn, offline_after=offline_after())
-        audit = ops.audit_log(conn)
+        rows = dashboard.workers(conn, offline_after=offline_after())
+        audit = dashboard.audit_log(conn)
     return _page("ops/workers.html", workers=rows, audit=audit)

@@ -7,8 +7,8 @@ import secrets
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from flask.typing import ResponseReturnValue
 
-from models.db import transaction
-from models.tenancy import authenticate
+from models.db.transaction import transaction
+from models.tenancy.accounts import authenticate
 from webapp.auth import engine
 
 bp = Blueprint("ui", __name__)

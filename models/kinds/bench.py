@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.context import JobContext
+from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
 
 

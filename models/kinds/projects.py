@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from models.context import JobContext
+from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
 
 

@@ -13,7 +13,8 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from models.db import libpq_url, transaction
+from models.db.engine import libpq_url
+from models.db.transaction import transaction
 from tests.conftest import Stack, submit
 from tests.kinds import SECRET_MARKER
 

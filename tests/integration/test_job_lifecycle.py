@@ -81,11 +81,11 @@ def test_result_before_completion_is_409_job_not_completed(stack: Stack, client)
 
 
 def test_polling_is_rate_limited_per_token_with_retry_after(stack: Stack):
-    from webapp import _limiter_storage
+    from webapp.limits import limiter_storage
 
     # Counters in Redis, as in production, so every web process shares them.
     app = stack.make_app(POLL_RATE_LIMIT="3 per minute",
-                         RATELIMIT_STORAGE_URI=_limiter_storage(stack.redis_url))
+                         RATELIMIT_STORAGE_URI=limiter_storage(stack.redis_url))
     client = app.test_client()
     org = stack.org()
     anna, vera = stack.user(org, role="owner"), stack.user(org)

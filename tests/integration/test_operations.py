@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from models.db import transaction
+from models.db.transaction import transaction
 from tests.conftest import Stack, submit
 
 MARKER = "ZEBRA-MARKER-41d9"
@@ -152,17 +152,16 @@ def test_metrics_parse_and_move_as_jobs_run(stack: Stack, client, operator):
 
 
 def test_histogram_buckets_are_the_same_in_sql_and_in_metrics(stack: Stack):
-    from models.metrics import BUCKETS
+    from models.ops.metrics import BUCKETS
 
     with transaction(stack.operator_db) as conn:
         assert tuple(conn.execute(text("SELECT metric_buckets()")).scalar_one()) == BUCKETS
 
 
-def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack, monkeypatch):
+def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack):
     stack = bare_stack
     operator = stack.operator()
-    monkeypatch.setenv("SPACEJOBS_WORKER_OFFLINE_AFTER", "2")
-    client = stack.make_app().test_client()
+    client = stack.make_app(WORKER_OFFLINE_AFTER=2).test_client()
     worker = stack.start_worker(concurrency=1, SPACEJOBS_PRESENCE_INTERVAL="0.5")
 
     def states() -> dict[int, bool]:

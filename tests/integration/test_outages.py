@@ -7,7 +7,8 @@ import time
 import psycopg
 from sqlalchemy.engine import make_url
 
-from models.db import WORKER_ROLE, libpq_url, role_url
+from models.db.engine import libpq_url
+from models.db.roles import WORKER_ROLE, role_url
 from tests.conftest import Stack, submit
 from tests.netproxy import Partition
 

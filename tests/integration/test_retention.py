@@ -7,8 +7,8 @@ import uuid
 
 from sqlalchemy import text
 
-from models import jobs
-from models.db import transaction
+from models.db.transaction import transaction
+from models.jobs import store
 from tests.conftest import Stack
 
 DAY = 86_400
@@ -38,7 +38,7 @@ def exists(stack: Stack, job_id) -> bool:
 def purge(stack: Stack, batch: int = 1000, **ages: float) -> dict[str, int]:
     settings = {"jobs_age": 30 * DAY, "results_age": 7 * DAY, "events_age": 30 * DAY} | ages
     with transaction(stack.worker_db, actor="sweeper") as conn:
-        return jobs.purge_finished(conn, batch=batch, **settings)
+        return store.purge_finished(conn, batch=batch, **settings)
 
 
 def test_old_finished_jobs_go_with_their_events_and_active_jobs_stay(bare_stack: Stack):
@@ -91,11 +91,11 @@ def test_events_of_old_finished_jobs_go_but_the_job_row_stays(bare_stack: Stack)
     job_id = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"},
                          headers=anna.auth).get_json()["id"]
     with transaction(stack.worker_db) as conn:
-        leased = jobs.claim(conn, "w")
+        leased = store.claim(conn, "w")
         while leased is not None and str(leased.id) != job_id:
-            jobs.complete(conn, leased.id, leased.lease_token, {})
-            leased = jobs.claim(conn, "w")
-        jobs.complete(conn, leased.id, leased.lease_token, {})
+            store.complete(conn, leased.id, leased.lease_token, {})
+            leased = store.claim(conn, "w")
+        store.complete(conn, leased.id, leased.lease_token, {})
     assert len(stack.events(job_id)) == 3
     assert purge(stack, events_age=0)["events_deleted"] >= 3
     assert stack.events(job_id) == [] and exists(stack, job_id)

@@ -16,10 +16,12 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from models import jobs
-from models.db import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE, make_engine, transaction
+from models.db.engine import make_engine
+from models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
+from models.db.transaction import transaction
+from models.jobs import store
 from models.kinds import get_kind, load_kinds
-from models.projects import Projects
+from models.tenancy.projects import Projects
 from tests.conftest import Stack
 
 load_kinds()
@@ -74,7 +76,7 @@ def roles(bare_stack: Stack) -> Iterator[Roles]:
 
 def submit(app: Engine, org: uuid.UUID, user: uuid.UUID, kind: str = "bench.noop") -> str:
     with transaction(app, organization_id=org, user_id=user, actor="test") as conn:
-        job, created = jobs.submit(conn, organization_id=org, requested_by=user, kind=get_kind(kind),
+        job, created = store.submit(conn, organization_id=org, requested_by=user, kind=get_kind(kind).rules,
                                    params={})
     assert created
     return str(job.id)
@@ -95,7 +97,7 @@ def world(bare_stack: Stack, roles: Roles) -> World:
     # Finish every job so far through the real claim and fenced finish, as a worker would.
     while (leased := _claim(roles.worker)) is not None:
         with transaction(roles.worker, actor="test-worker") as conn:
-            assert jobs.complete(conn, leased.id, leased.lease_token, {"secret": "result-data"})
+            assert store.complete(conn, leased.id, leased.lease_token, {"secret": "result-data"})
     completed = a.jobs[0]
     queued = submit(roles.app, a.id, a.user)
     a.jobs.append(queued)
@@ -105,7 +107,7 @@ def world(bare_stack: Stack, roles: Roles) -> World:
 
 def _claim(worker: Engine):
     with transaction(worker, actor="test-worker") as conn:
-        return jobs.claim(conn, "test-worker")
+        return store.claim(conn, "test-worker")
 
 
 def count(conn, table: str) -> int:

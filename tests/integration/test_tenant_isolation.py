@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import text
 
-from models import tenancy
-from models.db import transaction
+from models.db.transaction import transaction
+from models.tenancy import accounts
 from tests.conftest import Stack
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def assert_same_404_as_missing(client, endpoint: Endpoint, user: TestUser, *, or
 
 def add_member(stack: Stack, org, user: TestUser, role: str) -> None:
     with stack.admin() as conn:
-        tenancy.add_member(conn, org, user.id, role)
+        accounts.add_member(conn, org, user.id, role)
 
 
 # ----------------------------------------------------------------------------- fixtures

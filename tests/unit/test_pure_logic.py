@@ -8,10 +8,12 @@ from datetime import timedelta
 import pytest
 
 from models import errors
-from models.db import load_queries, role_url
+from models.db.roles import role_url
 from models.errors import InvalidParams, UnknownKind
-from models.jobs import Job
+from models.jobs import store
+from models.jobs.records import Job
 from models.kinds import KindRules, NoParams, get_kind, load_kinds
+from models.settings import reload_settings
 from webapp.errors import HTTP_STATUS
 
 load_kinds()
@@ -66,7 +68,7 @@ def test_unknown_kinds_are_refused(name):
 
 
 def test_named_queries_are_all_loaded():
-    queries = load_queries("jobs.sql")
+    queries = {name: clause.text for name, clause in store.Q.items()}
     for name in ("submit", "claim_queued", "claim_expired", "extend_lease", "complete",
                  "fail_attempt", "release", "request_cancel", "sweep_expired_leases",
                  "sweep_unsignalled", "lock_lease"):
@@ -77,8 +79,12 @@ def test_named_queries_are_all_loaded():
 
 def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):
     monkeypatch.delenv("SPACEJOBS_DB_ROLE_PASSWORD", raising=False)
+    reload_settings()
     base = "postgresql://postgres:secret@db.example:5433/space?sslmode=require"
     url = role_url("space_worker", base)
     assert url == "postgresql+psycopg://space_worker@db.example:5433/space?sslmode=require"
     monkeypatch.setenv("SPACEJOBS_DB_ROLE_PASSWORD", "pw")
+    reload_settings()
     assert role_url("space_app", base).startswith("postgresql+psycopg://space_app:pw@db.example:5433/")
+    monkeypatch.undo()
+    reload_settings()

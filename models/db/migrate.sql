@@ -1,0 +1,40 @@
+-- lock --
+-- Several hosts may run `spacejobs db upgrade` at once: one at a time.
+SELECT pg_advisory_xact_lock(1538056373)
+
+-- ensure_roles --
+-- Cluster-wide objects an owner role may not create, so they come first, as the admin.
+-- Idempotent, and it tolerates a concurrent creator on another host. None of the roles may
+-- bypass row-level security, and none is a superuser. The password (if any) arrives as a
+-- transaction-local setting because a DO block takes no parameters.
+DO $$
+DECLARE
+    r record;
+    password text := nullif(current_setting('spacejobs.role_password', true), '');
+BEGIN
+    FOR r IN SELECT * FROM (VALUES ('space_owner', false), ('space_app', true),
+                                   ('space_worker', true), ('space_operator', true)) AS t (name, login)
+    LOOP
+        BEGIN
+            EXECUTE format('CREATE ROLE %I', r.name);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+        EXECUTE format('ALTER ROLE %I %s NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB',
+                       r.name, CASE WHEN r.login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        IF r.login AND password IS NOT NULL THEN
+            EXECUTE format('ALTER ROLE %I PASSWORD %L', r.name, password);
+        END IF;
+    END LOOP;
+    -- The admin must be able to SET ROLE to the owner; the owner creates the schema objects.
+    EXECUTE format('GRANT space_owner TO %I', current_user);
+END $$
+
+-- grant_schema --
+GRANT USAGE, CREATE ON SCHEMA public TO space_owner;
+GRANT USAGE ON SCHEMA public TO space_app, space_worker, space_operator
+
+-- pass_role_password --
+SELECT set_config('spacejobs.role_password', :password, true)
+
+-- set_owner_role --
+SET LOCAL ROLE space_owner

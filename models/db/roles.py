@@ -1,0 +1,48 @@
+"""The four PostgreSQL roles, and the URL each process connects with.
+
+None of the roles is a superuser or may bypass row-level security. ``space_owner`` owns the
+schema (NOLOGIN: the admin in ``DATABASE_URL`` migrates through ``SET ROLE``); the web, the
+workers and the dashboard each connect as their own role.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import URL, make_url
+
+from models.db.engine import driver_url
+from models.settings import get_settings
+
+OWNER_ROLE = "space_owner"
+APP_ROLE = "space_app"
+WORKER_ROLE = "space_worker"
+OPERATOR_ROLE = "space_operator"
+
+
+def admin_url() -> str:
+    """The URL of a role allowed to migrate and create roles (``DATABASE_URL``)."""
+    url = get_settings().database_url
+    if not url:
+        raise RuntimeError("DATABASE_URL is not set (spacejobs demo starts an embedded server)")
+    return url
+
+
+def role_url(role: str, base_url: str | None = None) -> str:
+    """URL for an application role: its own setting if given, else derived from ``DATABASE_URL``.
+
+    The derived URL keeps host, port, database and options, swaps the user, and uses
+    ``SPACEJOBS_DB_ROLE_PASSWORD`` (set on the roles by ``db upgrade``) when there is one.
+    """
+    settings = get_settings()
+    explicit = {
+        APP_ROLE: settings.app_database_url,
+        WORKER_ROLE: settings.worker_database_url,
+        OPERATOR_ROLE: settings.operator_database_url,
+    }.get(role)
+    if base_url is None and explicit:
+        return driver_url(explicit)
+    base = make_url(driver_url(base_url or admin_url()))
+    password = settings.db_role_password.get_secret_value() if settings.db_role_password else None
+    # Never the admin's password: the role has its own (or none, with trust/peer auth).
+    url = URL.create(base.drivername, username=role, password=password or None,
+                     host=base.host, port=base.port, database=base.database, query=base.query)
+    return url.render_as_string(hide_password=False)

@@ -1,0 +1,61 @@
+"""Transactions scoped to a tenant, a user and an actor.
+
+Every transaction that touches tenant data says, inside the transaction, which organization (and
+which user) it acts for, with ``set_config(..., true)``: the setting ends with the transaction,
+so a pooled connection never carries one tenant's scope into the next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine
+
+from models.db.queries import queries_beside
+from models.db.roles import OWNER_ROLE
+
+Q = queries_beside(__file__)
+
+
+@contextmanager
+def transaction(
+    engine: Engine,
+    *,
+    organization_id: UUID | str | None = None,
+    user_id: UUID | str | None = None,
+    actor: str | None = None,
+) -> Iterator[Connection]:
+    """One transaction, scoped to a tenant and a user when given; commits unless it raises."""
+    with engine.begin() as conn:
+        scope(conn, organization_id=organization_id, user_id=user_id, actor=actor)
+        yield conn
+
+
+def scope(
+    conn: Connection,
+    *,
+    organization_id: UUID | str | None = None,
+    user_id: UUID | str | None = None,
+    actor: str | None = None,
+) -> None:
+    """Set the transaction-local tenant, user and actor (``SET LOCAL`` cannot bind parameters)."""
+    conn.execute(
+        Q["scope"],
+        {
+            "org": str(organization_id) if organization_id else "",
+            "user": str(user_id) if user_id else "",
+            "actor": actor or "",
+        },
+    )
+
+
+@contextmanager
+def owner_transaction(engine: Engine, *, actor: str = "cli") -> Iterator[Connection]:
+    """A transaction as the owner role, from an admin connection (``DATABASE_URL``): the CLI's
+    administrative path. Web and workers never use it."""
+    with engine.begin() as conn:
+        conn.execute(Q[f"set_role_{OWNER_ROLE}"])
+        scope(conn, actor=actor)
+        yield conn

@@ -1,0 +1,9 @@
+-- scope --
+-- Transaction-local (the third argument): gone at COMMIT, so a pooled connection carries
+-- nothing into the next transaction.
+SELECT set_config('app.organization_id', :org, true),
+       set_config('app.user_id', :user, true),
+       set_config('app.actor', :actor, true)
+
+-- set_role_space_owner --
+SET LOCAL ROLE space_owner

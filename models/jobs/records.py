@@ -1,0 +1,96 @@
+"""The records of a job's life. This module imports nothing of ours, so the store, the
+runtime context, the kinds, the web and the workers can all use it without a cycle."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+
+class Status(StrEnum):
+    """A job's status, as stored in ``jobs.status`` (the database enforces the transitions)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    CANCEL_REQUESTED = "cancel_requested"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+ACTIVE = frozenset({Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED})
+#: a leased or cancel_requested job is being run by someone holding a lease
+RUNNING = frozenset({Status.LEASED, Status.CANCEL_REQUESTED})
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+ALL_STATUSES = tuple(Status)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as tenants and operators may see it. There is deliberately no lease_token here."""
+
+    id: UUID
+    organization_id: UUID
+    requested_by: UUID
+    kind: str
+    status: Status
+    attempts: int
+    max_attempts: int
+    progress: dict[str, Any] | None
+    error_code: str | None
+    error_message: str | None
+    dedup_key: str | None
+    run_after: datetime
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    leased_by: str | None
+    lease_until: datetime | None
+    result_expired_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        values = {f.name: row[f.name] for f in _JOB_FIELDS}
+        values["status"] = Status(values["status"])
+        return cls(**values)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+_JOB_FIELDS = dataclasses.fields(Job)
+
+
+@dataclass(frozen=True)
+class LeasedJob:
+    """The worker's copy of a job it holds: everything it may act on comes from the ROW."""
+
+    id: UUID
+    organization_id: UUID
+    requested_by: UUID
+    kind: str
+    params: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    lease_seconds: int
+    request_id: str | None
+
+    @property
+    def log_context(self) -> dict[str, Any]:
+        """The fields every log line about this attempt carries (never params or results)."""
+        return {"job_id": str(self.id), "kind": self.kind,
+                "organization_id": str(self.organization_id), "attempt": self.attempt,
+                "request_id": self.request_id}

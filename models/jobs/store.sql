@@ -1,0 +1,215 @@
+-- The job store: every statement that changes jobs.status lives here and is called only from
+-- models/jobs/store.py. The transition trigger (schema.sql) rejects anything else and writes the
+-- job_events row in the same transaction.
+
+-- submit --
+-- Web role, inside a transaction scoped to the organization. ON CONFLICT covers both partial
+-- unique indexes (active dedup_key, idempotency_key); the caller then finds which one matched.
+INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                  dedup_key, idempotency_key, request_id)
+VALUES (:organization_id, :requested_by, :kind, :params, :max_attempts, :lease_seconds,
+        :dedup_key, :idempotency_key, :request_id)
+ON CONFLICT DO NOTHING
+RETURNING *
+
+-- find_by_idempotency_key --
+SELECT * FROM jobs
+WHERE organization_id = :organization_id AND requested_by = :requested_by
+  AND idempotency_key = :idempotency_key
+
+-- find_active_duplicate --
+SELECT id FROM jobs
+WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup_key
+  AND status IN ('queued', 'leased', 'cancel_requested')
+
+-- claim_queued --
+-- Worker role. Reads jobs_claimable_idx only (status = 'queued'), so its cost does not grow
+-- with finished rows; SKIP LOCKED lets concurrent claimers pass each other without waiting.
+WITH next AS (
+    SELECT id FROM jobs
+    WHERE status = 'queued' AND run_after <= now() AND kind <> ALL(CAST(:skip_kinds AS text[]))
+    ORDER BY run_after, created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET status = 'leased', lease_token = :lease_token, leased_by = :worker,
+    lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+    attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+FROM next WHERE j.id = next.id
+RETURNING j.*
+
+-- claim_expired --
+-- A lease that ran out while attempts remain is claimable at once (the sweeper would otherwise
+-- requeue it a little later). Reads jobs_lease_expiry_idx only. cancel_requested is excluded:
+-- an expired cancel request ends cancelled, never retried.
+WITH next AS (
+    SELECT id FROM jobs
+    WHERE status = 'leased' AND lease_until < now() AND attempts < max_attempts
+      AND kind <> ALL(CAST(:skip_kinds AS text[]))
+    ORDER BY lease_until
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET lease_token = :lease_token, leased_by = :worker,
+    lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+    attempts = j.attempts + 1
+FROM next WHERE j.id = next.id
+RETURNING j.*
+
+-- extend_lease --
+-- Heartbeat. 0 rows: the lease is gone (expired and taken, or the job ended).
+UPDATE jobs
+SET lease_until = clock_timestamp() + lease_seconds * interval '1 second'
+WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
+RETURNING status
+
+-- record_progress --
+UPDATE jobs SET progress = :progress
+WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
+RETURNING status
+
+-- lease_status --
+SELECT status FROM jobs WHERE id = :id AND lease_token = :lease_token
+
+-- complete --
+-- The fenced finish: only the holder of the current lease token may write the result.
+-- A cancel that arrived too late loses to a finished job (cancel_requested -> completed).
+UPDATE jobs
+SET status = 'completed', result = :result, progress = coalesce(:progress, progress),
+    error_code = NULL, error_message = NULL, leased_by = NULL
+WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
+RETURNING id
+
+-- fail_attempt --
+-- One decision for every failed attempt, fenced like the finish: a requested cancel wins,
+-- a permanent error or the last attempt fails the job, anything else goes back to the queue
+-- with run_after pushed out by the caller's backoff.
+UPDATE jobs
+SET status = CASE
+        WHEN status = 'cancel_requested' THEN 'cancelled'
+        WHEN :permanent OR attempts >= max_attempts THEN 'failed'
+        ELSE 'queued' END,
+    run_after = CASE
+        WHEN status = 'leased' AND NOT :permanent AND attempts < max_attempts
+        THEN clock_timestamp() + :retry_in * interval '1 second'
+        ELSE run_after END,
+    error_code = :error_code, error_message = :error_message,
+    lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
+WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
+RETURNING status, run_after
+
+-- acknowledge_cancel --
+-- The running job saw cancel_requested at a safe point and stops.
+UPDATE jobs
+SET status = 'cancelled', lease_token = NULL, lease_until = NULL, leased_by = NULL
+WHERE id = :id AND lease_token = :lease_token AND status = 'cancel_requested'
+RETURNING id
+
+-- release --
+-- Graceful shutdown: give the job back untouched, attempt not burned, claimable at once.
+UPDATE jobs
+SET status = 'queued', attempts = attempts - 1, run_after = now(),
+    lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
+WHERE id = :id AND lease_token = :lease_token AND status = 'leased'
+RETURNING id
+
+-- request_cancel --
+-- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
+UPDATE jobs
+SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+    cancel_requested_at = now(), cancel_requested_by = :user_id
+WHERE id = :id AND status IN ('queued', 'leased')
+RETURNING *
+
+-- sweep_expired_leases --
+-- Sweeper (worker role). Several sweepers on several hosts take disjoint batches (SKIP LOCKED).
+WITH expired AS (
+    SELECT id FROM jobs
+    WHERE status IN ('leased', 'cancel_requested') AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET status = CASE
+        WHEN j.status = 'cancel_requested' THEN 'cancelled'
+        WHEN j.attempts >= j.max_attempts THEN 'failed'
+        ELSE 'queued' END,
+    error_code = CASE
+        WHEN j.status = 'leased' AND j.attempts >= j.max_attempts THEN 'lease_expired'
+        ELSE j.error_code END,
+    error_message = CASE
+        WHEN j.status = 'leased' AND j.attempts >= j.max_attempts
+        THEN 'The job stopped responding and has no attempts left.'
+        ELSE j.error_message END,
+    run_after = now(), lease_token = NULL, lease_until = NULL, leased_by = NULL,
+    last_wakeup_at = NULL
+FROM expired WHERE j.id = expired.id
+RETURNING j.id, j.status
+
+-- sweep_unsignalled --
+-- Due jobs that nobody claimed within the grace period get a fresh wake-up: this is what makes
+-- a lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
+-- sweepers from re-sending the same wake-up. A job put back in the queue (retry, expired
+-- lease, release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is
+-- due; a new job (last_wakeup_at = its submit) first gets the grace period for the web's own
+-- wake-up to arrive.
+WITH due AS (
+    SELECT id FROM jobs
+    WHERE status = 'queued' AND run_after <= now()
+      AND (last_wakeup_at IS NULL OR last_wakeup_at <= now() - :grace * interval '1 second')
+    ORDER BY run_after, created_at
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET last_wakeup_at = now()
+FROM due WHERE j.id = due.id
+RETURNING j.id, j.kind
+
+-- get --
+SELECT * FROM jobs WHERE id = :id
+
+-- list_for_org --
+-- Newest first, keyset pagination on (created_at, id) through jobs_org_created_idx.
+SELECT * FROM jobs
+WHERE organization_id = :organization_id
+  AND (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:before_created AS timestamptz) IS NULL
+       OR (created_at, id) < (CAST(:before_created AS timestamptz), CAST(:before_id AS uuid)))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit
+
+-- record_diagnostics --
+INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class, traceback)
+VALUES (:job_id, :organization_id, :attempt, :worker, :exception_class, :traceback)
+
+-- lock_lease --
+-- Taken at the end of every tenant transaction of a job: its writes commit only while the
+-- attempt still holds the lease, and nobody can re-claim the row until that commit.
+SELECT id FROM jobs
+WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
+FOR UPDATE
+
+-- purge_finished --
+-- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
+SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
+                                  :events_age * interval '1 second', :batch)
+
+-- claim_controls --
+-- Operator controls (tiny table): paused kinds are never claimed, limited kinds are counted.
+SELECT kind, paused, concurrency_limit FROM kind_settings
+WHERE paused OR concurrency_limit IS NOT NULL
+
+-- lock_kind --
+-- Serializes claims of ONE limited kind across every worker on every host, for the rest of the
+-- claim transaction, so that the count below cannot be raced past the limit.
+SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
+
+-- count_running --
+SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_requested')
+
+-- fold_metrics --
+SELECT fold_metric_events(:batch)

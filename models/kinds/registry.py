@@ -1,0 +1,88 @@
+"""The registry of job kinds: the ``@job_kind`` decorator, and loading the kind modules."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from models.errors import UnknownKind
+from models.kinds.rules import JobKind, KindRules, NoParams, Params
+from models.settings import get_settings
+from models.tenancy.access import ORG_STATES, ROLE_RANK
+
+_REGISTRY: dict[str, JobKind] = {}
+
+RunFunction = Callable[..., Any]
+
+
+def job_kind(
+    name: str,
+    *,
+    org_states: set[str],
+    role: str = "member",
+    max_attempts: int = 3,
+    backoff: float = 5.0,
+    backoff_max: float = 300.0,
+    lease: timedelta = timedelta(seconds=30),
+    time_limit: float | None = None,
+    hard_time_limit: float | None = None,
+    retry_on_timeout: bool = False,
+    dedupable: bool = True,
+    params: type[Params] = NoParams,
+) -> Callable[[RunFunction], RunFunction]:
+    """Register a job kind. The decorated function is ``run(ctx, params) -> result``."""
+    if not set(org_states) <= set(ORG_STATES):
+        raise ValueError(f"unknown organization states in {org_states}")
+    if role not in ROLE_RANK:
+        raise ValueError(f"unknown role {role}")
+    rules = KindRules(
+        name=name,
+        org_states=frozenset(org_states),
+        role=role,
+        max_attempts=max_attempts,
+        backoff_base=backoff,
+        backoff_max=backoff_max,
+        lease=lease,
+        time_limit=time_limit,
+        # A job that ignores its soft limit (no checkpoints) is killed a little later.
+        hard_time_limit=hard_time_limit or (time_limit * 1.5 + 5 if time_limit else None),
+        retry_on_timeout=retry_on_timeout,
+        dedupable=dedupable,
+        params=params,
+    )
+
+    def register(run: RunFunction) -> RunFunction:
+        _REGISTRY[name] = JobKind(rules, run)
+        return run
+
+    return register
+
+
+_loaded_for: tuple[bool, str] | None = None
+
+
+def load_kinds() -> dict[str, JobKind]:
+    """Import the built-in kinds, the bench kinds when enabled, and any extra kind modules.
+
+    Cheap to call often: the imports happen again only if the settings changed.
+    """
+    global _loaded_for
+    settings = get_settings()
+    wanted = (settings.bench_kinds, settings.extra_kind_modules)
+    if _loaded_for == wanted:
+        return _REGISTRY
+    _loaded_for = wanted
+    importlib.import_module("models.kinds.projects")
+    if settings.bench_kinds:
+        importlib.import_module("models.kinds.bench")
+    for module in settings.extra_kind_module_names:
+        importlib.import_module(module)
+    return _REGISTRY
+
+
+def get_kind(name: object) -> JobKind:
+    if not isinstance(name, str) or name not in load_kinds():
+        raise UnknownKind()
+    return _REGISTRY[name]

@@ -1,0 +1,68 @@
+"""What a job kind declares: its params schema and the rules the web and the runner enforce."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from models.errors import InvalidParams
+
+
+class Params(BaseModel):
+    """Base for a kind's params: plain JSON data only, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(Params):
+    pass
+
+
+@dataclass(frozen=True)
+class KindRules:
+    name: str
+    org_states: frozenset[str]
+    role: str
+    max_attempts: int
+    backoff_base: float  # seconds before the first retry
+    backoff_max: float
+    lease: timedelta
+    time_limit: float | None  # soft limit, seconds: TimedOut at the next checkpoint
+    hard_time_limit: float | None  # seconds: the worker process is killed, the lease expires
+    retry_on_timeout: bool
+    dedupable: bool
+    params: type[Params]
+
+    @property
+    def lease_seconds(self) -> int:
+        return max(1, int(self.lease.total_seconds()))
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter: half fixed, half random, so retries spread out."""
+        ceiling = min(self.backoff_max, self.backoff_base * math.pow(2, max(attempt - 1, 0)))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True)
+class JobKind:
+    rules: KindRules
+    run: Callable[..., Any]
+
+    def parse_params(self, raw: object) -> Params:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise InvalidParams("The job parameters must be a JSON object.")
+        try:
+            return self.rules.params.model_validate(raw)
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in err["loc"]) or "params" for err in exc.errors()})
+            raise InvalidParams(
+                "The job parameters are not valid: " + ", ".join(fields) + ".", fields=fields
+            ) from None

@@ -1,0 +1,25 @@
+-- Operator actions. They run as space_app, scoped to the job's organization where a job is
+-- concerned, and each writes the operator audit log in the same transaction.
+
+-- audit --
+INSERT INTO operator_audit (operator_id, action, target, detail, request_id)
+VALUES (:operator, :action, :target, :detail, :request_id)
+
+-- job_snapshot --
+-- The snapshot a retry copies into its NEW job (terminal rows never come back).
+SELECT status, requested_by, kind, params FROM jobs WHERE id = :id
+
+-- link_retry --
+UPDATE jobs SET retry_of = :old WHERE id = :new
+
+-- ensure_kind_settings --
+INSERT INTO kind_settings (kind, updated_by) VALUES (:kind, :operator)
+ON CONFLICT (kind) DO NOTHING
+
+-- set_paused --
+UPDATE kind_settings SET paused = :paused, updated_at = now(), updated_by = :operator
+WHERE kind = :kind
+
+-- set_concurrency_limit --
+UPDATE kind_settings SET concurrency_limit = :limit, updated_at = now(), updated_by = :operator
+WHERE kind = :kind

@@ -1,0 +1,115 @@
+"""Every setting of Space Jobs, read once from the environment, validated and typed.
+
+Web, workers, beat, the CLI and ``celeryconfig.py`` all read this one object; no other module
+reads ``os.environ``. The README's configuration table is checked against these fields by a
+test (``tests/unit/test_settings.py``), so a new setting cannot go undocumented.
+
+pydantic-settings rather than a hand-written dataclass: we already validate request bodies
+with pydantic, and it gives typed parsing (``"1"`` → ``True``, ``"2.5"`` → ``2.5``) with a
+clear error naming the variable when a value does not parse.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Environment variables are ``SPACEJOBS_<FIELD>``, except ``DATABASE_URL`` and ``REDIS_URL``."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACEJOBS_", frozen=True, extra="ignore")
+
+    # -- servers and roles -----------------------------------------------------------------
+    database_url: str | None = Field(
+        None, validation_alias="DATABASE_URL",
+        description="a role that may migrate and create roles; web and workers derive their own "
+                    "role URLs from it (demo and tests: embedded when unset)")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias="REDIS_URL",
+        description="Celery broker and rate-limit counters (demo and tests: embedded when unset)")
+    app_database_url: str | None = Field(
+        None, description="explicit URL for the web role `space_app` (default: derived)")
+    worker_database_url: str | None = Field(
+        None, description="explicit URL for the worker role `space_worker` (default: derived)")
+    operator_database_url: str | None = Field(
+        None, description="explicit URL for the dashboard role `space_operator` (default: derived)")
+    db_role_password: SecretStr | None = Field(
+        None, description="set on the login roles by `db upgrade`, used in derived URLs")
+
+    # -- queue and worker ------------------------------------------------------------------
+    queue: str = Field("spacejobs", description="the Celery queue of wake-ups (sweeps use "
+                                                "`<queue>.sweep`; `spacejobs worker` reads both)")
+    drain_limit: int = Field(50, ge=1, description="jobs one wake-up may run back to back")
+    worker_concurrency: int = Field(2, ge=1, description="Celery processes per worker")
+    shutdown_grace: float = Field(
+        20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
+    presence_interval: float = Field(5, gt=0, description="seconds between worker presence heartbeats")
+    worker_offline_after: float = Field(
+        30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
+
+    # -- sweeper and retention -------------------------------------------------------------
+    sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
+    wakeup_grace: float = Field(
+        5, ge=0, description="seconds a due job waits for its wake-up before the sweeper re-sends it")
+    keep_jobs_days: float = Field(30, gt=0, description="retention of finished jobs")
+    keep_results_days: float = Field(7, gt=0, description="retention of results")
+    keep_events_days: float = Field(30, gt=0, description="retention of job events")
+
+    # -- web -------------------------------------------------------------------------------
+    web_statement_timeout_ms: int = Field(
+        5000, ge=1, description="bound on every web statement (then 503)")
+    events_poll_seconds: float = Field(0.5, gt=0, description="the events stream's poll interval")
+    events_max_seconds: float = Field(
+        120, gt=0, description="the events stream's lifetime (an `EventSource` reconnects by itself)")
+    poll_rate_limit: str = Field(
+        "600 per minute", description="per API token, on `GET …/jobs/{id}`")
+    secret_key: SecretStr | None = Field(
+        None, description="signs the session cookie; set it when several web processes serve "
+                          "sessions (default: random per process)")
+
+    # -- broker ----------------------------------------------------------------------------
+    broker_timeout: float = Field(
+        2, gt=0, description="seconds to give up on the broker (the row is already safe)")
+    broker_backoff: float = Field(
+        5, ge=0, description="after a failed publish, the web skips publishing this long "
+                             "(the sweeper re-sends)")
+    task_events: bool = Field(True, description="Celery task events for Flower")
+    task_sent_events: bool = Field(
+        False, description="the \"task-sent\" event; it costs every wake-up a second publish")
+
+    # -- kinds and logs --------------------------------------------------------------------
+    bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
+    extra_kind_modules: str = Field("", description="comma-separated modules with more kinds")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`json` for one JSON object per line")
+    log_level: str = Field("INFO", description="the log level of web, worker and beat")
+
+    @property
+    def extra_kind_module_names(self) -> list[str]:
+        return [name.strip() for name in self.extra_kind_modules.split(",") if name.strip()]
+
+    @property
+    def sweep_queue(self) -> str:
+        return self.queue + ".sweep"
+
+    @staticmethod
+    def env_name(field_name: str) -> str:
+        """The environment variable of a field."""
+        alias = Settings.model_fields[field_name].validation_alias
+        return alias if isinstance(alias, str) else "SPACEJOBS_" + field_name.upper()
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process, read from the environment on first use."""
+    return Settings()
+
+
+def reload_settings() -> Settings:
+    """Read the environment again (tests and ``spacejobs demo`` change it before starting)."""
+    get_settings.cache_clear()
+    return get_settings()

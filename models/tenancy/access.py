@@ -1,0 +1,76 @@
+"""Who may do what in an organization: membership, role and the organization's state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import Connection
+
+from models.db.queries import queries_beside
+from models.errors import (
+    InsufficientRole,
+    NotFound,
+    OrganizationReadOnly,
+    OrganizationUnavailable,
+    RequesterNotMember,
+)
+
+Q = queries_beside(__file__)
+
+ROLE_RANK = {"member": 1, "admin": 2, "owner": 3}
+ORG_STATES = ("active", "read_only", "deleting", "deleted")
+
+
+@dataclass(frozen=True)
+class Membership:
+    organization_id: UUID
+    user_id: UUID
+    role: str
+    organization_state: str
+    organization_name: str
+
+
+def find_membership(conn: Connection, organization_id: UUID | str, user_id: UUID) -> Membership | None:
+    """The user's current membership, read inside a transaction scoped to that organization."""
+    row = conn.execute(
+        Q["find_membership"], {"org": str(organization_id), "user": user_id}
+    ).one_or_none()
+    if row is None:
+        return None
+    return Membership(row.id, user_id, row.role, row.state, row.name)
+
+
+def require_membership(conn: Connection, organization_id: UUID | str, user_id: UUID) -> Membership:
+    """For the web: a non-member and a missing organization look the same, 404.
+
+    A member of a ``deleted`` organization gets 409 ``organization_unavailable`` on everything
+    (it knows the organization existed; it sees nothing of what is left). A ``deleting`` one may
+    still be read; operations that need a live organization refuse through
+    :func:`check_allowed`.
+    """
+    membership = find_membership(conn, organization_id, user_id)
+    if membership is None:
+        raise NotFound()
+    if membership.organization_state == "deleted":
+        raise OrganizationUnavailable()
+    return membership
+
+
+def check_allowed(
+    membership: Membership | None,
+    *,
+    org_states: Iterable[str],
+    role: str,
+    for_worker: bool = False,
+) -> None:
+    """Raise the domain error that says why this membership may not run the operation."""
+    if membership is None:
+        raise RequesterNotMember() if for_worker else NotFound()
+    if membership.organization_state not in org_states:
+        if membership.organization_state == "read_only":
+            raise OrganizationReadOnly()
+        raise OrganizationUnavailable()
+    if ROLE_RANK[membership.role] < ROLE_RANK[role]:
+        raise InsufficientRole()

@@ -1,0 +1,117 @@
+"""Organizations, users, memberships and API tokens: what the CLI and the web's auth need.
+
+Administrative functions run as the owner role (see
+:func:`models.db.transaction.owner_transaction`); reads for a request run as the web role
+inside a scoped transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import Connection
+
+from models.db.queries import queries_beside
+from models.errors import InvalidRequest, NotFound
+from models.tenancy.access import ORG_STATES, ROLE_RANK
+
+Q = queries_beside(__file__)
+
+TOKEN_PREFIX = "sj_"  # noqa: S105 - a public prefix, not a secret
+
+
+@dataclass(frozen=True)
+class User:
+    id: UUID
+    email: str
+    name: str
+    is_operator: bool
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def create_user(conn: Connection, email: str, name: str = "", *, operator: bool = False) -> User:
+    email = email.strip().lower()
+    if "@" not in email:
+        raise InvalidRequest("An email address needs an @.")
+    row = conn.execute(Q["create_user"], {"email": email, "name": name, "operator": operator})
+    found = row.one_or_none()
+    if found is None:
+        raise InvalidRequest("A user with that email already exists.")
+    return User(*found)
+
+
+def find_user(conn: Connection, email: str) -> User:
+    row = conn.execute(Q["find_user"], {"email": email.strip().lower()}).one_or_none()
+    if row is None:
+        raise NotFound("No user with that email.")
+    return User(*row)
+
+
+def get_user(conn: Connection, user_id: UUID | str) -> User | None:
+    row = conn.execute(Q["get_user"], {"id": str(user_id)}).one_or_none()
+    return User(*row) if row else None
+
+
+def set_operator(conn: Connection, user_id: UUID, operator: bool) -> None:
+    conn.execute(Q["set_operator"], {"operator": operator, "id": user_id})
+
+
+def create_organization(conn: Connection, name: str) -> UUID:
+    return conn.execute(Q["create_organization"], {"name": name}).scalar_one()
+
+
+def find_organization_by_name(conn: Connection, name: str) -> UUID | None:
+    return conn.execute(Q["find_organization_by_name"], {"name": name}).scalar_one_or_none()
+
+
+def resolve_organization(conn: Connection, ref: str) -> UUID:
+    """An organization by id or by (unique) name, for the CLI."""
+    rows = conn.execute(Q["resolve_organization"], {"ref": ref}).scalars().all()
+    if len(rows) != 1:
+        raise NotFound("No single organization matches that id or name.")
+    return rows[0]
+
+
+def add_member(conn: Connection, organization_id: UUID, user_id: UUID, role: str) -> None:
+    if role not in ROLE_RANK:
+        raise InvalidRequest("The role must be owner, admin or member.")
+    conn.execute(Q["add_member"], {"org": organization_id, "user": user_id, "role": role})
+
+
+def remove_member(conn: Connection, organization_id: UUID, user_id: UUID) -> bool:
+    return conn.execute(Q["remove_member"], {"org": organization_id, "user": user_id}).rowcount > 0
+
+
+def set_organization_state(conn: Connection, organization_id: UUID, state: str) -> None:
+    if state not in ORG_STATES:
+        raise InvalidRequest("The state must be one of: " + ", ".join(ORG_STATES) + ".")
+    conn.execute(Q["set_organization_state"], {"org": organization_id, "state": state})
+
+
+def create_token(conn: Connection, user_id: UUID) -> str:
+    """A new API token for the user; only its hash is stored, so this is the one chance to see it."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    conn.execute(Q["create_token"], {"user": user_id, "hash": hash_token(token)})
+    return token
+
+
+def authenticate(conn: Connection, token: str) -> User | None:
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    row = conn.execute(Q["authenticate"], {"hash": hash_token(token)}).one_or_none()
+    return User(*row) if row else None
+
+
+def memberships_of(conn: Connection, user_id: UUID) -> list[dict[str, str]]:
+    """The user's own memberships across organizations (needs app.user_id in scope)."""
+    return [
+        {"organization_id": str(r.id), "organization_name": r.name, "organization_state": r.state,
+         "role": r.role}
+        for r in conn.execute(Q["memberships_of"], {"user": user_id})
+    ]

@@ -1,0 +1,52 @@
+-- Users, organizations, memberships and API tokens. Administrative writes run as the owner role
+-- (the CLI); the web reads through its own role in a transaction scoped to the user.
+
+-- create_user --
+INSERT INTO users (email, name, is_operator) VALUES (:email, :name, :operator)
+ON CONFLICT (email) DO NOTHING
+RETURNING id, email, name, is_operator
+
+-- find_user --
+SELECT id, email, name, is_operator FROM users WHERE email = :email
+
+-- get_user --
+SELECT id, email, name, is_operator FROM users WHERE id = CAST(:id AS uuid)
+
+-- set_operator --
+UPDATE users SET is_operator = :operator WHERE id = :id
+
+-- create_organization --
+INSERT INTO organizations (name) VALUES (:name) RETURNING id
+
+-- resolve_organization --
+-- The CLI names an organization by id or by name; the caller insists on exactly one match.
+SELECT id FROM organizations WHERE id::text = :ref OR name = :ref
+
+-- find_organization_by_name --
+SELECT id FROM organizations WHERE name = :name
+
+-- add_member --
+INSERT INTO memberships (organization_id, user_id, role) VALUES (:org, :user, :role)
+ON CONFLICT (organization_id, user_id) DO UPDATE SET role = excluded.role
+
+-- remove_member --
+DELETE FROM memberships WHERE organization_id = :org AND user_id = :user
+
+-- set_organization_state --
+UPDATE organizations SET state = :state, updated_at = now() WHERE id = :org
+
+-- create_token --
+-- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.
+INSERT INTO api_tokens (user_id, token_hash) VALUES (:user, :hash)
+
+-- authenticate --
+SELECT u.id, u.email, u.name, u.is_operator
+FROM api_tokens t JOIN users u ON u.id = t.user_id
+WHERE t.token_hash = :hash AND t.revoked_at IS NULL
+
+-- memberships_of --
+-- The user's own memberships across organizations (needs app.user_id in scope).
+SELECT o.id, o.name, o.state, m.role
+FROM memberships m JOIN organizations o ON o.id = m.organization_id
+WHERE m.user_id = :user
+ORDER BY o.name, o.id
