@@ -62,7 +62,8 @@ UPDATE jobs j
 SET status = 'leased', lease_token = gen_random_uuid(), leased_by = :worker,
     lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
     attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
-FROM chosen WHERE j.id = chosen.id
+-- An array, not a join: the rows are found through the primary key whatever the table's size.
+WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts, j.max_attempts,
           j.lease_token, j.lease_seconds, j.request_id
 
@@ -73,7 +74,8 @@ RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
 UPDATE jobs j
 SET lease_until = clock_timestamp() + j.lease_seconds * interval '1 second'
 FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
-WHERE j.id = held.id AND j.lease_token = held.token AND j.status IN ('leased', 'cancel_requested')
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
+  AND j.status IN ('leased', 'cancel_requested')
 RETURNING j.id, j.status
 
 -- record_progress --
@@ -94,7 +96,8 @@ SET status = 'completed', result = done.result, error_code = NULL, error_message
     leased_by = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]), CAST(:results AS jsonb[]))
      AS done (id, token, result)
-WHERE j.id = done.id AND j.lease_token = done.token AND j.status IN ('leased', 'cancel_requested')
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = done.id AND j.lease_token = done.token
+  AND j.status IN ('leased', 'cancel_requested')
 RETURNING j.id
 
 -- lease_standing --
@@ -134,7 +137,8 @@ UPDATE jobs j
 SET status = 'queued', attempts = j.attempts - 1, run_after = now(),
     lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
-WHERE j.id = held.id AND j.lease_token = held.token AND j.status = 'leased'
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
+  AND j.status = 'leased'
 RETURNING j.id
 
 -- request_cancel --
