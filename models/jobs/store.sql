@@ -1,6 +1,6 @@
 -- The job store: every statement that changes jobs.status lives here and is called only from
--- models/jobs/store.py. The transition trigger (schema.sql) rejects anything else and writes the
--- job_events row in the same transaction.
+-- models/jobs/store.py. The transition trigger (models/db/schema.sql) rejects anything else and
+-- writes the job_events row in the same transaction.
 
 -- submit --
 -- Web role, inside a transaction scoped to the organization. ON CONFLICT covers both partial
@@ -194,7 +194,7 @@ WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_r
 FOR UPDATE
 
 -- purge_finished --
--- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
+-- Retention, bounded per call; the function is in models/db/schema.sql (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
                                   :events_age * interval '1 second', :batch)
 
