@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+import pytest
+
 from models.db.migrate import MIGRATIONS
 
 VERSIONS = MIGRATIONS / "versions"
@@ -33,20 +35,23 @@ def frozen() -> dict[str, str]:
 def test_no_frozen_revision_file_was_edited_or_removed():
     found = on_disk()
     changed = sorted(name for name, digest in frozen().items() if found.get(name) != digest)
-    assert not changed, (
-        f"frozen revision files changed or removed: {', '.join(changed)}.\n"
-        "Databases that ran them never run them again, so an edit splits the fleet in two\n"
-        "schemas. Restore them (git checkout main -- models/db/migrations/versions/)\n"
-        "and add a NEW revision: 000N_name.py + 000N_name.sql, its line in FROZEN, and the same\n"
-        "change folded into models/db/schema.sql (README, \"Changing the schema\")."
-    )
+    if changed:
+        pytest.fail(
+            f"frozen revision files changed or removed: {', '.join(changed)}.\n"
+            "Databases that ran them never run them again, so an edit splits the fleet in two\n"
+            "schemas. Restore them (git checkout main -- models/db/migrations/versions/) and add\n"
+            "a NEW revision: 000N_name.py + 000N_name.sql, its lines in FROZEN, and the same change\n"
+            "folded into models/db/schema.sql (README, \"Changing the schema\").\n"
+            "(Only a revision that main does not have yet may change; then update its line.)",
+            pytrace=False)
 
 
 def test_every_revision_file_is_in_the_manifest():
     listed = frozen()
     new = {name: digest for name, digest in on_disk().items() if name not in listed}
-    assert not new, (
-        "revision files missing from models/db/migrations/versions/FROZEN. Once the revision is\n"
-        "final, add these lines (and fold the same change into models/db/schema.sql):\n"
-        + "".join(f"{digest}  {name}\n" for name, digest in new.items())
-    )
+    if new:
+        pytest.fail(
+            "revision files missing from models/db/migrations/versions/FROZEN. Once the revision\n"
+            "is final, add these lines (and fold the same change into models/db/schema.sql):\n"
+            + "".join(f"{digest}  {name}\n" for name, digest in new.items()),
+            pytrace=False)
