@@ -4,17 +4,18 @@
 -- Each block returns a row per object; the first column, "object", names it the same way in any
 -- database (a regclass or regprocedure name, never an OID, never the database's name), and the
 -- other columns are what must agree. NULL columns are left out of the printed row.
--- Only user schemas count: not pg_*, not information_schema, nothing an extension owns.
+-- Only user schemas count (the name matches neither pg_* nor information_schema), and nothing
+-- an extension owns.
 
 -- schemas --
 SELECT n.nspname AS object, pg_get_userbyid(n.nspowner) AS owner
 FROM pg_namespace n
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+WHERE n.nspname !~ '^(pg_|information_schema$)'
 ORDER BY 1
 
 -- extensions --
-SELECT e.extname AS object, e.extversion AS version, n.nspname AS schema
-FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+SELECT e.extname AS object, e.extversion AS version, e.extnamespace::regnamespace::text AS schema
+FROM pg_extension e
 ORDER BY 1
 
 -- relations --
@@ -31,8 +32,8 @@ SELECT c.oid::regclass::text AS object,
        c.reloptions AS options,
        CASE WHEN c.relkind IN ('r', 'p') AND c.relreplident <> 'd'
             THEN c.relreplident::text END AS replica_identity
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+FROM pg_class c
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
   AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f', 'i', 'I')
   AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                   AND d.objid = c.oid AND d.deptype = 'e')
@@ -51,10 +52,9 @@ SELECT format('%s.%s', c.oid::regclass, a.attname) AS object,
            AS collation
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
   AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c') AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY c.oid::regclass::text, a.attnum
 
@@ -63,8 +63,8 @@ ORDER BY c.oid::regclass::text, a.attnum
 SELECT format('%s %s', CASE WHEN c.conrelid <> 0 THEN c.conrelid::regclass::text
                             ELSE c.contypid::regtype::text END, c.conname) AS object,
        pg_get_constraintdef(c.oid) AS definition
-FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+FROM pg_constraint c
+WHERE c.connamespace::regnamespace::text !~ '^(pg_|information_schema$)'
 ORDER BY 1
 
 -- indexes --
@@ -74,8 +74,7 @@ SELECT i.indexrelid::regclass::text AS object,
        CASE WHEN NOT i.indisvalid THEN 'invalid' END AS validity
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
 ORDER BY 1
 
 -- triggers --
@@ -87,8 +86,7 @@ SELECT format('%s %s', t.tgrelid::regclass, t.tgname) AS object,
                         WHEN 'R' THEN 'replica only' WHEN 'A' THEN 'always' END AS state
 FROM pg_trigger t
 JOIN pg_class c ON c.oid = t.tgrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema' AND NOT t.tgisinternal
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)' AND NOT t.tgisinternal
 ORDER BY 1
 
 -- functions --
@@ -99,8 +97,8 @@ SELECT p.oid::regprocedure::text AS object,
        p.prosecdef AS security_definer,
        p.proconfig AS config,
        CASE WHEN p.prokind <> 'a' THEN pg_get_functiondef(p.oid) END AS definition
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+FROM pg_proc p
+WHERE p.pronamespace::regnamespace::text !~ '^(pg_|information_schema$)'
   AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
                   AND d.objid = p.oid AND d.deptype = 'e')
 ORDER BY 1
@@ -118,8 +116,7 @@ SELECT s.seqrelid::regclass::text AS object,
           AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')) AS owned_by
 FROM pg_sequence s
 JOIN pg_class c ON c.oid = s.seqrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
 ORDER BY 1
 
 -- policies --
@@ -134,8 +131,7 @@ SELECT format('%s %s', p.polrelid::regclass, p.polname) AS object,
        pg_get_expr(p.polwithcheck, p.polrelid) AS with_check
 FROM pg_policy p
 JOIN pg_class c ON c.oid = p.polrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
 ORDER BY 1
 
 -- privileges --
@@ -149,25 +145,24 @@ WITH acls (object, acl) AS (
     UNION ALL
     SELECT 'schema ' || n.nspname, coalesce(n.nspacl, acldefault('n', n.nspowner))
     FROM pg_namespace n
-    WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+    WHERE n.nspname !~ '^(pg_|information_schema$)'
     UNION ALL
     SELECT CASE WHEN c.relkind = 'S' THEN 'sequence ' ELSE 'table ' END || c.oid::regclass::text,
            coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char",
                                            c.relowner))
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+    FROM pg_class c
+    WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
       AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
     UNION ALL
     SELECT format('column %s.%s', c.oid::regclass, a.attname), a.attacl
     FROM pg_attribute a
     JOIN pg_class c ON c.oid = a.attrelid
-    JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+    WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
       AND a.attacl IS NOT NULL AND a.attnum > 0 AND NOT a.attisdropped
     UNION ALL
     SELECT 'function ' || p.oid::regprocedure::text, coalesce(p.proacl, acldefault('f', p.proowner))
-    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-    WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+    FROM pg_proc p
+    WHERE p.pronamespace::regnamespace::text !~ '^(pg_|information_schema$)'
     UNION ALL
     SELECT format('default for new %s of %s in %s',
                   d.defaclobjtype, pg_get_userbyid(d.defaclrole), coalesce(n.nspname, 'any schema')),
@@ -197,8 +192,8 @@ SELECT t.oid::regtype::text AS object,
                          || CASE WHEN t.typnotnull THEN ' NOT NULL' ELSE '' END
                          || coalesce(' DEFAULT ' || t.typdefault, '')
        END AS definition
-FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema'
+FROM pg_type t
+WHERE t.typnamespace::regnamespace::text !~ '^(pg_|information_schema$)'
   AND (t.typtype IN ('e', 'd', 'r', 'm')
        OR (t.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = t.typrelid) = 'c'))
   AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_type'::regclass
@@ -207,8 +202,8 @@ ORDER BY 1
 
 -- views --
 SELECT c.oid::regclass::text AS object, pg_get_viewdef(c.oid) AS definition
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema' AND c.relkind IN ('v', 'm')
+FROM pg_class c
+WHERE c.relnamespace::regnamespace::text !~ '^(pg_|information_schema$)' AND c.relkind IN ('v', 'm')
 ORDER BY 1
 
 -- alembic_version --
