@@ -1,5 +1,5 @@
 -- The job store: every statement that changes jobs.status lives here and is called only from
--- models/jobs/store.py. The transition trigger (schema.sql) rejects anything else; statement-level
+-- models/jobs/store.py. The transition trigger (models/db/schema.sql) rejects anything else; statement-level
 -- triggers write the job_events rows (and metric events) in the same transaction.
 --
 -- Columns are listed, never `*`: a worker must not receive another tenant's result, and the
@@ -231,7 +231,7 @@ WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_r
 FOR UPDATE
 
 -- purge_finished --
--- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
+-- Retention, bounded per call; the function is in models/db/schema.sql (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
                                   :events_age * interval '1 second', :batch)
 
