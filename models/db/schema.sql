@@ -133,8 +133,6 @@ CREATE TABLE jobs (
 -- not the millions of finished rows behind them.
 CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
 CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_until) WHERE status IN ('leased', 'cancel_requested');
--- The claim counts a limited kind's running jobs through this index.
-CREATE INDEX jobs_running_kind_idx ON jobs (kind) WHERE status IN ('leased', 'cancel_requested');
 -- Tenant listing, newest first, with keyset pagination.
 CREATE INDEX jobs_org_created_idx ON jobs (organization_id, created_at DESC, id DESC);
 -- Retention walks finished rows by age: whole jobs (this one), results still held (the next).
@@ -148,7 +146,7 @@ CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
--- Written only by the jobs_record_event trigger below.
+-- Written only by the jobs_after_insert and jobs_after_update triggers below.
 CREATE TABLE job_events (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
@@ -246,7 +244,7 @@ CREATE TABLE metric_counters (
 -- Metric functions
 -- =============================================================================================
 
--- Owner-only (no grant): reached through count_event() and the jobs_count_metrics trigger.
+-- Owner-only (no grant): reached through count_event().
 CREATE FUNCTION bump_metric(p_name text, p_kind text, p_label text, p_by double precision)
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO metric_events (name, kind, label, value) VALUES (p_name, p_kind, p_label, p_by)
@@ -256,11 +254,23 @@ $$;
 CREATE FUNCTION metric_buckets() RETURNS double precision[] LANGUAGE sql IMMUTABLE AS
 $$ SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800]::double precision[] $$;
 
--- The bucket label of a value: the smallest bound that holds it. Stored per bucket, not
--- cumulatively; /metrics accumulates on read.
-CREATE FUNCTION metric_bucket(seconds double precision) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce((SELECT min(b) FROM unnest(metric_buckets()) AS b WHERE seconds <= b)::text,
-                    '+Inf')
+-- The bucket label of a value: the smallest bound that holds it (stored per bucket, not
+-- cumulatively; /metrics accumulates on read). A plain CASE, because an SQL function made of
+-- one expression is inlined into the statement that calls it: the batch triggers call it per
+-- row. The bounds are metric_buckets()'s, which a test checks one by one.
+CREATE FUNCTION metric_bucket(seconds double precision) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN seconds IS NULL THEN NULL
+        WHEN seconds <= 0.005 THEN '0.005' WHEN seconds <= 0.01 THEN '0.01'
+        WHEN seconds <= 0.025 THEN '0.025' WHEN seconds <= 0.05 THEN '0.05'
+        WHEN seconds <= 0.1 THEN '0.1' WHEN seconds <= 0.25 THEN '0.25'
+        WHEN seconds <= 0.5 THEN '0.5' WHEN seconds <= 1 THEN '1'
+        WHEN seconds <= 2.5 THEN '2.5' WHEN seconds <= 5 THEN '5'
+        WHEN seconds <= 10 THEN '10' WHEN seconds <= 30 THEN '30'
+        WHEN seconds <= 60 THEN '60' WHEN seconds <= 300 THEN '300'
+        WHEN seconds <= 1800 THEN '1800'
+        ELSE '+Inf' END
 $$;
 
 -- The sweeper's fold of metric_events into metric_counters, in bounded batches. SECURITY
@@ -346,62 +356,100 @@ END $$;
 CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
     FOR EACH ROW EXECUTE FUNCTION jobs_check_transition();
 
--- Every status change (and a re-lease after expiry, which is a new attempt) leaves an event
--- in the same transaction. The actor is set by our code per transaction ('user:<id>',
--- 'worker:<host>:<pid>', 'sweeper', ...).
-CREATE FUNCTION jobs_record_event() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' OR NEW.status <> OLD.status OR NEW.attempts <> OLD.attempts THEN
-        INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
-        VALUES (NEW.id, NEW.organization_id,
-                CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status, NEW.attempts,
-                coalesce(nullif(current_setting('app.actor', true), ''), current_user));
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER jobs_record_event AFTER INSERT OR UPDATE ON jobs
-    FOR EACH ROW EXECUTE FUNCTION jobs_record_event();
-
--- Finished-job counts and histogram observations, recorded as jobs move (see metric_events).
--- SECURITY DEFINER: every role that moves a job counts it, none may write counters directly.
-CREATE FUNCTION jobs_count_metrics() RETURNS trigger
+-- Inserted jobs: their 'queued' events, and one NOTIFY per statement for workers that LISTEN
+-- (a wake-up faster than the broker's; the broker's wake-up and the sweeper remain the
+-- guarantee, NOTIFY is only a shortcut). The actor defaults to the requester.
+-- SECURITY DEFINER: job_events is written by this function only, whoever inserted the job.
+CREATE FUNCTION jobs_after_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    wait_s double precision;
-    run_s double precision;
-    expired boolean;
 BEGIN
-    IF NEW.status = OLD.status AND NEW.attempts = OLD.attempts THEN
-        RETURN NULL;
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
+    FROM new_jobs n;
+    IF FOUND THEN
+        PERFORM pg_notify('spacejobs_jobs', '');
     END IF;
-    -- queue wait: created → first lease; duration: first lease → finish
-    IF OLD.status = 'queued' AND NEW.status = 'leased' AND OLD.attempts = 0 THEN
-        wait_s := extract(epoch FROM clock_timestamp() - NEW.created_at);
-    END IF;
-    IF NEW.status IN ('completed', 'failed', 'cancelled') AND NEW.status <> OLD.status
-       AND NEW.started_at IS NOT NULL THEN
-        run_s := extract(epoch FROM clock_timestamp() - NEW.started_at);
-    END IF;
-    expired := OLD.status IN ('leased', 'cancel_requested') AND OLD.lease_until < now()
-               AND (NEW.status <> OLD.status OR NEW.lease_token IS DISTINCT FROM OLD.lease_token);
-    -- One INSERT per transition, whatever it records (the claim and the finish are hot paths).
-    INSERT INTO metric_events (name, kind, label, value)
-    SELECT m.name, NEW.kind, m.label, m.value FROM (VALUES
-        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(wait_s), 1.0, wait_s IS NOT NULL),
-        ('spacejobs_job_queue_wait_seconds_sum', '', wait_s, wait_s IS NOT NULL),
-        ('spacejobs_jobs_finished_total', NEW.status, 1.0,
-            NEW.status IN ('completed', 'failed', 'cancelled') AND NEW.status <> OLD.status),
-        ('spacejobs_job_duration_seconds_bucket', metric_bucket(run_s), 1.0, run_s IS NOT NULL),
-        ('spacejobs_job_duration_seconds_sum', '', run_s, run_s IS NOT NULL),
-        ('spacejobs_leases_expired_total', '', 1.0, expired)
-    ) AS m (name, label, value, wanted)
-    WHERE m.wanted;
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER jobs_count_metrics AFTER UPDATE ON jobs
-    FOR EACH ROW EXECUTE FUNCTION jobs_count_metrics();
+CREATE TRIGGER jobs_after_insert AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_insert();
+
+-- Updated jobs: an event per status change (and per re-lease after expiry, which is a new
+-- attempt), and the metric events, summed per statement: a batch of 100 finishes adds one
+-- 'finished' row with value 100, not 100 rows.
+CREATE FUNCTION jobs_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, o.status, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), current_user)
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE n.status <> o.status OR n.attempts <> o.attempts;
+
+    INSERT INTO metric_events (name, kind, label, value)
+    SELECT m.name, t.kind, m.label, sum(m.value)
+    FROM (
+        SELECT n.kind,
+               -- queue wait: created -> first lease; duration: first lease -> finish
+               CASE WHEN o.status = 'queued' AND n.status = 'leased' AND o.attempts = 0
+                    THEN extract(epoch FROM clock_timestamp() - n.created_at) END AS wait_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                         AND n.started_at IS NOT NULL
+                    THEN extract(epoch FROM clock_timestamp() - n.started_at) END AS run_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                    THEN n.status END AS finished_as,
+               o.status IN ('leased', 'cancel_requested') AND o.lease_until < now()
+                   AND (n.status <> o.status OR n.lease_token IS DISTINCT FROM o.lease_token) AS expired
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.status <> o.status OR n.attempts <> o.attempts
+    ) AS t
+    CROSS JOIN LATERAL (VALUES
+        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(t.wait_s), 1.0, t.wait_s IS NOT NULL),
+        ('spacejobs_job_queue_wait_seconds_sum', '', t.wait_s, t.wait_s IS NOT NULL),
+        ('spacejobs_jobs_finished_total', t.finished_as, 1.0, t.finished_as IS NOT NULL),
+        ('spacejobs_job_duration_seconds_bucket', metric_bucket(t.run_s), 1.0, t.run_s IS NOT NULL),
+        ('spacejobs_job_duration_seconds_sum', '', t.run_s, t.run_s IS NOT NULL),
+        ('spacejobs_leases_expired_total', '', 1.0, t.expired)
+    ) AS m (name, label, value, wanted)
+    WHERE m.wanted
+    GROUP BY m.name, t.kind, m.label;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_after_update AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_update();
+
+-- The requester's standing for jobs the caller holds the lease of: the membership role and the
+-- organization's state, read as the owner (the worker role may not read memberships across
+-- organizations) and only for rows whose lease token the caller presents. FOR SHARE holds the
+-- membership and the organization still until the caller commits: a removal or a state change
+-- waits for the job's write to commit, instead of slipping in between the check and the write.
+-- A job missing from the result has no membership left (or the lease is no longer the caller's;
+-- the fenced write that follows tells those apart).
+-- Each (organization, requester) pair is locked once, however many of its jobs are in the batch.
+CREATE FUNCTION lease_standing(p_ids uuid[], p_tokens uuid[])
+RETURNS TABLE (job_id uuid, role text, organization_state text)
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH held AS (
+        SELECT j.id, j.organization_id, j.requested_by
+        FROM unnest(p_ids, p_tokens) AS l (id, token)
+        JOIN jobs j ON j.id = l.id AND j.lease_token = l.token
+                   AND j.status IN ('leased', 'cancel_requested')
+        WHERE j.id = ANY (p_ids)
+    ), standing AS (
+        SELECT m.organization_id, m.user_id, m.role, o.state
+        FROM memberships m JOIN organizations o ON o.id = m.organization_id
+        WHERE (m.organization_id, m.user_id) IN (SELECT organization_id, requested_by FROM held)
+        FOR SHARE OF m, o
+    )
+    SELECT h.id, s.role, s.state
+    FROM held h
+    JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
+$$;
 
 -- =============================================================================================
 -- Retention
@@ -560,3 +608,5 @@ REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
 REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
+REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;

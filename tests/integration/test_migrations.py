@@ -133,7 +133,7 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
         "function purge_finished_jobs(interval,interval,interval,integer) to space_worker"
         "  privileges=EXECUTE",
         "\ndatabase to PUBLIC  privileges=CONNECT",
-        "jobs jobs_count_metrics  definition=CREATE TRIGGER jobs_count_metrics AFTER UPDATE",
+        "jobs jobs_after_update  definition=CREATE TRIGGER jobs_after_update AFTER UPDATE",
         "config=['search_path=public, pg_temp']",
         "    definition| CREATE OR REPLACE FUNCTION public.jobs_check_transition()",
         "job_events_id_seq  type=bigint  start=1",
