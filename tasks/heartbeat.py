@@ -141,6 +141,8 @@ class LeaseKeeper:
                 self.tick()
 
     def _hard_kill(self, running: _Running) -> None:
+        with self._lock:
+            self._running = None  # once: the process is about to end
         job = running.job
         log.error("job exceeded its hard time limit; killing its worker process",
                   extra=job.log_context)

@@ -161,8 +161,9 @@ class Runner:
     def drain(self, limit: int) -> int:
         """Run due jobs until none is left, at most ``limit``; returns how many attempts ran.
 
-        When it stops at the limit with work left, it publishes a wake-up so the queue goes on
-        draining (wake-ups are coalesced: nobody else may send one)."""
+        When it stops at the limit (its last claim was full, so more is likely due), it publishes
+        a wake-up so the queue goes on draining: wake-ups are coalesced, and nobody else may
+        send one."""
         self._pending: list[Finished] = []
         self._pending_since = 0.0
         held: deque[LeasedJob] = deque()
