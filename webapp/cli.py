@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from models.accounts.access import ORG_STATES, ROLE_RANK
+from models.tenancy.access import ORG_STATES, ROLE_RANK
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
