@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     claim_batch: int = Field(
         100, ge=1, le=1000, description="the most jobs one claim leases at once (it adapts below "
                                         "that to how long jobs take)")
+    linger_seconds: float = Field(
+        1.0, ge=0, description="after the queue runs dry, a pool process waits this long for a "
+                               "new job (LISTEN/NOTIFY) before it goes back to Celery; 0 turns it off")
     worker_concurrency: int = Field(2, ge=1, description="Celery processes per worker")
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")

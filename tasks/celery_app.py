@@ -46,6 +46,8 @@ def make_runner() -> Runner:
         stop_requested=shutdown.stop_requested,
         release_due=shutdown.release_due,
         count=lambda name, kind: worker_process.COUNTERS.add(name, kind),
+        linger=settings.linger_seconds,
+        wait_for_work=worker_process.wait_for_work,
     )
 
 
