@@ -14,7 +14,7 @@ from uuid import UUID
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from models.db.transaction import transaction
 from models.errors import (
@@ -25,10 +25,9 @@ from models.errors import (
     OrganizationUnavailable,
     ResultExpired,
 )
-from models.jobs import store
+from models.jobs import service, store
 from models.jobs.records import ALL_STATUSES, Job
-from models.kinds import get_kind
-from models.tenancy.access import check_allowed, find_membership
+from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id
@@ -51,6 +50,11 @@ class SubmitJob(StrictBody):
     kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     params: dict[str, Any] | None = None
     dedup_key: Key | None = None
+    run_after: AwareDatetime | None = None
+
+
+class SubmitBatch(StrictBody):
+    jobs: Annotated[list[SubmitJob], Field(min_length=1, max_length=service.MAX_BATCH)]
 
 
 class CreateProject(StrictBody):
@@ -154,39 +158,43 @@ def create_project(org: str) -> ResponseReturnValue:
 def submit_job(org: str) -> ResponseReturnValue:
     current_user()  # 401 before anything else: validation must not tell strangers what exists
     body = parse_body(SubmitJob)
-    kind = get_kind(body.kind)
-    params = kind.parse_params(body.params).model_dump(mode="json")
-    if body.dedup_key is not None and not kind.rules.dedupable:
-        raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     idempotency_key = request.headers.get("Idempotency-Key")
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
-    user = current_user()
-    # ONE transaction: membership and organization state checked, row and event inserted.
+    # ONE transaction: membership and organization state checked, row and event inserted; the
+    # wake-up goes out after its COMMIT.
     with org_transaction(org) as (conn, membership):
-        check_allowed(membership, org_states=kind.rules.org_states, role=kind.rules.role)
-        job, created = store.submit(
-            conn,
-            organization_id=membership.organization_id,
-            requested_by=user.id,
-            kind=kind.rules,
-            params=params,
-            dedup_key=body.dedup_key,
-            idempotency_key=idempotency_key,
-            request_id=g.request_id,
-        )
-    log.info("job submitted" if created else "job submit replayed",
+        submitted = service.submit(
+            conn, body.kind, body.params, organization_id=membership.organization_id,
+            requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
+            run_after=body.run_after, request_id=g.request_id, membership=membership,
+            wake=current_app.extensions["spacejobs.wakeups"].wake)
+    job = submitted.job
+    log.info("job submitted" if submitted.created else "job submit replayed",
              extra={"request_id": g.request_id, "job_id": str(job.id), "kind": job.kind,
                     "organization_id": str(job.organization_id), "attempt": 0})
-    # Only after COMMIT: a wake-up for a row that does not exist would be worse than none.
-    if created:
-        current_app.extensions["spacejobs.wakeups"].wake(str(job.id))
     response = jsonify(job_json(job))
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
-    if not created:
+    if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     return response
+
+
+@api.post("/orgs/<org>/jobs:batch")
+def submit_jobs(org: str) -> ResponseReturnValue:
+    """1 to 1,000 jobs in one request and one statement, all or nothing."""
+    current_user()
+    body = parse_body(SubmitBatch)
+    with org_transaction(org) as (conn, membership):
+        jobs = service.submit_many(
+            conn, [service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs],
+            organization_id=membership.organization_id, requested_by=g.user.id,
+            request_id=g.request_id, membership=membership,
+            wake=current_app.extensions["spacejobs.wakeups"].wake)
+    log.info("%d jobs submitted", len(jobs), extra={"request_id": g.request_id,
+                                                    "organization_id": str(membership.organization_id)})
+    return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
 
 
 @api.get("/orgs/<org>/jobs")

@@ -31,7 +31,7 @@ HTTP_STATUS = {
 }
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names).
-_PUBLIC_DETAILS = ("job_id", "fields", "status")
+_PUBLIC_DETAILS = ("job_id", "fields", "status", "index")
 
 
 def error_response(code: str, message: str, http_status: int, /, **extra: object) -> ResponseReturnValue:

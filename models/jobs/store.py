@@ -8,6 +8,7 @@ caller decides the transaction (and its tenant scope); the transition trigger wr
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +39,7 @@ def submit(
     dedup_key: str | None = None,
     idempotency_key: str | None = None,
     request_id: str | None = None,
+    run_after: datetime | None = None,
 ) -> tuple[Job, bool]:
     """Insert a queued job. Returns ``(job, created)``; ``created`` is False for a replay.
 
@@ -56,6 +58,7 @@ def submit(
             "dedup_key": dedup_key,
             "idempotency_key": idempotency_key,
             "request_id": request_id,
+            "run_after": run_after,
         },
     ).mappings().one_or_none()
     if row is not None:
@@ -77,6 +80,45 @@ def submit(
     # The conflicting job may have finished between the INSERT and this SELECT: report the
     # duplicate only when we can name it, else the caller may simply submit again.
     raise DuplicateJob(job_id=str(duplicate) if duplicate else None)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job of a bulk submit, validated."""
+
+    kind: KindRules
+    params: dict[str, Any]
+    dedup_key: str | None = None
+    run_after: datetime | None = None
+
+
+def submit_many(
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    *,
+    organization_id: UUID,
+    requested_by: UUID,
+    request_id: str | None = None,
+) -> list[Job | None]:
+    """Insert many queued jobs in one statement. Returns them in the order given; ``None`` where
+    an active job with the same dedup_key exists (that row was not written)."""
+    ids = [uuid.uuid4() for _ in jobs]
+    rows = conn.execute(Q["submit_many"], {
+        "organization_id": organization_id, "requested_by": requested_by, "request_id": request_id,
+        "ids": ids, "kinds": [j.kind.name for j in jobs],
+        "params": [json.dumps(j.params) for j in jobs],
+        "max_attempts": [j.kind.max_attempts for j in jobs],
+        "lease_seconds": [j.kind.lease_seconds for j in jobs],
+        "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
+    }).mappings()
+    written = {row["id"]: Job.from_row(row) for row in rows}
+    return [written.get(job_id) for job_id in ids]
+
+
+def find_active_duplicate(conn: Connection, organization_id: UUID, kind: str,
+                          dedup_key: str) -> UUID | None:
+    return conn.execute(Q["find_active_duplicate"], {
+        "organization_id": organization_id, "kind": kind, "dedup_key": dedup_key}).scalar_one_or_none()
 
 
 def get(conn: Connection, job_id: UUID | str) -> Job | None:
