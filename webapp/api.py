@@ -167,7 +167,7 @@ def submit_job(org: str) -> ResponseReturnValue:
         submitted = service.submit(
             conn, body.kind, body.params, organization_id=membership.organization_id,
             requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
-            run_after=body.run_after, request_id=g.request_id, membership=membership,
+            run_after=body.run_after, request_id=g.request_id,
             wake=current_app.extensions["spacejobs.wakeups"].wake)
     job = submitted.job
     log.info("job submitted" if submitted.created else "job submit replayed",
@@ -190,7 +190,7 @@ def submit_jobs(org: str) -> ResponseReturnValue:
         jobs = service.submit_many(
             conn, [service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs],
             organization_id=membership.organization_id, requested_by=g.user.id,
-            request_id=g.request_id, membership=membership,
+            request_id=g.request_id,
             wake=current_app.extensions["spacejobs.wakeups"].wake)
     log.info("%d jobs submitted", len(jobs), extra={"request_id": g.request_id,
                                                     "organization_id": str(membership.organization_id)})

@@ -11,10 +11,9 @@ Every function takes the CALLER's connection and works inside the caller's open 
     # A rollback writes neither and sends nothing.
 
 ``submit`` checks the requester's current membership and the organization's state against the
-kind's rules, scopes the transaction to the organization (row-level security), writes the row
-and its event, and registers the wake-up to be sent after COMMIT (the insert's NOTIFY is
-transactional too). Domain errors (models.errors) say what was refused; nothing has been
-written when one is raised.
+kind's rules and writes the row and its event, in one statement (submit_job() in the schema),
+and registers the wake-up to be sent after COMMIT (the insert's NOTIFY is transactional too).
+Domain errors (models.errors) say what was refused; nothing has been written when one is raised.
 """
 
 from __future__ import annotations
@@ -27,12 +26,11 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db.transaction import after_commit, scope
+from models.db.transaction import after_commit
 from models.errors import DomainError, DuplicateJob, InvalidRequest
 from models.jobs import store
 from models.jobs.records import Job
 from models.kinds import JobKind, get_kind
-from models.tenancy.access import Standing, check_allowed, find_membership
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
@@ -76,18 +74,14 @@ def submit(
     idempotency_key: str | None = None,
     run_after: datetime | None = None,
     request_id: str | None = None,
-    membership: Standing | None = None,
     wake: Wake | None = None,
 ) -> Submitted:
     """Queue one job in the caller's transaction; the wake-up goes out after COMMIT.
 
-    ``membership``: the requester's membership when the caller has just read it in this
-    transaction (the web's principal query), to save the lookup. ``wake``: the publisher to
-    use instead of the configured one.
+    ``wake``: the publisher to use instead of the configured one (the web passes its own).
     """
     job_kind = get_kind(kind)
     valid = _validated(job_kind, params, dedup_key)
-    _check_requester(conn, job_kind, organization_id, requested_by, membership)
     job, created = store.submit(
         conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
         params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
@@ -104,7 +98,6 @@ def submit_many(
     organization_id: UUID,
     requested_by: UUID,
     request_id: str | None = None,
-    membership: Standing | None = None,
     wake: Wake | None = None,
 ) -> list[Job]:
     """Queue many jobs in one statement, all or nothing, in the caller's transaction.
@@ -114,7 +107,7 @@ def submit_many(
     """
     if not 1 <= len(requests) <= MAX_BATCH:
         raise InvalidRequest(f"A batch holds 1 to {MAX_BATCH} jobs.", fields=["jobs"])
-    new_jobs, kinds, seen_keys = [], {}, {}
+    new_jobs, seen_keys = [], {}
     for index, item in enumerate(requests):
         try:
             job_kind = get_kind(item.kind)
@@ -126,10 +119,7 @@ def submit_many(
             earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
             if earlier != index:
                 raise DuplicateJob("The batch holds the same job twice.", index=index)
-        kinds[item.kind] = job_kind
         new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after))
-    for job_kind in kinds.values():
-        _check_requester(conn, job_kind, organization_id, requested_by, membership)
     # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
     savepoint = conn.begin_nested()
     written = store.submit_many(conn, new_jobs, organization_id=organization_id,
@@ -151,17 +141,6 @@ def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str 
     if dedup_key is not None and not job_kind.rules.dedupable:
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     return job_kind.parse_params(params).model_dump(mode="json")
-
-
-def _check_requester(conn: Connection, job_kind: JobKind, organization_id: UUID,
-                     requested_by: UUID, membership: Standing | None) -> None:
-    """The requester's CURRENT membership and the organization's state allow this kind; the
-    transaction is scoped to the organization (row-level security) for the insert."""
-    if membership is None:
-        scope(conn, organization_id=organization_id, user_id=requested_by,
-              actor=f"user:{requested_by}")
-        membership = find_membership(conn, organization_id, requested_by)
-    check_allowed(membership, org_states=job_kind.rules.org_states, role=job_kind.rules.role)
 
 
 def _wake_after_commit(conn: Connection, job_id: str, wake: Wake | None) -> None:

@@ -6,40 +6,21 @@
 -- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
--- Web role, inside a transaction scoped to the organization. ON CONFLICT covers both partial
--- unique indexes (active dedup_key, idempotency_key); the caller then finds which one matched.
-INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                  dedup_key, idempotency_key, request_id, run_after)
-VALUES (:organization_id, :requested_by, :kind, :params, :max_attempts, :lease_seconds,
-        :dedup_key, :idempotency_key, :request_id, coalesce(CAST(:run_after AS timestamptz), now()))
-ON CONFLICT DO NOTHING
-RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params
+-- One statement: the requester's standing checked (and held until commit), the row and its
+-- event written, or the answer for a replay, a duplicate or a refusal (see submit_job() in the
+-- schema). Any role's transaction will do; it need not be scoped to the organization.
+SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_attempts,
+                         :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
+                         :idempotency_key, :request_id, CAST(:run_after AS timestamptz))
 
 -- submit_many --
--- The bulk submit: every job in ONE statement, ids made by the caller so the answer can keep
--- the request's order. A row that meets an active duplicate is skipped (and missing from the
--- answer); the caller then rolls the whole batch back: all or nothing.
-INSERT INTO jobs (id, organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                  dedup_key, request_id, run_after)
-SELECT n.id, :organization_id, :requested_by, n.kind, n.params, n.max_attempts, n.lease_seconds,
-       n.dedup_key, :request_id, coalesce(n.run_after, now())
-FROM unnest(CAST(:ids AS uuid[]), CAST(:kinds AS text[]), CAST(:params AS jsonb[]),
-            CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]),
-            CAST(:dedup_keys AS text[]), CAST(:run_afters AS timestamptz[]))
-     AS n (id, kind, params, max_attempts, lease_seconds, dedup_key, run_after)
-ON CONFLICT DO NOTHING
-RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
-
--- find_by_idempotency_key --
-SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params FROM jobs
-WHERE organization_id = :organization_id AND requested_by = :requested_by
-  AND idempotency_key = :idempotency_key
+-- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
+-- keep the request's order; a row that meets an active duplicate is missing from the answer.
+SELECT * FROM submit_jobs(:organization_id, :requested_by, CAST(:org_states AS text[]), :role,
+                          :request_id, CAST(:ids AS uuid[]), CAST(:kinds AS text[]),
+                          CAST(:params AS jsonb[]), CAST(:max_attempts AS integer[]),
+                          CAST(:lease_seconds AS integer[]), CAST(:dedup_keys AS text[]),
+                          CAST(:run_afters AS timestamptz[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
