@@ -48,6 +48,7 @@ def submit(
     idempotency_key: str | None = None,
     request_id: str | None = None,
     run_after: datetime | None = None,
+    retry_of: UUID | None = None,
 ) -> tuple[Job, bool]:
     """Insert a queued job, after checking the requester's current standing against the kind's
     rules. Returns ``(job, created)``; ``created`` is False for an Idempotency-Key replay.
@@ -61,7 +62,7 @@ def submit(
         "params": json.dumps(params), "max_attempts": kind.max_attempts,
         "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
         "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
-        "request_id": request_id, "run_after": run_after,
+        "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
     }).mappings().one()
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)

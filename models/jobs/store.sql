@@ -11,7 +11,8 @@
 -- schema). Any role's transaction will do; it need not be scoped to the organization.
 SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_attempts,
                          :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
-                         :idempotency_key, :request_id, CAST(:run_after AS timestamptz))
+                         :idempotency_key, :request_id, CAST(:run_after AS timestamptz),
+                         CAST(:retry_of AS uuid))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller

@@ -56,13 +56,12 @@ def retry_as_new(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_
         try:
             new, _ = store.submit(conn, organization_id=org, requested_by=old["requested_by"],
                                   kind=get_kind(old["kind"]).rules, params=old["params"],
-                                  request_id=request_id)
+                                  request_id=request_id, retry_of=job_id)
         except NotFound:
             # The submit refuses a requester who left, as it refuses anyone outside the
             # organization; to an operator that is not a missing job.
             raise InvalidRequest("The job's requester is no longer a member of its organization;"
                                  " a new job would be refused.") from None
-        conn.execute(Q["link_retry"], {"old": job_id, "new": new.id})
         _audit(conn, operator_id, "retry", str(job_id), {"new_job_id": str(new.id)}, request_id)
     return new
 

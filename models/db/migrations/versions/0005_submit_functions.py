@@ -24,5 +24,5 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],"
                " integer[], integer[], text[], timestamptz[])")
     op.execute("DROP FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text,"
-               " text, text, text, timestamptz)")
+               " text, text, text, timestamptz, uuid)")
     op.execute("DROP FUNCTION role_rank(text)")

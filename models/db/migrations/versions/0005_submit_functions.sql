@@ -19,7 +19,8 @@ $$;
 CREATE FUNCTION submit_job(
     p_organization_id uuid, p_requested_by uuid, p_kind text, p_params jsonb,
     p_max_attempts integer, p_lease_seconds integer, p_org_states text[], p_role text,
-    p_dedup_key text, p_idempotency_key text, p_request_id text, p_run_after timestamptz)
+    p_dedup_key text, p_idempotency_key text, p_request_id text, p_run_after timestamptz,
+    p_retry_of uuid)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -47,10 +48,13 @@ BEGIN
     END IF;
 
     INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                      dedup_key, idempotency_key, request_id, run_after)
+                      dedup_key, idempotency_key, request_id, run_after, retry_of)
     VALUES (p_organization_id, p_requested_by, p_kind, p_params,
             least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
-            p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()))
+            p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()),
+            -- an operator's retry-as-new-job points back at the job it retries, in its org
+            (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
+                                        AND r.organization_id = p_organization_id))
     ON CONFLICT DO NOTHING
     RETURNING * INTO made;
     IF made.id IS NOT NULL THEN
@@ -142,9 +146,9 @@ BEGIN
 END $$;
 
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                  text, text, timestamptz) FROM PUBLIC;
+                                  text, text, timestamptz, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                     text, text, timestamptz) TO space_app, space_worker;
+                                     text, text, timestamptz, uuid) TO space_app, space_worker;
 REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                    integer[], integer[], text[], timestamptz[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
