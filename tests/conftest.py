@@ -30,7 +30,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from models.db.engine import libpq_url, make_engine, with_database
-from models.db.migrate import upgrade
+from models.db.migrate import secure_database, upgrade
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.settings import reload_settings
@@ -57,7 +57,14 @@ class Servers:
                 conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
             else:
                 conn.execute(f'CREATE DATABASE "{name}"')
-        return with_database(self.admin_url, name)
+        url = with_database(self.admin_url, name)
+        if template:
+            # What upgrade() does to a database that CREATE DATABASE does not copy (no TEMP).
+            engine = make_engine(url, pool_size=1)
+            with engine.begin() as admin:
+                secure_database(admin)
+            engine.dispose()
+        return url
 
     def drop_database(self, name: str) -> None:
         with psycopg.connect(libpq_url(self.admin_url), autocommit=True) as conn:
@@ -203,7 +210,8 @@ class Stack:
 
     # -- inspection as the worker role (it may read the whole queue) ----------------------
     def job_row(self, job_id: str | uuid.UUID) -> dict[str, Any]:
-        with transaction(self.worker_db) as conn:
+        """The whole row, as the owner role: no application role may read all of it."""
+        with self.admin() as conn:
             return dict(conn.execute(text("SELECT * FROM jobs WHERE id = :id"),
                                      {"id": str(job_id)}).mappings().one())
 

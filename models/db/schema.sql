@@ -338,6 +338,11 @@ BEGIN
         RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
             USING ERRCODE = 'check_violation';
     END IF;
+    IF current_user = 'space_app' AND NOT (
+           (OLD.status = 'queued' AND NEW.status = 'cancelled')
+        OR (OLD.status = 'leased' AND NEW.status = 'cancel_requested')) THEN
+        RAISE EXCEPTION 'the web may only cancel a job' USING ERRCODE = 'insufficient_privilege';
+    END IF;
     -- A live lease is only replaced once it has expired: fencing in the database itself.
     IF OLD.status = 'leased' AND NEW.status = 'leased'
        AND NEW.lease_token IS DISTINCT FROM OLD.lease_token AND OLD.lease_until > now() THEN
@@ -363,6 +368,18 @@ CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
 CREATE FUNCTION jobs_after_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
+    -- Whatever a session of an application role inserts (through our functions, the only way
+    -- it can) is checked; the owner's administrative sessions (a restore, test set-ups that
+    -- plant finished rows) are not.
+    IF session_user IN ('space_app', 'space_worker', 'space_operator') AND EXISTS (
+               SELECT 1 FROM new_jobs n
+               WHERE n.status <> 'queued' OR n.attempts <> 0 OR n.lease_token IS NOT NULL
+                  OR n.lease_until IS NOT NULL OR n.leased_by IS NOT NULL OR n.result IS NOT NULL
+                  OR n.result_ref IS NOT NULL OR n.started_at IS NOT NULL
+                  OR n.finished_at IS NOT NULL OR n.error_code IS NOT NULL) THEN
+        RAISE EXCEPTION 'a job is born queued, at attempt 0, with no lease and no result'
+            USING ERRCODE = 'check_violation';
+    END IF;
     INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
     SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
            coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
@@ -450,6 +467,45 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     FROM held h
     JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
 $$;
+
+-- The claim: up to p_limit due jobs in ONE statement, each with its own fresh random lease token.
+-- Queued jobs through jobs_claimable_idx, leases that ran out while attempts remain through
+-- jobs_lease_expiry_idx (cancel_requested is not re-claimed: an expired cancel request ends
+-- cancelled); SKIP LOCKED lets concurrent claimers pass each other without waiting. A function,
+-- because it is the one place a worker reads params: those of the jobs it leases, no others.
+CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text)
+RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
+               attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
+               request_id text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    WITH expired AS (
+        SELECT e.id FROM jobs e
+        WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
+          AND e.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR e.kind = p_only_kind)
+        ORDER BY e.lease_until
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), queued AS (
+        SELECT q.id FROM jobs q
+        WHERE q.status = 'queued' AND q.run_after <= now()
+          AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+        ORDER BY q.run_after, q.created_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), chosen AS (
+        SELECT c.id FROM (SELECT x.id FROM expired x UNION ALL SELECT y.id FROM queued y) AS c
+        LIMIT p_limit
+    )
+    UPDATE jobs j
+    SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
+        lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+        attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+    WHERE j.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
+    RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
+              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id;
+END $$;
 
 -- =============================================================================================
 -- Submits: one statement checks the requester's standing and writes the job
@@ -677,9 +733,9 @@ CREATE POLICY tenant_rw ON projects TO space_app, space_worker
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 
 -- jobs, web: strictly the scoped organization (submit, list, read, cancel).
--- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE SKIP LOCKED is
--- governed by UPDATE policies, so the claim needs worker_queue_update; a SELECT policy alone
--- claims nothing. Retention deletes only finished jobs.
+-- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE (lock_lease) is
+-- governed by UPDATE policies; a SELECT policy alone locks nothing. Nobody deletes: retention is
+-- purge_finished_jobs(), as the owner.
 ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE jobs FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON jobs TO space_owner USING (true) WITH CHECK (true);
@@ -687,28 +743,24 @@ CREATE POLICY tenant_rw ON jobs TO space_app
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 CREATE POLICY worker_queue_read ON jobs FOR SELECT TO space_worker USING (true);
 CREATE POLICY worker_queue_update ON jobs FOR UPDATE TO space_worker USING (true) WITH CHECK (true);
-CREATE POLICY worker_retention ON jobs FOR DELETE TO space_worker
-    USING (status IN ('completed', 'failed', 'cancelled'));
 CREATE POLICY operator_read ON jobs FOR SELECT TO space_operator USING (true);
 
--- job_events: written by the transition trigger as whoever made the transition.
+-- job_events: written only by the SECURITY DEFINER job triggers (as the owner), read per
+-- organization.
 ALTER TABLE job_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_events FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_events TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY tenant_rw ON job_events TO space_app
-    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
-CREATE POLICY worker_write ON job_events FOR INSERT TO space_worker WITH CHECK (true);
 CREATE POLICY worker_read ON job_events FOR SELECT TO space_worker
     USING (organization_id = app_org());
-CREATE POLICY worker_retention ON job_events FOR DELETE TO space_worker USING (true);
 CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (true);
+CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
+    USING (organization_id = app_org());
 
 -- job_diagnostics: workers write, operators read, tenants never.
 ALTER TABLE job_diagnostics ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_diagnostics FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CHECK (true);
 CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
-CREATE POLICY worker_retention ON job_diagnostics FOR DELETE TO space_worker USING (true);
 CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
 
 -- =============================================================================================
@@ -719,17 +771,34 @@ CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USIN
 -- are the operators' actions, which the web performs after @operator_only.
 GRANT SELECT ON organizations, users, api_tokens, memberships TO space_app;
 GRANT SELECT, INSERT ON projects TO space_app;
-GRANT SELECT, INSERT, UPDATE ON jobs TO space_app;
-GRANT SELECT, INSERT ON job_events TO space_app;
+-- Jobs: read (never the lease token), ask to cancel; written only through submit_job(s)().
+GRANT SELECT (id, organization_id, requested_by, kind, status, params, lease_until, leased_by,
+              lease_seconds, attempts, max_attempts, run_after, progress, result, result_ref,
+              error_code, error_message, dedup_key, idempotency_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_app;
+GRANT UPDATE (status, cancel_requested_at, cancel_requested_by) ON jobs TO space_app;
+GRANT SELECT ON job_events TO space_app;
 GRANT SELECT, INSERT, UPDATE ON kind_settings TO space_app;
 GRANT INSERT ON operator_audit TO space_app;
 
 -- space_worker: the queue, tenant data of the leased job's organization, its own presence row.
 GRANT SELECT ON organizations, memberships TO space_worker;
 GRANT SELECT, INSERT ON projects TO space_worker;
-GRANT SELECT, UPDATE, DELETE ON jobs TO space_worker;
-GRANT SELECT, INSERT, DELETE ON job_events TO space_worker;
-GRANT INSERT, DELETE ON job_diagnostics TO space_worker;
+-- Jobs: the queue's metadata across organizations, never a params or a result (params come
+-- from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing.
+GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, lease_until,
+              leased_by, lease_seconds, attempts, max_attempts, run_after, progress,
+              error_code, error_message, dedup_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_worker;
+GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, progress, result,
+              error_code, error_message, last_wakeup_at)
+    ON jobs TO space_worker;
+GRANT SELECT ON job_events TO space_worker;
+GRANT INSERT ON job_diagnostics TO space_worker;
 GRANT SELECT, INSERT, UPDATE ON worker_processes TO space_worker;
 GRANT SELECT ON kind_settings TO space_worker;
 
@@ -766,3 +835,5 @@ REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[])
     TO space_app, space_worker;
+REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;

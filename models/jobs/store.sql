@@ -30,41 +30,10 @@ WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup
 
 -- claim_batch --
 -- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease
--- token. `queued` reads jobs_claimable_idx only and `expired` jobs_lease_expiry_idx only, so the
--- cost does not grow with finished rows; SKIP LOCKED lets concurrent claimers pass each other
--- without waiting. A lease that ran out while attempts remain is claimable at once (the sweeper
--- would otherwise requeue it a little later); cancel_requested is not: an expired cancel request
--- ends cancelled, never retried. :only_kind claims one (concurrency-limited) kind.
-WITH expired AS (
-    SELECT id FROM jobs
-    WHERE status = 'leased' AND lease_until < now() AND attempts < max_attempts
-      AND kind <> ALL(CAST(:skip_kinds AS text[]))
-      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
-    ORDER BY lease_until
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), queued AS (
-    SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now()
-      AND kind <> ALL(CAST(:skip_kinds AS text[]))
-      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
-    ORDER BY run_after, created_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), chosen AS (
-    SELECT id FROM expired
-    UNION ALL
-    SELECT id FROM queued
-    LIMIT :limit
-)
-UPDATE jobs j
-SET status = 'leased', lease_token = gen_random_uuid(), leased_by = :worker,
-    lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
-    attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
--- An array, not a join: the rows are found through the primary key whatever the table's size.
-WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts, j.max_attempts,
-          j.lease_token, j.lease_seconds, j.request_id
+-- token (see claim_jobs() in the schema: queued jobs through jobs_claimable_idx, leases that ran
+-- out through jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A
+-- function, because it is the one place a worker reads a job's params: only its own leases'.
+SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text))
 
 -- extend_leases --
 -- Heartbeat, one statement for every lease a worker process holds. A row missing from the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -225,10 +226,15 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
             " SELECT :org, :user, 'bench.noop', 'completed', 30, 3, 1, now()"
             " FROM generate_series(1, 20000)"), {"org": org, "user": user})
         conn.execute(text("ANALYZE jobs"))
-    explain = text("EXPLAIN " + store.Q["claim_batch"].text)
-    with stack_db.worker_db.connect() as conn, conn.begin():
-        plan = "\n".join(r[0] for r in conn.execute(explain, {
-            "worker": "explain", "limit": 50, "skip_kinds": [], "only_kind": None}))
+    # The claim is claim_jobs()'s one statement: plan it as written in the schema, with values.
+    schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
+    body = schema[schema.index("CREATE FUNCTION claim_jobs("):]
+    statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\nEND $$;")]
+    for name, value in {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",
+                        "p_only_kind": "NULL::text"}.items():
+        statement = statement.replace(name, value)
+    with stack_db.admin() as conn:
+        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + statement)))
         conn.rollback()
     assert "jobs_claimable_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
