@@ -39,8 +39,9 @@ from models.tenancy import accounts, passwords
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Test-only kinds (tests/kinds.py) and the bench kinds, in this process and in every worker.
+# Test-only kinds (tests/kinds.py), the bench and demo kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
 reload_settings()
 
@@ -113,6 +114,7 @@ class Stack:
             REDIS_URL=self.redis_url,
             SPACEJOBS_QUEUE=self.queue,
             SPACEJOBS_BENCH_KINDS="1",
+            SPACEJOBS_DEMO_KINDS="1",
             SPACEJOBS_EXTRA_KIND_MODULES="tests.kinds",
             SPACEJOBS_WAKEUP_GRACE="1.5",
             SPACEJOBS_SWEEP_INTERVAL="0.5",

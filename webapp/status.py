@@ -72,10 +72,10 @@ def describe(job: Job) -> Shown:
                          line + " (the same job, with the same id)", bar, tone="running")
         return Shown("Running", line, None, bar, tone="running")
     if status == Status.CANCEL_REQUESTED:
-        line, bar = running_line(job)
+        line, _bar = running_line(job)  # no bar: the job is winding down, not getting on
         return Shown("Cancel requested", "Cancel requested",
                      "The job stops at its next safe point; until then it is still running "
-                     f"({line.removeprefix('Running — ')}).", bar, tone="running")
+                     f"({line.removeprefix('Running — ')}).", tone="running")
     if status == Status.CANCELLED:
         return Shown("Cancelled", "Cancelled", "The job was stopped and will not run again.")
     if status == Status.COMPLETED:

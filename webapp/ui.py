@@ -262,7 +262,7 @@ def _why_not(error: DomainError, what: str, membership: Membership, role: str | 
     """A refusal as a sentence that says why, for the person in front of the page."""
     if error.code == "organization_read_only":
         return (f"{what} is unavailable: this organization is read-only, so nothing new can be "
-                "written to it. Exports still work; an owner can ask for it to be made active again.")
+                "written to it. Exports still work; the operators can make it active again.")
     if error.code == "organization_unavailable":
         return f"{what} is unavailable: this organization is being deleted."
     if error.code == "insufficient_role" and role:
@@ -302,7 +302,7 @@ def start(org: str) -> ResponseReturnValue:
         with org_page(org) as page:
             problem = _why_not(error, label_of(kind), page.membership, get_kind(kind).rules.role)
         return jobs_page(org, problem=problem, status=HTTP_STATUS.get(error.code, 400))
-    flash("Accepted: the job is queued. This page follows it until it is done.")
+    flash("Accepted. This page follows the job until it is done.")
     return redirect(url_for("ui.job_page", org=org, job_id=job.id))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 
 import pytest
 
@@ -147,7 +148,7 @@ def test_export_from_the_jobs_page_runs_and_its_file_downloads_to_members(stack:
     assert started.status_code == 302
     job_id = started.headers["Location"].rsplit("/", 1)[1]
     first = browser.get(started.headers["Location"]).get_data(as_text=True)
-    assert "Accepted: the job is queued." in first
+    assert "Accepted. This page follows the job until it is done." in first
     stack.wait_for(job_id, "completed")
     done = browser.get(f"/orgs/{org}/jobs/{job_id}/status").get_data(as_text=True)
     assert "Completed" in done and "Download the result" in done
@@ -244,3 +245,31 @@ def test_the_jobs_list_filters_and_pages_like_the_api(stack: Stack, app):
     assert ids[0][:8] in second and export[:8] not in second and "Newest jobs" in second
     only = browser.get(f"/orgs/{org}/jobs?kind=projects_export").get_data(as_text=True)
     assert export[:8] in only and ids[-1][:8] not in only
+
+
+def test_a_retry_is_shown_as_the_same_job_and_a_failure_says_what_to_do_next(stack: Stack, app, client):
+    from tests.kinds import SECRET_MARKER
+
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    job = submit(client, org, owner, "test.fail")
+    url = f"/orgs/{org}/jobs/{job['id']}"
+    deadline = time.monotonic() + 20
+    while (row := stack.job_row(job["id"]))["attempts"] < 1 or row["status"] == "leased":
+        assert time.monotonic() < deadline, "the first attempt never failed"
+        time.sleep(0.02)
+    with stack.workers_paused():
+        row = stack.job_row(job["id"])
+        attempt = row["attempts"] + (1 if row["status"] == "queued" else 0)
+        if row["status"] != "failed":
+            page = browser.get(url).get_data(as_text=True)
+            assert f"Retrying — attempt {attempt} of 3" in page
+            assert "the same job, with the same id" in page and job["id"] in page
+    row = stack.wait_for(job["id"], "failed", timeout=30)
+    page = browser.get(url).get_data(as_text=True)
+    assert "Failed" in page and "The job failed because of an internal error." in page
+    assert "Try again with a new job. If it fails again, contact support" in page
+    assert row["request_id"] and row["request_id"] in page
+    assert SECRET_MARKER not in page and "RuntimeError" not in page
