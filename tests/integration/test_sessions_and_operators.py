@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from models.db.transaction import transaction
-from models.tenancy import passwords
+from models.tenancy import accounts, passwords
 from tests.conftest import ROOT, Stack, TestUser, csrf_of, sign_in, submit
 from tests.integration.test_job_lifecycle import read_events
 
@@ -102,7 +102,6 @@ def _forms(stack: Stack, app, client, operator):
     owner = stack.user(org, role="owner", password=PASSWORD)
     stack.user(other, role="member").id  # noqa: B018 - a second organization to switch to
     with stack.admin() as conn:
-        from models.tenancy import accounts
         accounts.add_member(conn, other, owner.id, "member")
     queued = submit(client, org, owner, "bench.noop")  # the caller keeps the workers paused
     jobs_before = lambda: len(client.get(f"/api/v1/orgs/{org}/jobs", headers=owner.auth).get_json()["jobs"])  # noqa: E731
@@ -277,22 +276,22 @@ def test_a_deleted_user_is_out_at_once(stack: Stack, app):
 def test_sessions_end_when_idle_and_at_their_absolute_end_and_cookies_are_guarded(stack: Stack):
     org = stack.org()
     user = stack.user(org, role="member", password=PASSWORD)
-    idle = stack.make_app(SESSION_IDLE_SECONDS=1.0).test_client()
+    idle = stack.make_app(SESSION_IDLE_SECONDS=0.5).test_client()
     sign_in(idle, user)
     assert idle.get(f"/orgs/{org}/jobs").status_code == 200
-    time.sleep(1.3)
+    time.sleep(0.7)
     assert idle.get(f"/orgs/{org}/jobs").status_code == 302
 
-    short = stack.make_app(PERMANENT_SESSION_LIFETIME=timedelta(seconds=2),
+    short = stack.make_app(PERMANENT_SESSION_LIFETIME=timedelta(seconds=1.2),
                            SESSION_COOKIE_SECURE=True).test_client()
     answer = short.post("/login", data={"email": user.email, "password": PASSWORD,
                                         "csrf": csrf_of(short.get("/login"))})
     cookie = answer.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" in cookie
-    deadline = time.monotonic() + 2.5
+    deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:  # busy all along: the absolute end still comes
         short.get(f"/orgs/{org}/jobs", base_url="https://localhost")
-        time.sleep(0.4)
+        time.sleep(0.2)
     assert short.get(f"/orgs/{org}/jobs", base_url="https://localhost").status_code == 302
 
 
@@ -304,7 +303,8 @@ def test_tokens_revoke_refuses_the_very_next_request(stack: Stack, client):
     assert done.returncode == 0, done.stderr
     assert client.get("/api/v1/me", headers=user.auth).status_code == 401
 
-    second = cli(stack, "tokens", "create", user.email).stdout.strip()
+    with stack.admin() as conn:
+        second = accounts.create_token(conn, user.id)
     listed = cli(stack, "tokens", "list", user.email).stdout.splitlines()
     live = [line.split()[0] for line in listed if line.endswith("live")]
     assert len(listed) == 2 and len(live) == 1
