@@ -273,3 +273,40 @@ def test_a_retry_is_shown_as_the_same_job_and_a_failure_says_what_to_do_next(sta
     assert "Try again with a new job. If it fails again, contact support" in page
     assert row["request_id"] and row["request_id"] in page
     assert SECRET_MARKER not in page and "RuntimeError" not in page
+
+
+def test_the_switcher_lists_memberships_and_its_choice_is_checked_again_on_every_request(stack: Stack, app):
+    first, second = stack.org("First Fleet"), stack.org("Second Star")
+    person = stack.user(first, role="owner", password=PASSWORD)
+    with stack.admin() as conn:
+        from models.tenancy import accounts
+        accounts.add_member(conn, second, person.id, "member")
+    browser = app.test_client()
+    sign_in(browser, person)
+    page = browser.get(f"/orgs/{first}/jobs")
+    text = page.get_data(as_text=True)
+    assert '<label for="org-switch">Organization</label>' in text
+    assert "First Fleet (owner)" in text and "Second Star (member)" in text
+    switched = browser.post("/switch", data={"org": str(second), "csrf": csrf_of(page)})
+    assert switched.headers["Location"] == f"/orgs/{second}/jobs"
+    assert browser.get("/").headers["Location"] == f"/orgs/{second}/jobs"
+    stack.remove_member(second, person.id)
+    assert browser.get("/").headers["Location"] == f"/orgs/{first}/jobs"  # the stale choice is dropped
+    refused = browser.post("/switch", data={"org": str(second), "csrf": csrf_of(page)})
+    assert refused.status_code == 404
+
+
+def test_the_job_page_works_without_javascript(stack: Stack, app, client):
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    with stack.workers_paused():
+        job = submit(client, org, owner, "projects_export")
+        waiting = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
+    assert '<noscript><meta http-equiv="refresh" content="3"></noscript>' in waiting
+    assert ">Reload</a>" in waiting and "Queued — accepted, not started yet" in waiting
+    stack.wait_for(job["id"], "completed")
+    done = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
+    assert 'http-equiv="refresh"' not in done and ">Reload</a>" not in done
+    assert "Download the result" in done
