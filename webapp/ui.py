@@ -123,7 +123,8 @@ def safe_next(target: str | None) -> str | None:
 def _throttled(limit: RequestLimit) -> Response:
     """What a throttled sign-in sees: the form again, saying why and for how long."""
     wait = max(1, int(limit.reset_at - time.time()))
-    body = render_template("login.html", csrf=csrf_token(), person=None, next=request.form.get("next"),
+    body = render_template("login.html", csrf=csrf_token(), person=None,
+                           next=safe_next(request.form.get("next")),
                            email=request.form.get("email", ""),
                            error="Too many sign-in attempts. Wait a minute, then try again.")
     return Response(body, status=429, headers={"Retry-After": str(wait)})
