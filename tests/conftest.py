@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,12 +35,13 @@ from models.db.migrate import secure_database, upgrade
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.settings import reload_settings
-from models.tenancy import accounts
+from models.tenancy import accounts, passwords
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Test-only kinds (tests/kinds.py) and the bench kinds, in this process and in every worker.
+# Test-only kinds (tests/kinds.py), the bench and demo kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
 reload_settings()
 
@@ -119,6 +121,7 @@ class Stack:
             REDIS_URL=self.redis_url,
             SPACEJOBS_QUEUE=self.queue,
             SPACEJOBS_BENCH_KINDS="1",
+            SPACEJOBS_DEMO_KINDS="1",
             SPACEJOBS_EXTRA_KIND_MODULES="tests.kinds",
             SPACEJOBS_WAKEUP_GRACE="1.5",
             SPACEJOBS_SWEEP_INTERVAL="0.5",
@@ -185,14 +188,19 @@ class Stack:
                 accounts.set_organization_state(conn, org_id, state)
         return org_id
 
-    def user(self, org_id: uuid.UUID | None = None, role: str = "member") -> TestUser:
+    def user(self, org_id: uuid.UUID | None = None, role: str = "member", *,
+             password: str | None = None) -> TestUser:
+        """A user with an API token, and a password for the pages when asked (hashing one
+        costs a tenth of a second, so only tests that sign in ask)."""
         email = f"u-{uuid.uuid4().hex[:10]}@example.test"
         with self.admin() as conn:
             user = accounts.create_user(conn, email)
             if org_id is not None:
                 accounts.add_member(conn, org_id, user.id, role)
             token = accounts.create_token(conn, user.id)
-        return TestUser(user.id, email, token)
+            if password is not None:
+                passwords.set_password(conn, user.id, password)
+        return TestUser(user.id, email, token, password)
 
     def operator(self) -> TestUser:
         found = self.user()
@@ -259,11 +267,29 @@ def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None
     return answer.get_json()
 
 
+def csrf_of(page: Any) -> str:
+    """The CSRF token of a page's forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True))
+    assert found, "no form with a CSRF token on this page"
+    return found.group(1)
+
+
+def sign_in(client: Any, user: TestUser, **extra: str) -> Any:
+    """Sign in through the form, as a browser does; returns the answer (a redirect)."""
+    answer = client.post("/login", data={"email": user.email, "password": user.password,
+                                         "csrf": csrf_of(client.get("/login")), **extra})
+    assert answer.status_code == 302, answer.get_data(as_text=True)[:2000]
+    return answer
+
+
 @dataclass
 class TestUser:
+    __test__ = False  # not a test class, whatever its name
+
     id: uuid.UUID
     email: str
     token: str
+    password: str | None = None
 
     @property
     def auth(self) -> dict[str, str]:
