@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, RootTransaction
+from sqlalchemy.exc import DBAPIError
 
 from models.db.engine import AfterCommitConnection
 from models.db.queries import queries_beside
@@ -28,10 +30,31 @@ def transaction(
     user_id: UUID | str | None = None,
     actor: str | None = None,
 ) -> Iterator[Connection]:
-    """One transaction, scoped to a tenant and a user when given; commits unless it raises."""
-    with engine.begin() as conn:
-        scope(conn, organization_id=organization_id, user_id=user_id, actor=actor)
+    """One transaction, scoped to a tenant and a user when given; commits unless it raises.
+
+    Its first statement (the scope) is tried on a second connection when the first one turns
+    out to be dead: a pooled connection whose backend was just terminated or restarted may not
+    have said so yet when the pool's checkout looked at it. Nothing has run at that point, so
+    trying again is safe; any later failure is the caller's to see.
+    """
+    conn, trans = _begin_scoped(engine, organization_id=organization_id, user_id=user_id,
+                                actor=actor)
+    with conn, trans:
         yield conn
+
+
+def _begin_scoped(engine: Engine, **scoping: Any) -> tuple[Connection, RootTransaction]:
+    for attempt in (1, 2):
+        conn = engine.connect()
+        try:
+            trans = conn.begin()
+            scope(conn, **scoping)
+            return conn, trans
+        except DBAPIError as error:
+            conn.close()
+            if attempt == 2 or not error.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
 
 
 def scope(
