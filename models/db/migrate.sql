@@ -19,8 +19,14 @@ BEGIN
             EXECUTE format('CREATE ROLE %I', r.name);
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END;
-        EXECUTE format('ALTER ROLE %I %s NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB',
-                       r.name, CASE WHEN r.login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        -- Only when something is off: roles are cluster-wide, and two databases migrating at
+        -- once (their advisory locks are per database) must not both rewrite the same role.
+        IF EXISTS (SELECT 1 FROM pg_roles
+                   WHERE rolname = r.name AND (rolsuper OR rolbypassrls OR rolcreaterole
+                                               OR rolcreatedb OR rolcanlogin <> r.login)) THEN
+            EXECUTE format('ALTER ROLE %I %s NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB',
+                           r.name, CASE WHEN r.login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        END IF;
         IF r.login AND password IS NOT NULL THEN
             EXECUTE format('ALTER ROLE %I PASSWORD %L', r.name, password);
         END IF;
