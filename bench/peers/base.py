@@ -243,7 +243,7 @@ class Peer(ABC):
 
 
 def drain_timeout(n: int) -> float:
-    """Generous: the slowest peer drained ~160 jobs/s on this machine."""
+    """Generous: the slowest peer (Procrastinate) drained 83-270 jobs/s on this loaded machine."""
     return 60 + n / 20
 
 
