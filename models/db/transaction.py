@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TypeVar
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, RootTransaction
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from models.db.engine import AfterCommitConnection
@@ -20,6 +20,8 @@ from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
 
 Q = queries_beside(__file__)
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -30,31 +32,37 @@ def transaction(
     user_id: UUID | str | None = None,
     actor: str | None = None,
 ) -> Iterator[Connection]:
-    """One transaction, scoped to a tenant and a user when given; commits unless it raises.
+    """One transaction, scoped to a tenant and a user when given; commits unless it raises."""
+    def first(conn: Connection) -> None:
+        scope(conn, organization_id=organization_id, user_id=user_id, actor=actor)
 
-    Its first statement (the scope) is tried on a second connection when the first one turns
-    out to be dead: a pooled connection whose backend was just terminated or restarted may not
-    have said so yet when the pool's checkout looked at it. Nothing has run at that point, so
-    trying again is safe; any later failure is the caller's to see.
-    """
-    conn, trans = _begin_scoped(engine, organization_id=organization_id, user_id=user_id,
-                                actor=actor)
-    with conn, trans:
+    with opened(engine, first) as (conn, _):
         yield conn
 
 
-def _begin_scoped(engine: Engine, **scoping: Any) -> tuple[Connection, RootTransaction]:
+@contextmanager
+def opened(engine: Engine, first: Callable[[Connection], T]) -> Iterator[tuple[Connection, T]]:
+    """A transaction whose first statement is ``first(conn)`` (for a request, the one that
+    authenticates and scopes it); yields the connection and what ``first`` returned, and
+    commits unless the block raises.
+
+    That first statement is tried on a second connection when the first one turns out to be
+    dead: a pooled connection whose backend was just terminated or restarted may not have said
+    so yet when the pool's checkout looked at it. Nothing has run at that point, so trying again
+    is safe; any later failure is the caller's to see.
+    """
     for attempt in (1, 2):
         conn = engine.connect()
         try:
             trans = conn.begin()
-            scope(conn, **scoping)
-            return conn, trans
+            result = first(conn)
+            break
         except DBAPIError as error:
             conn.close()
             if attempt == 2 or not error.connection_invalidated:
                 raise
-    raise AssertionError("unreachable")
+    with conn, trans:
+        yield conn, result
 
 
 def scope(
