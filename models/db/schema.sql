@@ -906,6 +906,8 @@ REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[])
     TO space_app, space_worker;
+REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
