@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     task_events: bool = Field(True, description="Celery task events for Flower")
     task_sent_events: bool = Field(
         False, description="the \"task-sent\" event; it costs every wake-up a second publish")
+    remote_control: bool = Field(
+        False, description="Celery remote control (`celery control`, `celery inspect`, Flower's "
+                           "worker actions) through the broker; off, a broker client cannot stop "
+                           "or reconfigure workers")
 
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
