@@ -7,6 +7,7 @@ workers and the dashboard each connect as their own role.
 
 from __future__ import annotations
 
+from pydantic import SecretStr
 from sqlalchemy.engine import URL, make_url
 
 from models.db.engine import driver_url
@@ -32,12 +33,7 @@ def role_url(role: str, base_url: str | None = None) -> str:
     The derived URL keeps host, port, database and options, swaps the user, and uses
     the role's password (set on it by ``db upgrade``, see ``role_password``) when there is one.
     """
-    settings = get_settings()
-    explicit = {
-        APP_ROLE: settings.app_database_url,
-        WORKER_ROLE: settings.worker_database_url,
-        OPERATOR_ROLE: settings.operator_database_url,
-    }.get(role)
+    explicit, _ = _own_settings(role)
     if base_url is None and explicit:
         return driver_url(explicit)
     base = make_url(driver_url(base_url or admin_url()))
@@ -52,13 +48,18 @@ def role_password(role: str) -> str | None:
 
     Separate passwords let each deployed service hold only its own role's secret.
     """
-    settings = get_settings()
-    own = {
-        APP_ROLE: settings.app_db_password,
-        WORKER_ROLE: settings.worker_db_password,
-        OPERATOR_ROLE: settings.operator_db_password,
-    }.get(role)
-    secret = own or settings.db_role_password
+    _, own = _own_settings(role)
+    secret = own or get_settings().db_role_password
     if secret is None:
         return None
     return secret.get_secret_value() or None
+
+
+def _own_settings(role: str) -> tuple[str | None, SecretStr | None]:
+    """A login role's own URL and password settings (both unset for any other role)."""
+    settings = get_settings()
+    return {
+        APP_ROLE: (settings.app_database_url, settings.app_db_password),
+        WORKER_ROLE: (settings.worker_database_url, settings.worker_db_password),
+        OPERATOR_ROLE: (settings.operator_database_url, settings.operator_db_password),
+    }.get(role, (None, None))
