@@ -51,6 +51,7 @@ def make_runner() -> Runner:
         count=lambda name, kind: worker_process.COUNTERS.add(name, kind),
         linger=settings.linger_seconds,
         wait_for_work=worker_process.wait_for_work,
+        fan_out=publisher.wake,
     )
 
 

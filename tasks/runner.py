@@ -162,6 +162,8 @@ class Runner:
     #: after a trip through the broker
     linger: float = 0.0
     wait_for_work: Callable[[float], bool] = lambda seconds: False
+    #: tell another process there is work (a coalesced wake-up), once per drain that finds more
+    fan_out: Callable[[], object] = lambda: None
 
     def drain(self, limit: int) -> int:
         """Drain, then linger for new work and drain again, until the linger passes idle, the
@@ -182,6 +184,7 @@ class Runner:
         self._pending_since = 0.0
         held: deque[LeasedJob] = deque()
         ran = 0
+        fanned_out = False
         try:
             while True:
                 if not held:
@@ -191,6 +194,11 @@ class Runner:
                     held.extend(self._flush(claim=want))
                     if not held:
                         break
+                    if self._more_due and not fanned_out:
+                        # More is due than we took. Wake-ups are coalesced, so the other idle
+                        # processes hear of it only from us.
+                        self.fan_out()
+                        fanned_out = True
                 if self.stop_requested():
                     break  # the held jobs are given back below, unstarted
                 job = held.popleft()
@@ -319,6 +327,7 @@ class Runner:
                         extra=job.log_context)
             self._end(job, Outcome.STALE_FINISH, seconds[job.id])
         self.keeper.hold(report.leased)
+        self._more_due = report.more_due
         return report.leased
 
     def _end(self, job: LeasedJob, outcome: Outcome, seconds: float = 0.0) -> None:

@@ -45,6 +45,8 @@ class FinishReport:
     #: a newer attempt owns these jobs: their results were discarded
     stale: list[LeasedJob] = field(default_factory=list)
     leased: list[LeasedJob] = field(default_factory=list)
+    #: more jobs were due than this claim took
+    more_due: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class WorkerLeases:
                     (report.completed if item.job.id in done else report.stale).append(item.job)
             if claim > 0:
                 report.leased = store.claim_batch(conn, self.worker, limit=claim, controls=controls)
+                report.more_due = report.leased.more_due
         return report
 
     def claim_controls(self) -> list[Any]:

@@ -198,7 +198,7 @@ class Standing:
 
 def claim_batch(
     conn: Connection, worker: str, *, limit: int, controls: list[Any] | None = None
-) -> list[LeasedJob]:
+) -> Claimed:
     """Lease up to ``limit`` due jobs (or jobs whose lease expired), each with its own token.
 
     Paused kinds are skipped. A kind with a concurrency limit is claimed under a per-kind
@@ -212,7 +212,7 @@ def claim_batch(
     paused = [c.kind for c in controls if c.paused]
     limited = {c.kind: c.concurrency_limit for c in controls
                if not c.paused and c.concurrency_limit is not None}
-    leased: list[LeasedJob] = []
+    leased = Claimed()
     for kind, cap in limited.items():
         if len(leased) >= limit:
             break
@@ -221,21 +221,30 @@ def claim_batch(
         if room > 0:
             leased += _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind)
     if len(leased) < limit:
-        leased += _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited))
+        rest = _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited))
+        leased += rest
+        leased.more_due = rest.more_due
     return leased
 
 
+class Claimed(list[LeasedJob]):
+    """The jobs a claim leased, and whether more were due than it took."""
+
+    more_due: bool = False
+
+
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
-           only_kind: str | None = None) -> list[LeasedJob]:
+           only_kind: str | None = None) -> Claimed:
     rows = conn.execute(Q["claim_batch"], {"worker": worker, "limit": limit, "skip_kinds": skip or [],
-                                           "only_kind": only_kind})
-    return [
+                                           "only_kind": only_kind}).all()
+    claimed = Claimed(
         LeasedJob(id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
                   kind=row.kind, params=row.params, attempt=row.attempts,
                   max_attempts=row.max_attempts, lease_token=row.lease_token,
                   lease_seconds=row.lease_seconds, request_id=row.request_id)
-        for row in rows
-    ]
+        for row in rows)
+    claimed.more_due = any(row.more_due for row in rows)
+    return claimed
 
 
 def extend_leases(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Status]:

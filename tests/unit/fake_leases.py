@@ -82,7 +82,9 @@ class FakeLeases:
                 continue
             row.status, row.result, row.lease_token = Status.COMPLETED, item.result, None
             report.completed.append(item.job)
-        for row in [r for r in self.rows.values() if r.status == Status.QUEUED][:claim]:
+        due = [r for r in self.rows.values() if r.status == Status.QUEUED]
+        report.more_due = claim > 0 and len(due) > claim
+        for row in due[:claim]:
             row.status, row.lease_token = Status.LEASED, uuid.uuid4()
             row.attempts += 1
             report.leased.append(LeasedJob(
