@@ -52,6 +52,7 @@ def make_runner() -> Runner:
         linger=settings.linger_seconds,
         wait_for_work=worker_process.wait_for_work,
         fan_out=publisher.wake,
+        ring=worker_process.RING,
     )
 
 

@@ -30,10 +30,12 @@ WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup
 
 -- claim_batch --
 -- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease
--- token (see claim_jobs() in the schema: queued jobs through jobs_claimable_idx, leases that ran
--- out through jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A
--- function, because it is the one place a worker reads a job's params: only its own leases'.
-SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text))
+-- token, the organizations taken in turn from just after :after_organization (see claim_jobs()
+-- in the schema: fair shares through jobs_fair_claim_idx, leases that ran out through
+-- jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A function,
+-- because it is the one place a worker reads a job's params: only its own leases'.
+SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text),
+                         CAST(:after_organization AS uuid))
 
 -- extend_leases --
 -- Heartbeat, one statement for every lease a worker process holds. A row missing from the

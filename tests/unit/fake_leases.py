@@ -65,7 +65,8 @@ class FakeLeases:
 
     # -- WorkerLeases ----------------------------------------------------------------------
     def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
-                         controls: list[Any] | None = None) -> FinishReport:
+                         controls: list[Any] | None = None,
+                         after_organization: UUID | None = None) -> FinishReport:
         self._call(f"finish_and_claim({len(finished)}, claim={claim})")
         report = FinishReport()
         for item in finished:
