@@ -512,6 +512,16 @@ BEGIN
     ) AS m (name, label, value, wanted)
     WHERE m.wanted
     GROUP BY m.name, t.kind, m.label;
+
+    -- Jobs that just ended, for whoever waits on them (models/jobs/waiting.py): their ids, at
+    -- most 200 to a notification (a payload holds 8,000 bytes). Delivered at COMMIT, like the
+    -- row itself; a waiter re-reads the row, the truth, in any case.
+    PERFORM pg_notify('spacejobs_finished', chunk.ids)
+    FROM (SELECT string_agg(e.id::text, ',') AS ids
+          FROM (SELECT n.id, (row_number() OVER ()) / 200 AS part
+                FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                WHERE n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status) e
+          GROUP BY e.part) AS chunk;
     RETURN NULL;
 END $$;
 

@@ -165,6 +165,11 @@ def list_for_org(
     return [Job.from_row(row) for row in rows]
 
 
+def running(conn: Connection, organization_id: UUID, *, kind: str | None = None) -> list[Job]:
+    rows = conn.execute(Q["running"], {"organization_id": organization_id, "kind": kind}).mappings()
+    return [Job.from_row(row) for row in rows]
+
+
 def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID) -> Job:
     """queued → cancelled at once; leased → cancel_requested. Terminal → JobFinished."""
     row = conn.execute(Q["request_cancel"], {"id": str(job_id), "user_id": user_id}).mappings()

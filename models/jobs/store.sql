@@ -189,6 +189,16 @@ WHERE organization_id = :organization_id
 ORDER BY created_at DESC, id DESC
 LIMIT :limit
 
+-- running --
+-- An organization's jobs that someone is running now (a cancel asked for still runs), oldest
+-- lease first, through jobs_lease_expiry_idx.
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs
+WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+ORDER BY started_at, id
+
 -- record_diagnostics --
 INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class, traceback)
 VALUES (:job_id, :organization_id, :attempt, :worker, :exception_class, :traceback)
