@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from models.errors import DomainError
 from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
 
@@ -47,3 +48,39 @@ def overruns_with_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, An
 def hangs_without_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     time.sleep(30)
     return {"finished": True}
+
+
+class PartParams(Params):
+    n: int
+    seconds: Annotated[float, Field(ge=0, le=30)] = 0
+    fail: bool = False
+
+
+@job_kind("test.part", org_states={"active"}, max_attempts=3, backoff=0.2,
+          lease=timedelta(seconds=3), params=PartParams)
+def part(ctx: JobContext, params: PartParams) -> dict[str, Any]:
+    """One child of test.fan: sleeps with checkpoints, then answers its number (or fails)."""
+    deadline = time.monotonic() + params.seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        ctx.checkpoint()
+    if params.fail:
+        raise PartRefused()  # permanent: a domain error does not retry
+    return {"n": params.n, "square": params.n * params.n}
+
+
+class PartRefused(DomainError):
+    code = "part_refused"
+    message = "This part was told to fail."
+
+
+class FanParams(Params):
+    parts: list[PartParams]
+    max_parallel: Annotated[int, Field(ge=1, le=16)] = 2
+
+
+@job_kind("test.fan", org_states={"active"}, max_attempts=10, lease=timedelta(seconds=3),
+          params=FanParams)
+def fan(ctx: JobContext, params: FanParams) -> dict[str, Any]:
+    return {"parts": ctx.fan_out("test.part", [p.model_dump() for p in params.parts],
+                                 max_parallel=params.max_parallel)}

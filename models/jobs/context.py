@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
 
 from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
+from models.jobs import fanout
 from models.jobs.records import LeasedJob, Status
 from models.kinds.rules import KindRules
 from models.tenancy.projects import Projects
+
+if TYPE_CHECKING:
+    from models.jobs.store import Child
 
 
 class Tenant:
@@ -55,6 +59,13 @@ class JobRuntime(Protocol):
     def record_progress(self, job: LeasedJob, progress: dict[str, Any]) -> Status | None: ...
 
     def lease_status(self, job: LeasedJob) -> Status | None: ...
+
+    def spawn_children(self, job: LeasedJob, kind: KindRules,
+                       items: Sequence[tuple[int, dict[str, Any]]]) -> int: ...
+
+    def children(self, job: LeasedJob) -> list[Child]: ...
+
+    def cancel_children(self, job: LeasedJob) -> int: ...
 
 
 class JobContext:
@@ -107,6 +118,12 @@ class JobContext:
             raise TimedOut(permanent=not self.rules.retry_on_timeout)
         if self._should_release():
             raise ReleaseRequested()
+
+    def fan_out(self, kind: str, items: Sequence[dict[str, Any]], *, max_parallel: int = 4
+                ) -> list[Any]:
+        """One child job of ``kind`` per item, at most ``max_parallel`` at a time; their results
+        in input order (models/jobs/fanout.py)."""
+        return fanout.fan_out(self, kind, items, max_parallel=max_parallel)
 
     def check_lease_now(self) -> None:
         """Checkpoint after asking the database (the heartbeat does this in the background)."""

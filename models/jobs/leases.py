@@ -156,3 +156,16 @@ class WorkerLeases:
     def lease_status(self, job: LeasedJob) -> Status | None:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.lease_status(conn, job.id, job.lease_token)
+
+    def spawn_children(self, job: LeasedJob, kind: KindRules,
+                       items: Sequence[tuple[int, dict[str, Any]]]) -> int:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.spawn_children(conn, job, kind, items)
+
+    def children(self, job: LeasedJob) -> list[store.Child]:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.children(conn, job)
+
+    def cancel_children(self, job: LeasedJob) -> int:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.cancel_children(conn, job)

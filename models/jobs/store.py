@@ -356,6 +356,41 @@ def acknowledge_cancel(conn: Connection, job_id: UUID, token: UUID) -> bool:
     return conn.execute(Q["acknowledge_cancel"], {"id": job_id, "lease_token": token}).first() is not None
 
 
+@dataclass(frozen=True)
+class Child:
+    """A child job of a fan-out, as its parent sees it."""
+
+    index: int
+    id: UUID
+    status: Status
+    result: Any
+    error_code: str | None
+    error_message: str | None
+
+
+def spawn_children(conn: Connection, parent: LeasedJob, kind: KindRules,
+                   items: Sequence[tuple[int, dict[str, Any]]]) -> int:
+    """Child jobs of ``kind`` at the given places (those already there are skipped), in the
+    parent's organization and for its requester; 0 when the parent's lease is no longer ours."""
+    if not items:
+        return 0
+    return conn.execute(Q["spawn_children"], {
+        "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
+        "indexes": [index for index, _ in items], "params": [json.dumps(p) for _, p in items],
+        "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).scalar_one()
+
+
+def children(conn: Connection, parent: LeasedJob) -> list[Child]:
+    rows = conn.execute(Q["children_of"], {"parent": parent.id, "token": parent.lease_token})
+    return [Child(r.child_index, r.id, Status(r.status), r.result, r.error_code, r.error_message)
+            for r in rows]
+
+
+def cancel_children(conn: Connection, parent: LeasedJob) -> int:
+    return conn.execute(Q["cancel_children"], {"parent": parent.id,
+                                               "token": parent.lease_token}).scalar_one()
+
+
 def record_diagnostics(
     conn: Connection,
     job: LeasedJob,

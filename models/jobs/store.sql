@@ -113,13 +113,34 @@ RETURNING j.id
 
 -- request_cancel --
 -- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
-UPDATE jobs
-SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
-    cancel_requested_at = now(), cancel_requested_by = :user_id
-WHERE id = :id AND status IN ('queued', 'leased')
-RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
+-- A parent's children that have not ended are cancelled with it, the same way.
+WITH asked AS (
+    UPDATE jobs
+    SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+        cancel_requested_at = now(), cancel_requested_by = :user_id
+    WHERE id = :id AND status IN ('queued', 'leased')
+    RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+           error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+           finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
+), children AS (
+    UPDATE jobs c
+    SET status = CASE WHEN c.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+        cancel_requested_at = now(), cancel_requested_by = :user_id
+    WHERE c.parent_id = :id AND c.status IN ('queued', 'leased') AND EXISTS (SELECT 1 FROM asked)
+)
+SELECT * FROM asked
+
+-- spawn_children --
+-- Worker role, holding the parent's lease (see spawn_children() in the schema).
+SELECT spawn_children(:parent, :token, :kind, CAST(:indexes AS integer[]),
+                      CAST(:params AS jsonb[]), :max_attempts, :lease_seconds)
+
+-- children_of --
+SELECT child_index, id, status, result, error_code, error_message
+FROM children_of(:parent, :token)
+
+-- cancel_children --
+SELECT cancel_children(:parent, :token)
 
 -- sweep_expired_leases --
 -- Sweeper (worker role). Several sweepers on several hosts take disjoint batches (SKIP LOCKED).

@@ -95,3 +95,43 @@ def import_projects(ctx: JobContext, params: ImportParams) -> dict[str, Any]:
         created.extend(batch)
         ctx.progress("importing projects", done=len(created), total=total)
     return {"imported": len(created), "project_ids": [str(p.id) for p in created]}
+
+
+class ReportParams(Params):
+    max_parallel: Annotated[int, Field(ge=1, le=16)] = 4
+
+
+@job_kind(
+    "projects_report",
+    org_states={"active", "read_only"},
+    role="member",
+    # The parent waits for its children: a worker killed meanwhile costs it an attempt, and the
+    # next attempt carries on with the children already made.
+    max_attempts=10,
+    lease=timedelta(seconds=30),
+    params=ReportParams,
+)
+def report_projects(ctx: JobContext, params: ReportParams) -> dict[str, Any]:
+    """A report per project, one child job each (a durable fan-out): the parent's progress is
+    the children that ended out of all of them, its result their reports in project order."""
+    with ctx.tenant() as tenant:
+        projects = tenant.projects.list()
+    reports = ctx.fan_out("projects_report.project", [{"project_id": str(p.id)} for p in projects],
+                          max_parallel=params.max_parallel)
+    return {"projects": reports}
+
+
+class ProjectReportParams(Params):
+    project_id: Annotated[str, StringConstraints(min_length=36, max_length=36)]
+
+
+@job_kind("projects_report.project", org_states={"active", "read_only"}, role="member",
+          max_attempts=3, lease=timedelta(seconds=30), params=ProjectReportParams)
+def report_project(ctx: JobContext, params: ProjectReportParams) -> dict[str, Any]:
+    """One project's report: a part of projects_report."""
+    with ctx.tenant() as tenant:
+        project = tenant.projects.get(params.project_id)
+    if project is None:
+        return {"project_id": params.project_id, "missing": True}
+    words = len(project.description.split())
+    return {"project_id": str(project.id), "name": project.name, "description_words": words}

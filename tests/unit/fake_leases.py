@@ -15,6 +15,7 @@ from models.errors import DomainError, LeaseLost
 from models.jobs.context import Tenant
 from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
+from models.jobs.store import Child
 from models.kinds.rules import KindRules
 from models.tenancy.access import check_allowed
 
@@ -34,6 +35,8 @@ class Row:
     diagnostics: list[str] = field(default_factory=list)
     organization_id: UUID = field(default_factory=uuid.uuid4)
     requested_by: UUID = field(default_factory=uuid.uuid4)
+    parent: UUID | None = None
+    child_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,35 @@ class FakeLeases:
     def lease_status(self, job: LeasedJob) -> Status | None:
         row = self.rows[job.id]
         return row.status if self._holds(row, job) else None
+
+    def spawn_children(self, job: LeasedJob, kind: KindRules,
+                       items: Sequence[tuple[int, dict[str, Any]]]) -> int:
+        self._call(f"spawn_children({len(items)})")
+        parent = self.rows[job.id]
+        if not self._holds(parent, job) or parent.status != Status.LEASED:
+            return 0
+        made = 0
+        for index, params in items:
+            if any(r.parent == job.id and r.child_index == index for r in self.rows.values()):
+                continue
+            child = Row(uuid.uuid4(), kind.name, params, organization_id=parent.organization_id,
+                        requested_by=parent.requested_by, parent=job.id, child_index=index)
+            self.rows[child.id] = child
+            made += 1
+        return made
+
+    def children(self, job: LeasedJob) -> list[Child]:
+        return sorted((Child(r.child_index, r.id, r.status, r.result, r.error_code, None)
+                       for r in self.rows.values() if r.parent == job.id), key=lambda c: c.index)
+
+    def cancel_children(self, job: LeasedJob) -> int:
+        self._call("cancel_children")
+        touched = 0
+        for row in self.rows.values():
+            if row.parent == job.id and row.status in (Status.QUEUED, Status.LEASED):
+                row.status = Status.CANCELLED if row.status == Status.QUEUED else Status.CANCEL_REQUESTED
+                touched += 1
+        return touched
 
     # -- the rules of store.sql, in miniature ------------------------------------------------
     @staticmethod

@@ -1,0 +1,125 @@
+"""Durable fan-out with real worker processes: results in input order, failures listed once
+every child has ended, cancellation reaching the children, and a worker killed half-way."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from sqlalchemy import text
+
+from tests.conftest import Stack, submit
+
+
+def children(stack: Stack, parent: str) -> list[dict]:
+    with stack.admin() as conn:
+        return [dict(r) for r in conn.execute(text(
+            "SELECT child_index, status, error_code, organization_id, requested_by FROM jobs"
+            " WHERE parent_id = :p ORDER BY child_index"), {"p": parent}).mappings()]
+
+
+def test_a_report_has_one_child_per_project_and_their_results_in_project_order(stack: Stack,
+                                                                                client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    names = [f"project {i}" for i in range(5)]
+    for name in names:
+        assert client.post(f"/api/v1/orgs/{org}/projects", headers=anna.auth,
+                           json={"name": name, "description": "one two three"}).status_code == 201
+    job = submit(client, org, anna, "projects_report", {"max_parallel": 2})
+    done = stack.wait_for(job["id"], "completed", timeout=60)
+    assert [p["name"] for p in done["result"]["projects"]] == names
+    assert all(p["description_words"] == 3 for p in done["result"]["projects"])
+    kids = children(stack, job["id"])
+    assert [c["child_index"] for c in kids] == list(range(5))
+    # Children belong to the parent's organization and requester, taken from its row.
+    assert {(c["organization_id"], c["requested_by"]) for c in kids} == {(org, anna.id)}
+    assert done["progress"] == {"stage": "children", "done": 5, "total": 5}
+
+
+def test_the_parent_fails_once_every_child_ended_listing_each_failure(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    parts = [{"n": 0}, {"n": 1, "fail": True}, {"n": 2, "seconds": 1.0}, {"n": 3, "fail": True}]
+    job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 4})
+    failed = stack.wait_for(job["id"], "failed", timeout=60)
+    assert failed["error_code"] == "children_failed"
+    assert failed["error_message"] == (
+        "2 of 4 parts did not complete: #2 failed (part_refused: This part was told to fail.);"
+        " #4 failed (part_refused: This part was told to fail.)")
+    # Every child had ended before the parent failed: the slow one too.
+    assert [c["status"] for c in children(stack, job["id"])] == [
+        "completed", "failed", "completed", "failed"]
+
+
+def test_never_more_children_running_than_max_parallel(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    parts = [{"n": i, "seconds": 0.3} for i in range(6)]
+    job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            with stack.admin() as conn:
+                unfinished = conn.execute(text(
+                    "SELECT count(*) FROM jobs WHERE parent_id = :p"
+                    " AND status IN ('queued', 'leased', 'cancel_requested')"),
+                    {"p": job["id"]}).scalar_one()
+            peak[0] = max(peak[0], unfinished)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        done = stack.wait_for(job["id"], "completed", timeout=60)
+    finally:
+        stop.set()
+        sampler.join()
+    assert [p["n"] for p in done["result"]["parts"]] == list(range(6))
+    assert peak[0] == 2
+
+
+def test_cancelling_the_parent_cancels_its_children(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    parts = [{"n": i, "seconds": 5} for i in range(4)]
+    job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
+    deadline = time.monotonic() + 20
+    while len(children(stack, job["id"])) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    answer = client.post(job["links"]["cancel"], headers=anna.auth)
+    assert answer.status_code == 202
+    stack.wait_for(job["id"], "cancelled", timeout=30)
+    deadline = time.monotonic() + 20
+    while any(c["status"] not in ("cancelled", "completed") for c in children(stack, job["id"])):
+        assert time.monotonic() < deadline, children(stack, job["id"])
+        time.sleep(0.1)
+    assert len(children(stack, job["id"])) == 2  # nothing spawned after the cancel
+    assert {c["status"] for c in children(stack, job["id"])} == {"cancelled"}
+
+
+def test_a_fan_out_survives_its_worker_killed_half_way(bare_stack: Stack):
+    stack = bare_stack
+    stack.retire(*stack.processes)
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    first = stack.start_worker(concurrency=2)
+    stack.start_beat()
+    parts = [{"n": i, "seconds": 0.5} for i in range(8)]
+    job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
+    deadline = time.monotonic() + 30
+    while sum(c["status"] == "completed" for c in children(stack, job["id"])) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    first.signal_group(signal.SIGKILL)  # parent and children die mid-way
+    stack.processes.remove(first)
+    stack.start_worker(concurrency=2)
+    done = stack.wait_for(job["id"], "completed", timeout=90)
+    assert [p["n"] for p in done["result"]["parts"]] == list(range(8))
+    assert done["attempts"] >= 2  # the parent was claimed again and carried on
+    assert [c["child_index"] for c in children(stack, job["id"])] == list(range(8))  # once each
+    stack.retire(*stack.processes)
