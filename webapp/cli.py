@@ -187,6 +187,14 @@ def orgs_set_state(org: str, state: str) -> None:
     _run(lambda c: accounts.set_organization_state(c, accounts.resolve_organization(c, org), state))
 
 
+@orgs.command("set-weight")
+@click.argument("org")
+@click.argument("weight", type=int)
+def orgs_set_weight(org: str, weight: int) -> None:
+    """Set ORG's share of each claim when several organizations have work (1-100, default 1)."""
+    _run(lambda c: accounts.set_claim_weight(c, accounts.resolve_organization(c, org), weight))
+
+
 @main.group()
 def tokens() -> None:
     """API tokens."""

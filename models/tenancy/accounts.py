@@ -94,6 +94,14 @@ def set_organization_state(conn: Connection, organization_id: UUID, state: str) 
     conn.execute(Q["set_organization_state"], {"org": organization_id, "state": state})
 
 
+def set_claim_weight(conn: Connection, organization_id: UUID, weight: int) -> None:
+    """How big the organization's share of each claim is when several have work (default 1):
+    an operator's lever for a tenant that pays for more, or one that floods."""
+    if not 1 <= weight <= 100:
+        raise InvalidRequest("The weight must be a whole number from 1 to 100.")
+    conn.execute(Q["set_claim_weight"], {"org": organization_id, "weight": weight})
+
+
 def create_token(conn: Connection, user_id: UUID) -> str:
     """A new API token for the user; only its hash is stored, so this is the one chance to see it."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)

@@ -35,6 +35,10 @@ DELETE FROM memberships WHERE organization_id = :org AND user_id = :user
 -- set_organization_state --
 UPDATE organizations SET state = :state, updated_at = now() WHERE id = :org
 
+-- set_claim_weight --
+-- The organization's share of each claim when several have work (claim_jobs in the schema).
+UPDATE organizations SET claim_weight = :weight, updated_at = now() WHERE id = :org
+
 -- create_token --
 -- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.
 INSERT INTO api_tokens (user_id, token_hash) VALUES (:user, :hash)

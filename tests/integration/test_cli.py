@@ -8,6 +8,7 @@ import sys
 import uuid
 
 import pytest
+from sqlalchemy import text
 
 from tests.conftest import ROOT, Stack
 
@@ -39,6 +40,12 @@ def test_creating_commands_print_only_what_they_created(bare_stack: Stack):
     assert me["user"]["id"] == user_id
     assert me["memberships"] == [{"organization_id": org_id, "organization_name": org_name,
                                   "organization_state": "active", "role": "admin"}]
+    assert spacejobs(bare_stack, "orgs", "set-weight", org_name, "3").returncode == 0
+    with bare_stack.admin() as conn:
+        assert conn.execute(text("SELECT claim_weight FROM organizations WHERE id = :o"),
+                            {"o": org_id}).scalar_one() == 3
+    assert spacejobs(bare_stack, "orgs", "set-weight", org_name, "0").stderr.strip() == (
+        "Error: The weight must be a whole number from 1 to 100.")
     assert spacejobs(bare_stack, "orgs", "set-state", org_id, "read_only").returncode == 0
     assert spacejobs(bare_stack, "orgs", "remove-member", org_id, email).returncode == 0
     assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"}
