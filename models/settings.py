@@ -142,6 +142,24 @@ class Settings(BaseSettings):
         return alias if isinstance(alias, str) else "SPACEJOBS_" + field_name.upper()
 
 
+def markdown_table() -> str:
+    """The README's configuration table, made from the fields above (a test keeps them equal).
+
+    ``python -m models.settings`` prints it; paste it between the README's markers.
+    """
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if default is None or default == "":
+            shown = "—"
+        elif isinstance(default, bool):
+            shown = "1" if default else "0"
+        else:
+            shown = f"`{default}`"
+        lines.append(f"| `{Settings.env_name(name)}` | {shown} | {field.description} |")
+    return "\n".join(lines)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The settings of this process, read from the environment on first use."""
@@ -152,3 +170,7 @@ def reload_settings() -> Settings:
     """Read the environment again (tests and ``spacejobs demo`` change it before starting)."""
     get_settings.cache_clear()
     return get_settings()
+
+
+if __name__ == "__main__":
+    print(markdown_table())
