@@ -8,21 +8,19 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import make_engine
 from models.db.transaction import scope, transaction
 from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.jobs import store
 from models.jobs.context import JobContext
 from models.jobs.records import Job
 from models.kinds import get_kind, load_kinds
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 load_kinds()
 
 
 @pytest.fixture(scope="module")
 def stack_db(bare_stack: Stack) -> Stack:
-    bare_stack.app_db = make_engine(bare_stack.app_url, pool_size=2)
     return bare_stack
 
 
@@ -43,7 +41,7 @@ def claim(stack: Stack, worker: str = "w1"):
 
 def expire_lease(stack: Stack, job_id) -> None:
     # Test set-up through the owner role: make the lease run out without waiting for it.
-    with stack.admin() as conn:
+    with stack.as_owner() as conn:
         conn.execute(text("UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = :id"),
                      {"id": job_id})
 
@@ -136,7 +134,7 @@ def test_sweeper_requeues_fails_or_cancels_expired_leases(stack_db: Stack):
     _, cancel = new_job(stack_db, "bench.sleep", params={"seconds": 1})
     leases = {claim(stack_db).id for _ in range(3)}
     assert leases == {retry.id, last.id, cancel.id}
-    with stack_db.admin() as conn:
+    with stack_db.as_owner() as conn:
         conn.execute(text("UPDATE jobs SET attempts = max_attempts WHERE id = :id"), {"id": last.id})
     with transaction(stack_db.app_db, organization_id=stack_db.job_row(cancel.id)["organization_id"]) as conn:
         assert store.request_cancel(conn, cancel.id, stack_db.job_row(cancel.id)["requested_by"]).status \
@@ -216,7 +214,7 @@ def test_cancel_queued_is_immediate_running_is_requested_finished_is_refused(sta
 def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stack):
     org, _ = new_job(stack_db)
     user = stack_db.job_row(_.id)["requested_by"]
-    with stack_db.admin() as conn:
+    with stack_db.as_owner() as conn:
         conn.execute(text(
             "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds,"
             " max_attempts, attempts, finished_at)"

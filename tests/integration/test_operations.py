@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from models.db.transaction import transaction
-from tests.conftest import Stack, submit
+from tests.conftest import submit
+from tests.kit.stack import Stack
 
 MARKER = "ZEBRA-MARKER-41d9"
 

@@ -18,10 +18,10 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.tenancy import accounts
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 if TYPE_CHECKING:
-    from tests.conftest import TestUser
+    from tests.kit.seeding import TestUser
 
 API = "/api/v1"
 
@@ -132,7 +132,7 @@ def assert_same_404_as_missing(client, endpoint: Endpoint, user: TestUser, *, or
 
 
 def add_member(stack: Stack, org, user: TestUser, role: str) -> None:
-    with stack.admin() as conn:
+    with stack.as_owner() as conn:
         accounts.add_member(conn, org, user.id, role)
 
 
@@ -428,7 +428,7 @@ def test_missing_or_bad_bearer_token_is_401(client, org_a: Tenant, endpoint: End
 def test_revoked_token_is_401(stack: Stack, client, org_a: Tenant):
     member = stack.user(org_a.id, role="member")
     assert client.get(f"{API}/me", headers=member.auth).status_code == 200
-    with stack.admin() as conn:
+    with stack.as_owner() as conn:
         conn.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE user_id = :user"),
                      {"user": member.id})
     answer = client.get(f"{API}/orgs/{org_a.id}/jobs", headers=member.auth)
