@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -38,6 +38,7 @@ class LoggedProcess:
     popen: subprocess.Popen[bytes]
     log: Path
     started: float  # time.time(), to tell our pids from later ones that reuse them
+    _reaped: bool = field(default=False, repr=False, compare=False)  # killed and waited for
 
     @classmethod
     def start(cls, name: str, argv: list[str], *, env: dict[str, str], log_dir: Path) -> LoggedProcess:
@@ -91,11 +92,14 @@ class LoggedProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole group (continued first, in case it was stopped) and reap it."""
+        if self._reaped:
+            return
         leader_was_gone = not self.alive
         self.signal_group(signal.SIGCONT)
         self.signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)
+            self._reaped = True
         if leader_was_gone:
             self._kill_orphans()
 

@@ -122,12 +122,15 @@ class Stack:
     def stop(self) -> None:
         """Kill every process, close the engines, remove the queues and drop the database."""
         self.processes.stop_all()
-        for engine in (self.admin_db, self.app_db, self.worker_db, self.operator_db):
-            engine.dispose()
+        self.dispose_engines()
         try:
             broker.forget_queues(self.redis_url, self.queue, f"{self.queue}.sweep")
         finally:
             self.servers.drop_database(self.db_name)
+
+    def dispose_engines(self) -> None:
+        for engine in (self.admin_db, self.app_db, self.worker_db, self.operator_db):
+            engine.dispose()
 
     # -- Flask ----------------------------------------------------------------------------
     def make_app(self, **config: Any) -> Any:
