@@ -13,6 +13,8 @@ import time
 import redis
 from celery import Celery
 
+from tests.kit.broker import redis_py_url
+
 NOOP_TASK = "plain_bench.noop"
 
 app = Celery("plain-bench", set_as_current=False)
@@ -24,13 +26,6 @@ app.conf.beat_schedule = {}
 
 _client: redis.Redis | None = None
 _client_pid: int | None = None
-
-
-def redis_py_url(url: str) -> str:
-    """redis-py spells kombu's unix-socket URL (the embedded Redis) ``unix://``."""
-    if url.startswith("redis+socket://"):
-        return "unix://" + url[len("redis+socket://"):]
-    return url
 
 
 def redis_client() -> redis.Redis:

@@ -60,6 +60,7 @@ class Stack:
                  process_settings: Mapping[str, str] = TEST_PROCESS_SETTINGS) -> None:
         self.servers = servers
         self.log_dir = log_dir
+        self.label = label
         self.run_id = uuid.uuid4().hex[:10]
         self.db_name = f"sj_{label}_{self.run_id}"
         self.queue = f"sj-{label}-{self.run_id}"
@@ -145,7 +146,7 @@ class Stack:
     # -- seeding through the owner role, as the CLI does ----------------------------------
     def as_owner(self) -> contextlib.AbstractContextManager[Connection]:
         """A transaction as the owner role, for set-up a test cannot do through the API."""
-        return owner_transaction(self.admin_db, actor="test")
+        return owner_transaction(self.admin_db, actor=self.label)
 
     def org(self, name: str | None = None, state: str = "active") -> uuid.UUID:
         return seeding.organization(self.admin_db, name, state)
