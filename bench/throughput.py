@@ -34,7 +34,7 @@ from sqlalchemy import event, text
 from models.db.engine import libpq_url
 from models.jobs.records import TERMINAL
 from tests.kit import broker, facts
-from tests.kit.processes import WORKER_READY, celery_worker_argv
+from tests.kit.processes import WORKER_READY, celery_worker_argv, clean_up_on_signals
 from tests.kit.seeding import Tenant
 from tests.kit.servers import Servers, find_or_start
 from tests.kit.stack import Stack
@@ -557,18 +557,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _exit_on_signal(signum: int, _frame: Any) -> None:
-    # Turn SIGTERM / SIGHUP into an exception so the cleanup in main() runs.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # bench.noop in this process too (web app, store)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _exit_on_signal)
-    # A shell starts background jobs with SIGINT ignored; Ctrl-C / kill -INT must still clean up.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    clean_up_on_signals()
     load_at_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     tmp = Path(tempfile.mkdtemp(prefix="spacejobs-bench-"))
     report = Report()

@@ -4,14 +4,13 @@ on stdout (progress on stderr) and exits 1 when an invariant failed."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from typing import Any
 
 import bench.chaos
 from bench.chaos.driver import STALL_SECONDS, log
 from bench.chaos.invariants import judge
 from bench.chaos.scenario import run_chaos
+from tests.kit.processes import clean_up_on_signals
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,17 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _exit_on_signal(signum: int, _frame: Any) -> None:
-    # SIGTERM / SIGHUP become an exception so the cleanup in run_chaos runs.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _exit_on_signal)
-    # A shell starts background jobs with SIGINT ignored; Ctrl-C / kill -INT must still clean up.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    clean_up_on_signals()
     try:
         report = run_chaos(
             jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -180,3 +181,16 @@ def celery_beat_argv(schedule: Path) -> list[str]:
 
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting"
+
+
+def _raise_system_exit(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def clean_up_on_signals() -> None:
+    """Make SIGTERM and SIGHUP raise SystemExit and SIGINT raise KeyboardInterrupt in this
+    process, so that a benchmark's ``finally`` stops what it started. A shell starts background
+    jobs with SIGINT ignored; Ctrl-C / kill -INT must still clean up."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_system_exit)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
