@@ -46,11 +46,9 @@ worker_hijack_root_logger = False
 worker_concurrency = _settings.worker_concurrency
 timezone = "UTC"
 
+# Beat runs the sweep itself (tasks/beat.py): a sweep recovers lost wake-ups and expired leases,
+# so it must never wait for a pool process behind a backlog of jobs.
+beat_scheduler = "tasks.beat:SweepingScheduler"
 beat_schedule = {
-    "spacejobs-sweep": {
-        "task": "spacejobs.sweep",
-        "schedule": _settings.sweep_interval,
-        # A sweep that could not run in time is superseded by the next one.
-        "options": {"expires": _settings.sweep_interval},
-    },
+    "spacejobs-sweep": {"task": "spacejobs.sweep", "schedule": _settings.sweep_interval},
 }

@@ -43,7 +43,11 @@ class Settings(BaseSettings):
     # -- queue and worker ------------------------------------------------------------------
     queue: str = Field("spacejobs", description="the Celery queue of wake-ups (sweeps use "
                                                 "`<queue>.sweep`; `spacejobs worker` reads both)")
-    drain_limit: int = Field(50, ge=1, description="jobs one wake-up may run back to back")
+    drain_limit: int = Field(
+        1000, ge=1, description="jobs one wake-up may run back to back (then it wakes another)")
+    claim_batch: int = Field(
+        100, ge=1, le=1000, description="the most jobs one claim leases at once (it adapts below "
+                                        "that to how long jobs take)")
     worker_concurrency: int = Field(2, ge=1, description="Celery processes per worker")
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
@@ -74,6 +78,9 @@ class Settings(BaseSettings):
     # -- broker ----------------------------------------------------------------------------
     broker_timeout: float = Field(
         2, gt=0, description="seconds to give up on the broker (the row is already safe)")
+    wakeup_coalesce_ms: int = Field(
+        1000, ge=1, description="a pending wake-up stands for every submit for at most this long "
+                                "(see \"Wake-ups\")")
     broker_backoff: float = Field(
         5, ge=0, description="after a failed publish, the web skips publishing this long "
                              "(the sweeper re-sends)")

@@ -13,8 +13,11 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from models.kinds import load_kinds
 from models.logs import configure_logging
-from tasks import presence, runner, shutdown, sweeper, worker_db
+from models.settings import get_settings
+from tasks import presence, shutdown, sweeper, worker_process
+from tasks.runner import BatchSize, Runner
 from tasks.wakeups import SWEEP_TASK, WAKE_TASK, WakeupPublisher
 
 app = Celery("spacejobs")
@@ -24,18 +27,43 @@ log = logging.getLogger("spacejobs.tasks")
 
 # Every wake-up a worker sends (a retry, a release at shutdown, the sweeper's re-signals) goes
 # through the same publisher as the web's, counted in this process's buffer.
-publisher = WakeupPublisher(counters=worker_db.COUNTERS, celery=app)
+publisher = WakeupPublisher(counters=worker_process.COUNTERS, celery=app)
+
+
+def _publish_quietly(job_id: str | None = None, *, countdown: float | None = None) -> None:
+    publisher.wake(job_id, countdown=countdown, force=True)
+
+
+def make_runner() -> Runner:
+    settings = get_settings()
+    return Runner(
+        leases=worker_process.leases(),
+        keeper=worker_process.keeper(),
+        stats=worker_process.STATS,
+        batch=BatchSize(settings.claim_batch),
+        controls=worker_process.controls,
+        publish_wake=_publish_quietly,
+        stop_requested=shutdown.stop_requested,
+        release_due=shutdown.release_due,
+        count=lambda name, kind: worker_process.COUNTERS.add(name, kind),
+    )
 
 
 @app.task(name=WAKE_TASK, ignore_result=True, bind=True)
 def wake(self: Any, job_id: str | None = None) -> int:
-    """Claim and run due jobs, up to the drain limit. A surplus wake-up finds nothing: cheap."""
+    """Claim and run due jobs until none is left. A surplus wake-up finds nothing: cheap."""
     presence.start(self.request.hostname or "unknown")  # solo pools have no process_init
-    return runner.drain(publish_wake=publisher.wake)
+    load_kinds()
+    shutdown.install_in_pool_child()
+    # From here on, a submit that commits sends a new wake-up: whatever committed before is
+    # seen by the claims below (the coalescing guard, see tasks/wakeups.py).
+    publisher.awake()
+    return make_runner().drain(get_settings().drain_limit)
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
 def sweep() -> dict[str, int]:
+    """A sweep on demand (`celery call spacejobs.sweep`); beat runs its own (tasks/beat.py)."""
     return sweeper.sweep_once(publish_wake=publisher.wake).as_dict()
 
 

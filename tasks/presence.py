@@ -14,29 +14,19 @@ from models.db.transaction import transaction
 from models.kinds import load_kinds
 from models.ops import presence
 from models.settings import get_settings
-from tasks import worker_db
+from tasks import worker_process
+from tasks.worker_process import STATS
 
 log = logging.getLogger("spacejobs.presence")
 
 
-class Stats:
-    """This process's job counts, updated by the runner (one job at a time per process)."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.processed = 0
-        self.failed = 0
-
-
-STATS = Stats()
 _started = False
 _stop = threading.Event()
 
 
 def _forget_parent() -> None:
     # A forked child runs no presence thread and has processed nothing yet.
-    global STATS, _started, _stop
-    STATS.__init__()  # the runner holds a reference to this object: reset it in place
+    global _started, _stop
     _started = False
     _stop = threading.Event()
 
@@ -63,8 +53,8 @@ def start(node: str) -> None:
 def stop() -> None:
     _stop.set()
     try:
-        with transaction(worker_db.engine()) as conn:
-            presence.stopped(conn, worker_db.worker_name())
+        with transaction(worker_process.engine()) as conn:
+            presence.stopped(conn, worker_process.worker_name())
     except Exception:
         log.warning("could not mark this worker process stopped")
 
@@ -73,16 +63,16 @@ def _loop(node: str) -> None:
     registered = False
     while True:
         try:
-            with transaction(worker_db.engine()) as conn:
+            with transaction(worker_process.engine()) as conn:
                 if not registered:
                     presence.register(
-                        conn, process_id=worker_db.worker_name(), node=node,
+                        conn, process_id=worker_process.worker_name(), node=node,
                         hostname=socket.gethostname(), pid=os.getpid(), version=_version(),
                         queues=[get_settings().queue],
                         kinds=sorted(load_kinds()), concurrency=1)
                     registered = True
                 else:
-                    presence.heartbeat(conn, worker_db.worker_name(), running=STATS.running,
+                    presence.heartbeat(conn, worker_process.worker_name(), running=STATS.running,
                                        processed=STATS.processed, failed=STATS.failed)
         except Exception:
             log.warning("presence heartbeat failed; will retry")

@@ -1,234 +1,322 @@
-"""The job runner: claim → execute in tenant-scoped transactions under a heartbeat → fenced finish.
+"""The job runner: lease a batch → run each job in tenant-scoped transactions → fenced finish.
 
-Every decision about the job's state is a function of models.jobs; this module only sequences
-them and turns exceptions into the right transition.
+Every decision about a job's state is made by the store (through :class:`WorkerLeases`); this
+module sequences it:
+
+- **Leases come in batches.** A claim leases up to K due jobs in one statement, each with its
+  own token. K adapts to how long recent jobs took (:class:`BatchSize`): many when jobs are
+  short, so a batch costs one commit, one when they are long, so no job waits in this process's
+  hands while another process idles.
+- **Finishes are buffered and folded into the next claim.** A finished job's result waits in
+  ``pending`` and is committed, fenced per row and with the requesters' standing re-checked for
+  the whole batch in one query, in the same transaction that leases the next batch (or alone,
+  before the process goes idle, after ``FLUSH_AFTER`` seconds, before a job with a hard time
+  limit starts, and at shutdown). A process killed with results still pending loses no job: the
+  leases expire and the jobs run again (at least once, as before batching).
+- **One heartbeat per process** (:class:`~tasks.heartbeat.LeaseKeeper`) keeps every held lease
+  alive in one statement per tick.
+- **What an exception means** is the small table :data:`ON_EXCEPTION`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 import time
-import traceback
-from collections.abc import Callable
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+from uuid import UUID
 
-from models.db.transaction import transaction
 from models.errors import (
     CancelRequested,
     DomainError,
     InternalJobError,
     LeaseLost,
     ReleaseRequested,
-    TimedOut,
     UnknownKind,
 )
-from models.jobs import store
-from models.jobs.context import JobContext
-from models.jobs.records import LeasedJob
-from models.kinds import get_kind, load_kinds
+from models.jobs.context import JobContext, JobRuntime, LeaseFlags
+from models.jobs.leases import Failure, Finished, FinishReport
+from models.jobs.records import LeasedJob, Status
+from models.kinds import JobKind, get_kind
 from models.ops import counters
-from models.settings import get_settings
-from models.tenancy.access import check_allowed, find_membership
-from tasks import shutdown, worker_db
-from tasks.presence import STATS
 
-log = logging.getLogger("spacestore.runner")
+log = logging.getLogger("spacejobs.runner")
 
-Publish = Callable[..., None]
+#: a completed job's result may wait this long for the next claim before it is flushed alone
+FLUSH_AFTER = 0.005
 
 
-_CONTROLS_TTL = 1.0  # a pause or a new limit reaches every worker within this many seconds
-_controls_cache: tuple[float, list[Any]] | None = None
+class Outcome(StrEnum):
+    """How one attempt ended, for logs, worker counts and tests."""
+
+    COMPLETED = "completed"
+    RETRY = "retry"  # back in the queue, same job, same id
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RELEASED = "released"  # given back at shutdown, attempt not counted
+    LEASE_LOST = "lease_lost"  # a newer attempt owns the job: nothing of ours was written
+    STALE_FINISH = "stale_finish_discarded"  # ran to the end, but the lease had moved on
+    CRASHED = "crashed"  # not even the failure could be recorded (database gone): lease expires
 
 
-def _controls(conn: Any) -> list[Any]:
-    """Operator controls, re-read at most once a second per process (not once per claim)."""
-    global _controls_cache
-    now = time.monotonic()
-    cache = _controls_cache
-    if cache is None or now - cache[0] > _CONTROLS_TTL:
-        _controls_cache = (now, store.claim_controls(conn))
-    return _controls_cache[1]
+class Action(StrEnum):
+    NOTHING = "nothing"
+    RELEASE = "release"
+    ACKNOWLEDGE_CANCEL = "acknowledge_cancel"
+    FAIL = "fail"
 
 
-def drain(*, publish_wake: Publish | None = None, limit: int | None = None) -> int:
-    """Claim and run due jobs one after another, at most ``limit``; returns how many ran."""
-    load_kinds()
-    shutdown.install_in_pool_child()
-    engine = worker_db.engine()
-    worker = worker_db.worker_name()
-    ran = 0
-    for _ in range(limit if limit is not None else get_settings().drain_limit):
-        if shutdown.stop_requested():
-            break
-        with transaction(engine, actor=f"worker:{worker}") as conn:
-            leased = store.claim(conn, worker, controls=_controls(conn))
-        if leased is None:
-            break
-        run_one(leased, publish_wake=publish_wake)
-        ran += 1
-    return ran
+#: What an exception out of a job means, first match wins. A domain error is the kind's own
+#: safe message; anything else is an internal error whose detail goes to operators only.
+ON_EXCEPTION: tuple[tuple[type[BaseException], Action], ...] = (
+    (LeaseLost, Action.NOTHING),
+    (ReleaseRequested, Action.RELEASE),
+    (CancelRequested, Action.ACKNOWLEDGE_CANCEL),
+    (DomainError, Action.FAIL),
+    (Exception, Action.FAIL),
+)
 
 
-def run_one(leased: LeasedJob, *, publish_wake: Publish | None = None) -> str:
-    """Run one leased job to a fenced end. Returns what happened, for logs and tests."""
-    engine = worker_db.engine()
-    worker = worker_db.worker_name()
-    actor = f"worker:{worker}"
-    context = {"job_id": str(leased.id), "kind": leased.kind,
-               "organization_id": str(leased.organization_id), "attempt": leased.attempt,
-               "request_id": leased.request_id}
-    try:
-        kind = get_kind(leased.kind)
-    except UnknownKind as error:
-        # A worker without this kind's code (e.g. mid-deploy) fails it permanently and says so.
-        return _record_failure(engine, leased, error, actor=actor, context=context)
-
-    started = time.monotonic()
-    rules = kind.rules
-    ctx = JobContext(engine, leased, rules, actor=actor,
-                     deadline=started + rules.time_limit if rules.time_limit else None,
-                     should_release=shutdown.release_due)
-    heartbeat = _Heartbeat(ctx, interval=max(0.2, leased.lease_seconds / 3),
-                           kill_at=started + rules.hard_time_limit if rules.hard_time_limit else None)
-    heartbeat.start()
-    STATS.running = 1
-    outcome = "crashed"  # what stays if even recording the failure raises (database gone)
-    try:
-        params = kind.parse_params(leased.params)
-        result = kind.run(ctx, params)
-        outcome = _finish(ctx, result)
-    except LeaseLost:
-        outcome = "lease_lost"
-        log.warning("job stopped: lease lost to a newer attempt", extra=context)
-    except ReleaseRequested:
-        with transaction(engine, actor=actor) as conn:
-            released = store.release(conn, leased.id, leased.lease_token)
-        outcome = "released" if released else "lease_lost"
-        log.info("job given back at shutdown; attempt not counted", extra=context)
-        if released and publish_wake is not None:
-            _publish_quietly(publish_wake, str(leased.id), countdown=None)
-    except CancelRequested:
-        with transaction(engine, actor=actor) as conn:
-            ok = store.acknowledge_cancel(conn, leased.id, leased.lease_token)
-        outcome = "cancelled" if ok else "lease_lost"
-        log.info("job cancelled at a safe point", extra=context)
-    except DomainError as error:
-        outcome = _record_failure(engine, leased, error, actor=actor, context=context,
-                                  kind_rules=kind.rules, publish_wake=publish_wake)
-    except Exception as exc:
-        outcome = _record_failure(engine, leased, InternalJobError(), actor=actor, context=context,
-                                  kind_rules=kind.rules, publish_wake=publish_wake, exc=exc)
-    finally:
-        heartbeat.stop()
-        STATS.running = 0
-        STATS.processed += 1
-        if outcome not in ("completed", "cancelled", "released"):
-            STATS.failed += 1
-    log.info("job attempt ended: %s in %.3fs", outcome, time.monotonic() - started, extra=context)
-    return outcome
+def action_for(exc: BaseException) -> Action:
+    return next(action for kind, action in ON_EXCEPTION if isinstance(exc, kind))
 
 
-def _finish(ctx: JobContext, result: dict[str, Any]) -> str:
-    """ONE transaction: re-check the requester and the organization, then the fenced UPDATE."""
-    job = ctx.job
-    with transaction(ctx.engine, organization_id=job.organization_id, actor=ctx.actor) as conn:
-        membership = find_membership(conn, job.organization_id, job.requested_by)
-        check_allowed(membership, org_states=ctx.rules.org_states, role=ctx.rules.role,
-                      for_worker=True)
-        if store.complete(conn, job.id, job.lease_token, result):
-            return "completed"
-    worker_db.COUNTERS.add(counters.STALE_FINISHES, job.kind)
-    log.warning("stale finish discarded: a newer attempt owns the job",
-                extra={"job_id": str(job.id), "kind": job.kind, "attempt": job.attempt,
-                       "organization_id": str(job.organization_id)})
-    return "stale_finish_discarded"
+class Leases(JobRuntime, Protocol):
+    """What the runner needs of the store (models.jobs.leases.WorkerLeases, or a fake)."""
+
+    def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
+                         controls: list[Any] | None = None) -> FinishReport: ...
+
+    def fail(self, job: LeasedJob, failure: Failure) -> Status | None: ...
+
+    def acknowledge_cancel(self, job: LeasedJob) -> bool: ...
+
+    def release(self, jobs: Sequence[LeasedJob]) -> set[UUID]: ...
 
 
-def _record_failure(
-    engine: Any,
-    leased: LeasedJob,
-    error: DomainError,
-    *,
-    actor: str,
-    context: dict[str, Any],
-    kind_rules: Any = None,
-    publish_wake: Publish | None = None,
-    exc: BaseException | None = None,
-) -> str:
-    retry_in = kind_rules.backoff(leased.attempt) if kind_rules else 0.0
-    with transaction(engine, actor=actor) as conn:
-        status = store.fail_attempt(conn, leased.id, leased.lease_token, error, retry_in=retry_in)
-        if status is not None and exc is not None:
-            # The technical detail goes to operators only, never into error_message.
-            store.record_diagnostics(
-                conn, leased, worker=worker_db.worker_name(),
-                exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                traceback="".join(traceback.format_exception(exc)),
-            )
-    if status is None:
-        log.warning("failure of a stale attempt discarded", extra=context)
-        return "lease_lost"
-    log.info("job attempt failed with %s; now %s", error.code, status, extra=context)
-    if status == "queued" and publish_wake is not None:
-        _publish_quietly(publish_wake, str(leased.id), countdown=retry_in)
-    return "retry" if status == "queued" else status
+class Keeper(Protocol):
+    """The process's heartbeat (tasks.heartbeat.LeaseKeeper)."""
+
+    def hold(self, jobs: Sequence[LeasedJob]) -> None: ...
+
+    def drop(self, job_ids: Sequence[UUID]) -> None: ...
+
+    def flags(self, job_id: UUID) -> LeaseFlags: ...
+
+    def running(self, job: LeasedJob, rules: Any, started: float) -> None: ...
+
+    def idle(self) -> None: ...
 
 
-def _publish_quietly(publish_wake: Publish, job_id: str, *, countdown: float | None) -> None:
-    try:
-        publish_wake(job_id, countdown=countdown)
-    except Exception:
-        log.warning("wake-up not published; the sweeper will re-send it", extra={"job_id": job_id})
+class Stats:
+    """This process's counts (worker presence shows them); one job runs at a time per process."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.processed = 0
+        self.failed = 0
 
 
-class _Heartbeat:
-    """Extends the lease every ``interval`` seconds while the token matches.
+class BatchSize:
+    """How many jobs to lease at once: ``target`` seconds of work at the recent average job
+    duration, between 1 and ``maximum``. It starts at 1 and at most doubles per claim, so a
+    process that meets long jobs first never hoards them."""
 
-    When an extension touches no row the lease is lost: the job learns it at its next
-    checkpoint, and its writes and finish are fenced in any case. Past the kind's hard time
-    limit it records the timeout and kills the process: a job that never reaches a checkpoint
-    cannot be stopped any other way, and Celery replaces the pool process.
-    """
+    def __init__(self, maximum: int, *, target: float = 0.05) -> None:
+        self.maximum = maximum
+        self.target = target
+        self._average: float | None = None
+        self._last = 1
 
-    def __init__(self, ctx: JobContext, *, interval: float, kill_at: float | None = None) -> None:
-        self._ctx = ctx
-        self._interval = interval
-        self._kill_at = kill_at
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+    def next(self, budget: int) -> int:
+        if self._average is None:
+            size = 1
+        else:
+            size = min(self._last * 2, int(self.target / max(self._average, 1e-5)))
+        self._last = max(1, min(size, self.maximum, budget))
+        return self._last
 
-    def start(self) -> None:
-        self._thread.start()
+    def observe(self, seconds: float) -> None:
+        self._average = seconds if self._average is None else 0.8 * self._average + 0.2 * seconds
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            if self._kill_at is not None and time.monotonic() > self._kill_at:
-                self._hard_kill()
-            try:
-                self._ctx.heartbeat()
-            except Exception:
-                log.warning("lease heartbeat failed; will retry", extra={"job_id": str(self._ctx.job.id)})
-            if self._ctx.lease_lost:
-                return
+@dataclass
+class Runner:
+    """Drains the queue for one Celery task: lease, run, finish, until there is nothing due."""
 
-    def _hard_kill(self) -> None:
-        job = self._ctx.job
-        error = TimedOut(permanent=not self._ctx.rules.retry_on_timeout)
-        log.error("job exceeded its hard time limit; killing its worker process",
-                  extra={"job_id": str(job.id), "kind": job.kind, "attempt": job.attempt,
-                         "organization_id": str(job.organization_id)})
+    leases: Leases
+    keeper: Keeper
+    stats: Stats
+    batch: BatchSize
+    controls: Callable[[], list[Any]]
+    publish_wake: Callable[..., object]
+    stop_requested: Callable[[], bool]
+    release_due: Callable[[], bool]
+    count: Callable[[str, str], None] = lambda name, kind: None
+    clock: Callable[[], float] = time.monotonic
+
+    def drain(self, limit: int) -> int:
+        """Run due jobs until none is left, at most ``limit``; returns how many attempts ran.
+
+        When it stops at the limit (its last claim was full, so more is likely due), it publishes
+        a wake-up so the queue goes on draining: wake-ups are coalesced, and nobody else may
+        send one."""
+        self._pending: list[Finished] = []
+        self._pending_since = 0.0
+        held: deque[LeasedJob] = deque()
+        ran = 0
         try:
-            with transaction(self._ctx.engine, actor=self._ctx.actor) as conn:
-                store.fail_attempt(conn, job.id, job.lease_token, error,
-                                  retry_in=self._ctx.rules.backoff(job.attempt))
+            while True:
+                if not held:
+                    want = 0 if self.stop_requested() or ran >= limit else self.batch.next(limit - ran)
+                    if not self._pending and not want:
+                        break
+                    held.extend(self._flush(claim=want))
+                    if not held:
+                        break
+                if self.stop_requested():
+                    break  # the held jobs are given back below, unstarted
+                job = held.popleft()
+                kind = _kind(job)
+                if self._pending and (self.clock() - self._pending_since > FLUSH_AFTER
+                                      or (kind is not None and kind.rules.hard_time_limit)):
+                    # A long job must not hold finished results hostage, and a job the heartbeat
+                    # may kill must not take them down with it.
+                    self._flush(claim=0)
+                started = self.clock()
+                finished = self.run_one(job, kind)
+                self.batch.observe(self.clock() - started)
+                ran += 1
+                if finished is not None:
+                    if not self._pending:
+                        self._pending_since = self.clock()
+                    self._pending.append(finished)
         finally:
-            # If that write failed, the lease simply expires and the sweeper applies the rules.
-            os.kill(os.getpid(), signal.SIGKILL)
+            if self._pending:
+                self._flush(claim=0)
+            if held:
+                self._give_back(list(held))
+        if ran >= limit and not self.stop_requested():
+            self.publish_wake(None)
+        return ran
+
+    def run_one(self, job: LeasedJob, kind: JobKind | None) -> Finished | None:
+        """Run one leased job. A job that returned is handed back for the batched finish; every
+        other end of the attempt is recorded here and now."""
+        context = job.log_context
+        if kind is None:
+            # A worker without this kind's code (e.g. mid-deploy) fails it and says so.
+            self._end(job, self._fail(job, Failure(UnknownKind()), context))
+            return None
+        flags = self.keeper.flags(job.id)
+        if flags.cancel.is_set():
+            self._end(job, self._acknowledge_cancel(job, context))
+            return None
+        started = self.clock()
+        rules = kind.rules
+        ctx = JobContext(self.leases, job, rules, flags=flags,
+                         deadline=started + rules.time_limit if rules.time_limit else None,
+                         should_release=self.release_due)
+        self.keeper.running(job, rules, started)
+        self.stats.running = 1
+        try:
+            result = kind.run(ctx, kind.parse_params(job.params))
+        except Exception as exc:
+            outcome = self._after_exception(job, rules, exc, context)
+            self._end(job, outcome, self.clock() - started)
+            return None
+        finally:
+            self.keeper.idle()
+            self.stats.running = 0
+        return Finished(job, rules, result, self.clock() - started)
+
+    # -- the ends of an attempt ------------------------------------------------------------
+    def _after_exception(self, job: LeasedJob, rules: Any, exc: Exception,
+                         context: dict[str, Any]) -> Outcome:
+        action = action_for(exc)
+        if action is Action.NOTHING:
+            log.warning("job stopped: lease lost to a newer attempt", extra=context)
+            return Outcome.LEASE_LOST
+        if action is Action.RELEASE:
+            return self._give_back([job])
+        if action is Action.ACKNOWLEDGE_CANCEL:
+            return self._acknowledge_cancel(job, context)
+        if isinstance(exc, DomainError):
+            failure = Failure(exc, retry_in=rules.backoff(job.attempt))
+        else:
+            failure = Failure(InternalJobError(), retry_in=rules.backoff(job.attempt), exception=exc)
+        return self._fail(job, failure, context)
+
+    def _fail(self, job: LeasedJob, failure: Failure, context: dict[str, Any]) -> Outcome:
+        try:
+            status = self.leases.fail(job, failure)
+        except Exception:
+            log.exception("could not record a failed attempt; its lease will expire", extra=context)
+            return Outcome.CRASHED
+        if status is None:
+            log.warning("failure of a stale attempt discarded", extra=context)
+            return Outcome.LEASE_LOST
+        log.info("job attempt failed with %s; now %s", failure.error.code, status, extra=context)
+        if status == Status.QUEUED:
+            self.publish_wake(str(job.id), countdown=failure.retry_in)
+            return Outcome.RETRY
+        return Outcome.CANCELLED if status == Status.CANCELLED else Outcome.FAILED
+
+    def _acknowledge_cancel(self, job: LeasedJob, context: dict[str, Any]) -> Outcome:
+        if self.leases.acknowledge_cancel(job):
+            log.info("job cancelled at a safe point", extra=context)
+            return Outcome.CANCELLED
+        return Outcome.LEASE_LOST
+
+    def _give_back(self, jobs: list[LeasedJob]) -> Outcome:
+        try:
+            released = self.leases.release(jobs)
+        finally:
+            self.keeper.drop([j.id for j in jobs])
+        for job in jobs:
+            log.info("job given back at shutdown; attempt not counted", extra=job.log_context)
+        if released:
+            self.publish_wake(None)
+        return Outcome.RELEASED if released else Outcome.LEASE_LOST
+
+    def _flush(self, *, claim: int) -> list[LeasedJob]:
+        """Commit the pending finishes and lease up to ``claim`` more, in one transaction."""
+        pending, self._pending = self._pending, []
+        try:
+            report = self.leases.finish_and_claim(pending, claim=claim,
+                                                  controls=self.controls() if claim else None)
+        except Exception:
+            # The results stay uncommitted: their leases expire and the jobs run again.
+            for item in pending:
+                self._end(item.job, Outcome.CRASHED, item.seconds)
+            raise
+        seconds = {f.job.id: f.seconds for f in pending}
+        for job in report.completed:
+            self._end(job, Outcome.COMPLETED, seconds[job.id])
+        for job, refusal in report.refused:
+            log.info("job refused at its finish: %s", refusal.code, extra=job.log_context)
+            self._end(job, Outcome.FAILED, seconds[job.id])
+        for job in report.stale:
+            self.count(counters.STALE_FINISHES, job.kind)
+            log.warning("stale finish discarded: a newer attempt owns the job",
+                        extra=job.log_context)
+            self._end(job, Outcome.STALE_FINISH, seconds[job.id])
+        self.keeper.hold(report.leased)
+        return report.leased
+
+    def _end(self, job: LeasedJob, outcome: Outcome, seconds: float = 0.0) -> None:
+        self.keeper.drop([job.id])
+        self.stats.processed += 1
+        if outcome not in (Outcome.COMPLETED, Outcome.CANCELLED, Outcome.RELEASED):
+            self.stats.failed += 1
+        log.info("job attempt ended: %s in %.3fs", outcome, seconds, extra=job.log_context)
+
+
+def _kind(job: LeasedJob) -> JobKind | None:
+    try:
+        return get_kind(job.kind)
+    except UnknownKind:
+        return None

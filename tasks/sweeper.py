@@ -11,9 +11,9 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.records import Status
 from models.settings import get_settings
-from tasks import worker_db
+from tasks import worker_process
 
-log = logging.getLogger("spacestore.sweeper")
+log = logging.getLogger("spacejobs.sweeper")
 
 
 @dataclass
@@ -45,7 +45,7 @@ def retention() -> dict[str, float]:
 
 
 def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepReport:
-    engine = worker_db.engine()
+    engine = worker_process.engine()
     report = SweepReport()
     with transaction(engine, actor="sweeper") as conn:
         expired = store.sweep_expired_leases(conn, batch=batch)
@@ -63,7 +63,7 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
     for index, job_id in enumerate(to_wake):
-        if not publish_wake(str(job_id)):
+        if not publish_wake(str(job_id), force=True):
             # The broker is down: stop trying for this round. The rows keep their state and the
             # next sweep after the grace period re-sends their wake-ups.
             report.publish_failures = len(to_wake) - index
@@ -76,6 +76,4 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
     report.events_deleted = purged["events_deleted"]
     with transaction(engine, actor="sweeper") as conn:
         store.fold_metrics(conn)
-    if any(report.as_dict().values()):
-        log.info("sweep: %s", report.as_dict())
     return report

@@ -3,6 +3,14 @@
 It publishes by task NAME and imports no task bodies, so the web may use it without importing
 the worker. A wake-up is only a nudge: it is sent after the job row is committed, and if the
 broker is down the job is still durable and the sweeper re-sends the signal.
+
+Wake-ups are coalesced: a worker drains every due job it can see, so one wake-up on its way is
+enough for any number of submits. A submit publishes only when it sets the guard key
+(``SET key NX PX``); a worker deletes the key (:meth:`WakeupPublisher.awake`) BEFORE its first
+claim. So a job committed before that delete is seen by the claims that follow it, and a job
+committed after it finds no key and publishes again: no job waits for a wake-up that will not
+come. The key expires after ``SPACEJOBS_WAKEUP_COALESCE_MS`` in case its message is lost, and
+the sweeper re-sends wake-ups for due jobs nobody claimed, as before.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
+import redis
 from celery import Celery
 
 from models.ops.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED, BufferedCounters
@@ -36,18 +45,29 @@ class WakeupPublisher:
             if queue:
                 celery.conf.task_default_queue = queue
         self._celery = celery
+        self._guard_key = "spacejobs:wake-pending:" + celery.conf.task_default_queue
+        self._guard_ms = settings.wakeup_coalesce_ms
+        self._redis = redis.Redis.from_url(
+            redis_py_url(celery.conf.broker_url), socket_timeout=settings.broker_timeout,
+            socket_connect_timeout=settings.broker_timeout)
 
-    def wake(self, job_id: str | None = None, *, countdown: float | None = None) -> bool:
-        """True if the broker took the signal; False (logged) if not. Never raises.
+    def wake(self, job_id: str | None = None, *, countdown: float | None = None,
+             force: bool = False) -> bool:
+        """True if a wake-up is on its way (published now, or already pending); False (logged)
+        if the broker did not take it. Never raises.
 
-        After a failure, publishing is skipped for ``SPACEJOBS_BROKER_BACKOFF`` seconds: each
-        attempt against a dead broker costs a connect timeout, and the sweeper re-sends every
-        skipped wake-up anyway, so submits stay fast while Redis is down.
+        ``force`` publishes even when one is pending (a retry's delayed wake-up, the sweeper's
+        re-signals). After a failure, publishing is skipped for ``SPACEJOBS_BROKER_BACKOFF``
+        seconds: each attempt against a dead broker costs a connect timeout, and the sweeper
+        re-sends every skipped wake-up anyway, so submits stay fast while Redis is down.
         """
         if time.monotonic() < self._skip_until:
             self._count(WAKEUPS_FAILED)
             return False
         try:
+            if not (force or countdown) and not self._redis.set(
+                    self._guard_key, b"1", nx=True, px=self._guard_ms):
+                return True  # one is on its way and will see this job too
             self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown,
                                    retry=False)
         except Exception as exc:
@@ -59,6 +79,21 @@ class WakeupPublisher:
         self._count(WAKEUPS_PUBLISHED)
         return True
 
+    def awake(self) -> None:
+        """A worker is about to claim: from now on a new submit must publish again."""
+        try:
+            self._redis.delete(self._guard_key)
+        except Exception as exc:
+            # The key expires by itself; until then submits rely on this drain and the sweeper.
+            log.warning("wake-up guard not cleared (%s)", type(exc).__name__)
+
     def _count(self, name: str) -> None:
         if self._counters is not None:
             self._counters.add(name)
+
+
+def redis_py_url(url: str) -> str:
+    """redis-py spells kombu's unix-socket URL (the embedded Redis) ``unix://``."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://"):]
+    return url

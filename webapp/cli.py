@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from models.accounts.access import ORG_STATES, ROLE_RANK
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
@@ -32,6 +31,7 @@ from models.errors import DomainError
 from models.logs import configure_logging
 from models.settings import get_settings, reload_settings
 from models.tenancy import accounts
+from models.tenancy.access import ORG_STATES, ROLE_RANK
 
 T = TypeVar("T")
 

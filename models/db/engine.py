@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import select
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 
 
 def driver_url(url: str) -> str:
@@ -30,19 +33,34 @@ def make_engine(
     application_name: str = "spacejobs",
     statement_timeout_ms: int | None = None,
 ) -> Engine:
-    """An engine with a small pool; ``pool_pre_ping`` lets processes ride out a database restart.
+    """An engine with a small pool that rides out a database restart.
 
     ``statement_timeout_ms`` bounds every statement, so a web request never hangs on a locked
-    or overloaded database: it answers 503 instead.
+    or overloaded database: it answers 503 instead. ``hide_parameters``: a statement that fails
+    is logged (operators' tracebacks) without its parameters, which may hold tenant data.
     """
     connect_args: dict[str, object] = {"application_name": application_name, "connect_timeout": 5}
     if statement_timeout_ms:
         connect_args["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
-    return create_engine(
+    engine = create_engine(
         driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         pool_recycle=1800,
+        hide_parameters=True,
         connect_args=connect_args,
     )
+    event.listen(engine, "checkout", _refuse_dead_connection)
+    return engine
+
+
+def _refuse_dead_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Check a pooled connection without a round trip (instead of ``pool_pre_ping``'s query on
+    every checkout): an idle connection of ours has nothing to read, so a readable socket means
+    the server has spoken on its own, and it only does that to say goodbye (a terminated
+    backend, a restart, a shutdown). The pool then opens a fresh connection and retries."""
+    if dbapi_connection.closed:
+        raise DisconnectionError("connection closed")
+    readable, _, _ = select.select([dbapi_connection.fileno()], [], [], 0)
+    if readable:
+        raise DisconnectionError("the server closed this connection")

@@ -1,9 +1,23 @@
-"""``spacejobs db upgrade``: roles first (cluster-wide, as the admin), then Alembic as the owner.
+"""``spacejobs db upgrade``: roles first (cluster-wide, as the admin), then the schema as the owner.
 
 Idempotent and safe to run from several hosts at once: role creation tolerates a concurrent
-creator, and Alembic runs under an advisory lock. The revisions under ``migrations/versions``
-are frozen history; ``schema.sql`` beside this module is the same schema as one reviewed file,
-and ``tests/integration/test_migrations.py`` proves the two agree.
+creator, and the schema step runs under an advisory lock.
+
+Two ways to the same schema, in one transaction each:
+
+- a fresh database (no ``alembic_version`` table) runs ``schema.sql``, the whole current schema
+  as one reviewed file, and is stamped at the newest revision;
+- an existing database is upgraded revision by revision through ``migrations/versions``.
+
+The revisions are frozen history: ``migrations/versions/FROZEN`` holds the sha256 of each file
+and ``tests/unit/test_frozen_revisions.py`` fails when one changes. To change the schema:
+
+1. add ``000N_name.sql`` with the change, and ``000N_name.py`` (copy the newest revision; set
+   ``revision``/``down_revision``; its ``upgrade()`` runs only its own ``.sql`` file);
+2. fold the same change into ``schema.sql``, where a reader would look for it;
+3. run ``pytest tests/unit/test_frozen_revisions.py``: it prints the manifest lines to add;
+4. run ``pytest tests/integration/test_migrations.py``: it diffs the catalogs of a database
+   built each way and prints any difference.
 """
 
 from __future__ import annotations
@@ -12,7 +26,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from models.db.engine import make_engine
 from models.db.queries import queries_beside
@@ -20,22 +34,43 @@ from models.settings import get_settings
 
 Q = queries_beside(__file__)
 MIGRATIONS = Path(__file__).parent / "migrations"
+SCHEMA = Path(__file__).parent / "schema.sql"
 
 
-def upgrade(admin_url: str, revision: str = "head") -> None:
-    """Create or update the roles, then migrate the schema to ``revision`` as the owner role."""
+def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = False) -> None:
+    """Create or update the roles, then bring the schema to ``revision`` as the owner role.
+
+    Args:
+        admin_url: a role that may create roles and that may ``SET ROLE space_owner``.
+        revision: the Alembic revision to reach. ``schema.sql`` is only ever the newest, so a
+            fresh database is built from it only when this is ``"head"``.
+        replay_revisions: build a fresh database revision by revision too, as an existing one
+            is upgraded (the migration test compares the two).
+    """
     engine = make_engine(admin_url, pool_size=1, application_name="spacejobs-migrate")
     try:
         with engine.begin() as conn:
             conn.execute(Q["lock"])
             ensure_roles(conn)
             conn.execute(Q["set_owner_role"])
-            config = Config()
-            config.set_main_option("script_location", str(MIGRATIONS))
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
+            config = alembic_config(conn)
+            fresh = not conn.execute(Q["has_alembic_version"]).scalar_one()
+            if fresh and revision == "head" and not replay_revisions:
+                # text(), like the revisions' op.execute: one multi-statement script.
+                conn.execute(text(SCHEMA.read_text()))
+                command.stamp(config, "head")
+            else:
+                command.upgrade(config, revision)
     finally:
         engine.dispose()
+
+
+def alembic_config(conn: Connection) -> Config:
+    """Alembic on our own connection, so it joins the caller's transaction (migrations/env.py)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    return config
 
 
 def ensure_roles(conn: Connection) -> None:

@@ -38,3 +38,8 @@ SELECT set_config('spacejobs.role_password', :password, true)
 
 -- set_owner_role --
 SET LOCAL ROLE space_owner
+
+-- has_alembic_version --
+-- Alembic's own table: absent means nothing was ever installed here (after the lock, so two
+-- hosts upgrading a fresh database do not both install it).
+SELECT to_regclass('alembic_version') IS NOT NULL

@@ -1,23 +1,23 @@
-"""What a running job sees: its leased row, tenant-scoped transactions, progress, checkpoints."""
+"""What a running job sees: its leased row, tenant-scoped transactions, progress, checkpoints.
+
+A kind's function receives a :class:`JobContext`. Everything it may act on comes from the
+leased ROW (never from the broker's message), and everything it writes is fenced by the lease.
+"""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
-from models.db.transaction import transaction
 from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
-from models.jobs import store
 from models.jobs.records import LeasedJob, Status
 from models.kinds.rules import KindRules
-from models.tenancy.access import check_allowed, find_membership
 from models.tenancy.projects import Projects
 
 
@@ -29,47 +29,62 @@ class Tenant:
         self.projects = Projects(conn, organization_id)
 
 
+class LeaseFlags:
+    """What the worker process has learnt about one held lease since it was taken: lost to a
+    newer attempt, or asked to cancel. Set by the process's heartbeat (and by the job's own
+    writes), read at every checkpoint. Shared between threads, hence Events."""
+
+    def __init__(self) -> None:
+        self.lost = threading.Event()
+        self.cancel = threading.Event()
+
+    def note(self, status: Status | None) -> None:
+        """Record what the database said about the lease (None: it is no longer ours)."""
+        if status is None:
+            self.lost.set()
+        elif status == Status.CANCEL_REQUESTED:
+            self.cancel.set()
+
+
+class JobRuntime(Protocol):
+    """The database side of a running job (models.jobs.leases.WorkerLeases in a worker; a fake
+    in the runner's unit tests)."""
+
+    def tenant(self, job: LeasedJob, rules: KindRules) -> AbstractContextManager[Tenant]: ...
+
+    def record_progress(self, job: LeasedJob, progress: dict[str, Any]) -> Status | None: ...
+
+    def lease_status(self, job: LeasedJob) -> Status | None: ...
+
+
 class JobContext:
     def __init__(
         self,
-        engine: Engine,
+        runtime: JobRuntime,
         job: LeasedJob,
         rules: KindRules,
         *,
-        actor: str,
+        flags: LeaseFlags | None = None,
         deadline: float | None = None,
         should_release: Callable[[], bool] | None = None,
     ) -> None:
-        self.engine = engine
+        self.runtime = runtime
         self.job = job
         self.rules = rules
-        self.actor = actor
+        self.flags = flags or LeaseFlags()
         self.deadline = deadline  # time.monotonic() value of the soft time limit
         # Asked by the worker's shutdown: True once the grace period for running jobs is over.
         self._should_release = should_release or (lambda: False)
-        self._lost = threading.Event()
-        self._cancel = threading.Event()
 
-    @contextmanager
-    def tenant(self) -> Iterator[Tenant]:
+    def tenant(self) -> AbstractContextManager[Tenant]:
         """A NEW transaction scoped to the job's organization (taken from the leased row).
 
-        It first re-reads the requester's membership and the organization's state, and before
-        committing it locks the job row with our lease token: tenant writes commit only while
-        this attempt still holds the job.
+        It first re-reads the requester's membership and the organization's state (and holds
+        them until commit), and before committing it locks the job row with our lease token:
+        tenant writes commit only while this attempt still holds the job.
         """
         self.checkpoint()
-        with transaction(
-            self.engine, organization_id=self.job.organization_id, actor=self.actor
-        ) as conn:
-            membership = find_membership(conn, self.job.organization_id, self.job.requested_by)
-            check_allowed(
-                membership, org_states=self.rules.org_states, role=self.rules.role, for_worker=True
-            )
-            yield Tenant(conn, self.job.organization_id)
-            if not store.lock_lease(conn, self.job.id, self.job.lease_token):
-                self._lost.set()
-                raise LeaseLost()
+        return _Fenced(self, self.runtime.tenant(self.job, self.rules))
 
     def progress(self, stage: str, *, done: int | None = None, total: int | None = None) -> None:
         """Record a measured stage; a progress write that finds no lease means the lease is lost."""
@@ -78,17 +93,15 @@ class JobContext:
             value["done"] = done
         if total is not None:
             value["total"] = total
-        with transaction(self.engine, actor=self.actor) as conn:
-            status = store.record_progress(conn, self.job.id, self.job.lease_token, json.dumps(value))
-        self._note(status)
+        self.flags.note(self.runtime.record_progress(self.job, value))
         self.checkpoint()
 
     def checkpoint(self) -> None:
         """A safe point: stop here if the lease is lost, a cancel was asked for, time is up, or
         the worker is shutting down and may wait no longer."""
-        if self._lost.is_set():
+        if self.flags.lost.is_set():
             raise LeaseLost()
-        if self._cancel.is_set():
+        if self.flags.cancel.is_set():
             raise CancelRequested()
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimedOut(permanent=not self.rules.retry_on_timeout)
@@ -97,21 +110,27 @@ class JobContext:
 
     def check_lease_now(self) -> None:
         """Checkpoint after asking the database (the heartbeat does this in the background)."""
-        with transaction(self.engine, actor=self.actor) as conn:
-            self._note(store.lease_status(conn, self.job.id, self.job.lease_token))
+        self.flags.note(self.runtime.lease_status(self.job))
         self.checkpoint()
-
-    def _note(self, status: str | None) -> None:
-        if status is None:
-            self._lost.set()
-        elif status == Status.CANCEL_REQUESTED:
-            self._cancel.set()
-
-    # Called by the heartbeat thread.
-    def heartbeat(self) -> None:
-        with transaction(self.engine, actor=self.actor) as conn:
-            self._note(store.extend_lease(conn, self.job.id, self.job.lease_token))
 
     @property
     def lease_lost(self) -> bool:
-        return self._lost.is_set()
+        return self.flags.lost.is_set()
+
+
+class _Fenced(AbstractContextManager[Tenant]):
+    """The tenant transaction, marking the lease lost when its fence refused the commit."""
+
+    def __init__(self, ctx: JobContext, inner: AbstractContextManager[Tenant]) -> None:
+        self._ctx = ctx
+        self._inner = inner
+
+    def __enter__(self) -> Tenant:
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        try:
+            return self._inner.__exit__(*exc_info)
+        except LeaseLost:
+            self._ctx.flags.lost.set()
+            raise

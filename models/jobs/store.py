@@ -8,7 +8,8 @@ caller decides the transaction (and its tenant scope); the transition trigger wr
 from __future__ import annotations
 
 import json
-import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -17,7 +18,7 @@ from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
 from models.errors import DomainError, DuplicateJob, IdempotencyKeyReused, JobFinished, NotFound
-from models.jobs.records import RUNNING, Job, LeasedJob
+from models.jobs.records import RUNNING, Job, LeasedJob, Status
 from models.kinds.rules import KindRules
 
 Q = queries_beside(__file__)
@@ -84,7 +85,7 @@ def get(conn: Connection, job_id: UUID | str) -> Job | None:
 
 
 def get_result(conn: Connection, job_id: UUID | str) -> tuple[Job, Any] | None:
-    row = conn.execute(Q["get"], {"id": str(job_id)}).mappings().one_or_none()
+    row = conn.execute(Q["get_result"], {"id": str(job_id)}).mappings().one_or_none()
     return (Job.from_row(row), row["result"]) if row else None
 
 
@@ -134,90 +135,116 @@ def claim_controls(conn: Connection) -> list[Any]:
     return list(conn.execute(Q["claim_controls"]).all())
 
 
-def claim(conn: Connection, worker: str, *, controls: list[Any] | None = None) -> LeasedJob | None:
-    """Lease the next due job (or one whose lease expired) with a fresh random token.
+@dataclass(frozen=True)
+class Standing:
+    """The requester's membership role and the organization's state, for a held job."""
+
+    role: str
+    organization_state: str
+
+
+def claim_batch(
+    conn: Connection, worker: str, *, limit: int, controls: list[Any] | None = None
+) -> list[LeasedJob]:
+    """Lease up to ``limit`` due jobs (or jobs whose lease expired), each with its own token.
 
     Paused kinds are skipped. A kind with a concurrency limit is claimed under a per-kind
-    advisory lock and given back (savepoint rollback) when it would exceed the limit; the next
-    candidate of another kind is tried instead. ``controls`` lets a caller reuse recently read
-    controls (the runner re-reads them every second) instead of one more query per claim.
+    advisory lock, and only as many as its limit leaves room for, counting every job of that
+    kind already leased anywhere (held in a batch or running): a batch never exceeds a limit.
+    ``controls`` lets a caller reuse recently read controls (the runner re-reads them every
+    second) instead of one more query per claim.
     """
     if controls is None:
         controls = claim_controls(conn)
-    skip = [c.kind for c in controls if c.paused]
-    limits = {c.kind: c.concurrency_limit for c in controls if not c.paused}
-    while True:
-        leased = _claim_one(conn, worker, skip, undoable=bool(limits))
-        if leased is None or leased[0].kind not in limits:
-            return leased[0] if leased else None
-        job, savepoint = leased
-        conn.execute(Q["lock_kind"], {"kind": job.kind})
-        running = conn.execute(Q["count_running"], {"kind": job.kind}).scalar_one()
-        if running <= limits[job.kind]:
-            savepoint.commit()
-            return job
-        savepoint.rollback()  # releases the row lock too: another worker may take it later
-        skip.append(job.kind)
+    paused = [c.kind for c in controls if c.paused]
+    limited = {c.kind: c.concurrency_limit for c in controls
+               if not c.paused and c.concurrency_limit is not None}
+    leased: list[LeasedJob] = []
+    for kind, cap in limited.items():
+        if len(leased) >= limit:
+            break
+        conn.execute(Q["lock_kind"], {"kind": kind})
+        room = cap - conn.execute(Q["count_running"], {"kind": kind}).scalar_one()
+        if room > 0:
+            leased += _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind)
+    if len(leased) < limit:
+        leased += _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited))
+    return leased
 
 
-def _claim_one(
-    conn: Connection, worker: str, skip: list[str], *, undoable: bool
-) -> tuple[LeasedJob, Any] | None:
-    """One claim attempt; inside a savepoint only when a limit may make us undo it (the common
-    path without limits saves the two extra round trips)."""
-    token = uuid.uuid4()
-    for query in ("claim_queued", "claim_expired"):
-        savepoint = conn.begin_nested() if undoable else None
-        row = conn.execute(
-            Q[query], {"lease_token": token, "worker": worker, "skip_kinds": skip}
-        ).mappings().one_or_none()
-        if row is None:
-            if savepoint is not None:
-                savepoint.rollback()
-            continue
-        job = LeasedJob(
-            id=row["id"],
-            organization_id=row["organization_id"],
-            requested_by=row["requested_by"],
-            kind=row["kind"],
-            params=row["params"],
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-            lease_token=token,
-            lease_seconds=row["lease_seconds"],
-            request_id=row["request_id"],
-        )
-        return job, savepoint
-    return None
+def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
+           only_kind: str | None = None) -> list[LeasedJob]:
+    rows = conn.execute(Q["claim_batch"], {"worker": worker, "limit": limit, "skip_kinds": skip or [],
+                                           "only_kind": only_kind})
+    return [
+        LeasedJob(id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
+                  kind=row.kind, params=row.params, attempt=row.attempts,
+                  max_attempts=row.max_attempts, lease_token=row.lease_token,
+                  lease_seconds=row.lease_seconds, request_id=row.request_id)
+        for row in rows
+    ]
 
 
-def extend_lease(conn: Connection, job_id: UUID, token: UUID) -> str | None:
-    """Heartbeat. Returns the job's status, or None when the lease is no longer ours."""
-    return conn.execute(Q["extend_lease"], {"id": job_id, "lease_token": token}).scalar_one_or_none()
+def extend_leases(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Status]:
+    """Heartbeat for every (job id, token) held: the status of each lease still ours; a job
+    missing from the answer was lost (expired and taken by a newer attempt, or ended)."""
+    if not leases:
+        return {}
+    rows = conn.execute(Q["extend_leases"], _lease_arrays(leases))
+    return {row.id: Status(row.status) for row in rows}
 
 
-def record_progress(conn: Connection, job_id: UUID, token: UUID, progress_json: str) -> str | None:
-    return conn.execute(
-        Q["record_progress"], {"id": job_id, "lease_token": token, "progress": progress_json}
+def lease_standing(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Standing]:
+    """The requester's standing for each held job, locked (FOR SHARE) until this transaction
+    ends, so a removal or a state change cannot slip in between the check and the write. A job
+    missing from the answer has no membership left, or its lease is no longer ours."""
+    if not leases:
+        return {}
+    rows = conn.execute(Q["lease_standing"], _lease_arrays(leases))
+    return {row.job_id: Standing(row.role, row.organization_state) for row in rows}
+
+
+def complete_batch(conn: Connection, completions: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
+    """The fenced finish of many jobs: (job id, token, result) each. Returns the ids completed;
+    the others' tokens no longer match (a newer attempt owns them) and their results are
+    discarded."""
+    if not completions:
+        return set()
+    rows = conn.execute(Q["complete_batch"], {
+        "ids": [c[0] for c in completions],
+        "tokens": [c[1] for c in completions],
+        "results": [json.dumps(c[2]) for c in completions],
+    })
+    return {row.id for row in rows}
+
+
+def release_batch(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> set[UUID]:
+    """Give jobs back without burning their attempt (graceful shutdown); returns those given back."""
+    if not leases:
+        return set()
+    return {row.id for row in conn.execute(Q["release_batch"], _lease_arrays(leases))}
+
+
+def _lease_arrays(leases: Sequence[tuple[UUID, UUID]]) -> dict[str, list[UUID]]:
+    return {"ids": [job_id for job_id, _ in leases], "tokens": [token for _, token in leases]}
+
+
+def record_progress(conn: Connection, job_id: UUID, token: UUID, progress: dict[str, Any]) -> Status | None:
+    """Measured progress, fenced; None when the lease is no longer ours."""
+    status = conn.execute(
+        Q["record_progress"], {"id": job_id, "lease_token": token, "progress": json.dumps(progress)}
     ).scalar_one_or_none()
+    return Status(status) if status is not None else None
 
 
-def lease_status(conn: Connection, job_id: UUID, token: UUID) -> str | None:
+def lease_status(conn: Connection, job_id: UUID, token: UUID) -> Status | None:
+    """The job's status while the lease is ours, else None."""
     status = conn.execute(Q["lease_status"], {"id": job_id, "lease_token": token}).scalar_one_or_none()
-    return status if status in RUNNING else None
+    return Status(status) if status in RUNNING else None
 
 
 def lock_lease(conn: Connection, job_id: UUID, token: UUID) -> bool:
     return conn.execute(Q["lock_lease"], {"id": job_id, "lease_token": token}).first() is not None
-
-
-def complete(conn: Connection, job_id: UUID, token: UUID, result: Any) -> bool:
-    """The fenced finish. False: a newer attempt owns the job and this result is discarded."""
-    row = conn.execute(
-        Q["complete"],
-        {"id": job_id, "lease_token": token, "result": json.dumps(result), "progress": None},
-    ).first()
-    return row is not None
 
 
 def fail_attempt(
@@ -239,11 +266,6 @@ def fail_attempt(
 
 def acknowledge_cancel(conn: Connection, job_id: UUID, token: UUID) -> bool:
     return conn.execute(Q["acknowledge_cancel"], {"id": job_id, "lease_token": token}).first() is not None
-
-
-def release(conn: Connection, job_id: UUID, token: UUID) -> bool:
-    """Give a job back without burning its attempt (graceful shutdown)."""
-    return conn.execute(Q["release"], {"id": job_id, "lease_token": token}).first() is not None
 
 
 def record_diagnostics(

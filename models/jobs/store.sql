@@ -1,6 +1,9 @@
 -- The job store: every statement that changes jobs.status lives here and is called only from
--- models/jobs/store.py. The transition trigger (schema.sql) rejects anything else and writes the
--- job_events row in the same transaction.
+-- models/jobs/store.py. The transition trigger (models/db/schema.sql) rejects anything else; statement-level
+-- triggers write the job_events rows (and metric events) in the same transaction.
+--
+-- Columns are listed, never `*`: a worker must not receive another tenant's result, and the
+-- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
 -- Web role, inside a transaction scoped to the organization. ON CONFLICT covers both partial
@@ -10,10 +13,14 @@ INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lea
 VALUES (:organization_id, :requested_by, :kind, :params, :max_attempts, :lease_seconds,
         :dedup_key, :idempotency_key, :request_id)
 ON CONFLICT DO NOTHING
-RETURNING *
+RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params
 
 -- find_by_idempotency_key --
-SELECT * FROM jobs
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params FROM jobs
 WHERE organization_id = :organization_id AND requested_by = :requested_by
   AND idempotency_key = :idempotency_key
 
@@ -22,48 +29,54 @@ SELECT id FROM jobs
 WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup_key
   AND status IN ('queued', 'leased', 'cancel_requested')
 
--- claim_queued --
--- Worker role. Reads jobs_claimable_idx only (status = 'queued'), so its cost does not grow
--- with finished rows; SKIP LOCKED lets concurrent claimers pass each other without waiting.
-WITH next AS (
-    SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now() AND kind <> ALL(CAST(:skip_kinds AS text[]))
-    ORDER BY run_after, created_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs j
-SET status = 'leased', lease_token = :lease_token, leased_by = :worker,
-    lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
-    attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
-FROM next WHERE j.id = next.id
-RETURNING j.*
-
--- claim_expired --
--- A lease that ran out while attempts remain is claimable at once (the sweeper would otherwise
--- requeue it a little later). Reads jobs_lease_expiry_idx only. cancel_requested is excluded:
--- an expired cancel request ends cancelled, never retried.
-WITH next AS (
+-- claim_batch --
+-- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease
+-- token. `queued` reads jobs_claimable_idx only and `expired` jobs_lease_expiry_idx only, so the
+-- cost does not grow with finished rows; SKIP LOCKED lets concurrent claimers pass each other
+-- without waiting. A lease that ran out while attempts remain is claimable at once (the sweeper
+-- would otherwise requeue it a little later); cancel_requested is not: an expired cancel request
+-- ends cancelled, never retried. :only_kind claims one (concurrency-limited) kind.
+WITH expired AS (
     SELECT id FROM jobs
     WHERE status = 'leased' AND lease_until < now() AND attempts < max_attempts
       AND kind <> ALL(CAST(:skip_kinds AS text[]))
+      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
     ORDER BY lease_until
-    LIMIT 1
+    LIMIT :limit
     FOR UPDATE SKIP LOCKED
+), queued AS (
+    SELECT id FROM jobs
+    WHERE status = 'queued' AND run_after <= now()
+      AND kind <> ALL(CAST(:skip_kinds AS text[]))
+      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
+    ORDER BY run_after, created_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT id FROM expired
+    UNION ALL
+    SELECT id FROM queued
+    LIMIT :limit
 )
 UPDATE jobs j
-SET lease_token = :lease_token, leased_by = :worker,
+SET status = 'leased', lease_token = gen_random_uuid(), leased_by = :worker,
     lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
-    attempts = j.attempts + 1
-FROM next WHERE j.id = next.id
-RETURNING j.*
+    attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+-- An array, not a join: the rows are found through the primary key whatever the table's size.
+WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts, j.max_attempts,
+          j.lease_token, j.lease_seconds, j.request_id
 
--- extend_lease --
--- Heartbeat. 0 rows: the lease is gone (expired and taken, or the job ended).
-UPDATE jobs
-SET lease_until = clock_timestamp() + lease_seconds * interval '1 second'
-WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
-RETURNING status
+-- extend_leases --
+-- Heartbeat, one statement for every lease a worker process holds. A row missing from the
+-- answer is no longer ours (expired and taken, or the job ended); its status says whether a
+-- cancel was asked for.
+UPDATE jobs j
+SET lease_until = clock_timestamp() + j.lease_seconds * interval '1 second'
+FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
+  AND j.status IN ('leased', 'cancel_requested')
+RETURNING j.id, j.status
 
 -- record_progress --
 UPDATE jobs SET progress = :progress
@@ -73,14 +86,25 @@ RETURNING status
 -- lease_status --
 SELECT status FROM jobs WHERE id = :id AND lease_token = :lease_token
 
--- complete --
--- The fenced finish: only the holder of the current lease token may write the result.
--- A cancel that arrived too late loses to a finished job (cancel_requested -> completed).
-UPDATE jobs
-SET status = 'completed', result = :result, progress = coalesce(:progress, progress),
-    error_code = NULL, error_message = NULL, leased_by = NULL
-WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
-RETURNING id
+-- complete_batch --
+-- The fenced finish of many jobs in one statement: a row is completed only while the caller
+-- still holds ITS lease token; a row whose token moved on (a newer attempt owns the job) is
+-- left alone and missing from the answer. A cancel that arrived too late loses to a finished
+-- job (cancel_requested -> completed).
+UPDATE jobs j
+SET status = 'completed', result = done.result, error_code = NULL, error_message = NULL,
+    leased_by = NULL
+FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]), CAST(:results AS jsonb[]))
+     AS done (id, token, result)
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = done.id AND j.lease_token = done.token
+  AND j.status IN ('leased', 'cancel_requested')
+RETURNING j.id
+
+-- lease_standing --
+-- The requester's membership role and the organization's state for held jobs, locked until
+-- commit (see lease_standing() in the schema).
+SELECT job_id, role, organization_state
+FROM lease_standing(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
 
 -- fail_attempt --
 -- One decision for every failed attempt, fenced like the finish: a requested cancel wins,
@@ -107,13 +131,15 @@ SET status = 'cancelled', lease_token = NULL, lease_until = NULL, leased_by = NU
 WHERE id = :id AND lease_token = :lease_token AND status = 'cancel_requested'
 RETURNING id
 
--- release --
--- Graceful shutdown: give the job back untouched, attempt not burned, claimable at once.
-UPDATE jobs
-SET status = 'queued', attempts = attempts - 1, run_after = now(),
+-- release_batch --
+-- Graceful shutdown: give jobs back untouched, attempt not burned, claimable at once.
+UPDATE jobs j
+SET status = 'queued', attempts = j.attempts - 1, run_after = now(),
     lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
-WHERE id = :id AND lease_token = :lease_token AND status = 'leased'
-RETURNING id
+FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
+WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
+  AND j.status = 'leased'
+RETURNING j.id
 
 -- request_cancel --
 -- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
@@ -121,7 +147,9 @@ UPDATE jobs
 SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
     cancel_requested_at = now(), cancel_requested_by = :user_id
 WHERE id = :id AND status IN ('queued', 'leased')
-RETURNING *
+RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
 
 -- sweep_expired_leases --
 -- Sweeper (worker role). Several sweepers on several hosts take disjoint batches (SKIP LOCKED).
@@ -169,11 +197,20 @@ FROM due WHERE j.id = due.id
 RETURNING j.id, j.kind
 
 -- get --
-SELECT * FROM jobs WHERE id = :id
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs WHERE id = :id
+
+-- get_result --
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result FROM jobs WHERE id = :id
 
 -- list_for_org --
 -- Newest first, keyset pagination on (created_at, id) through jobs_org_created_idx.
-SELECT * FROM jobs
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs
 WHERE organization_id = :organization_id
   AND (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
@@ -194,7 +231,7 @@ WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_r
 FOR UPDATE
 
 -- purge_finished --
--- Retention, bounded per call; see retention.sql for the function (it never touches an active job).
+-- Retention, bounded per call; the function is in models/db/schema.sql (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
                                   :events_age * interval '1 second', :batch)
 
@@ -209,6 +246,7 @@ WHERE paused OR concurrency_limit IS NOT NULL
 SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
 
 -- count_running --
+-- Through jobs_lease_expiry_idx: running jobs are few.
 SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_requested')
 
 -- fold_metrics --

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -58,8 +59,18 @@ def require_membership(conn: Connection, organization_id: UUID | str, user_id: U
     return membership
 
 
+class Standing(Protocol):
+    """What the rules look at: a membership, or a held job's requester standing."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def organization_state(self) -> str: ...
+
+
 def check_allowed(
-    membership: Membership | None,
+    membership: Standing | None,
     *,
     org_states: Iterable[str],
     role: str,

@@ -12,8 +12,10 @@ from models.db.transaction import scope, transaction
 from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.jobs import store
 from models.jobs.context import JobContext
+from models.jobs.leases import WorkerLeases
 from models.jobs.records import Job
 from models.kinds import get_kind, load_kinds
+from tests.integration.leasing import claim_one, complete_one, release_one
 from tests.kit.stack import Stack
 
 load_kinds()
@@ -36,7 +38,7 @@ def new_job(stack: Stack, kind: str = "bench.noop", **kw) -> tuple[uuid.UUID, Jo
 
 def claim(stack: Stack, worker: str = "w1"):
     with transaction(stack.worker_db, actor=f"worker:{worker}") as conn:
-        return store.claim(conn, worker)
+        return claim_one(conn, worker)
 
 
 def expire_lease(stack: Stack, job_id) -> None:
@@ -49,7 +51,7 @@ def expire_lease(stack: Stack, job_id) -> None:
 def drain_queue(stack: Stack) -> None:
     while (leased := claim(stack)) is not None:
         with transaction(stack.worker_db) as conn:
-            store.complete(conn, leased.id, leased.lease_token, {})
+            complete_one(conn, leased.id, leased.lease_token, {})
 
 
 def test_late_finish_with_stale_token_changes_nothing(stack_db: Stack):
@@ -63,9 +65,9 @@ def test_late_finish_with_stale_token_changes_nothing(stack_db: Stack):
     assert second.lease_token != first.lease_token
 
     with transaction(stack_db.worker_db) as conn:
-        assert store.complete(conn, job.id, second.lease_token, {"by": "second"})
+        assert complete_one(conn, job.id, second.lease_token, {"by": "second"})
     with transaction(stack_db.worker_db) as conn:
-        assert not store.complete(conn, job.id, first.lease_token, {"by": "first"})
+        assert not complete_one(conn, job.id, first.lease_token, {"by": "first"})
         assert store.fail_attempt(conn, job.id, first.lease_token, JobFinished(), retry_in=0) is None
 
     row = stack_db.job_row(job.id)
@@ -91,7 +93,7 @@ def test_a_finished_jobs_result_cannot_be_rewritten(stack_db: Stack):
     _, job = new_job(stack_db)
     leased = claim(stack_db)
     with transaction(stack_db.worker_db) as conn:
-        assert store.complete(conn, job.id, leased.lease_token, {"ok": True})
+        assert complete_one(conn, job.id, leased.lease_token, {"ok": True})
     with pytest.raises(DBAPIError, match="can no longer change"), transaction(stack_db.worker_db) as conn:
         conn.execute(text("UPDATE jobs SET result = '{\"x\": 1}' WHERE id = :id"), {"id": job.id})
     assert stack_db.job_row(job.id)["result"] == {"ok": True}
@@ -103,14 +105,14 @@ def test_concurrent_claims_skip_each_others_rows_without_waiting(stack_db: Stack
     _, b = new_job(stack_db)
     with stack_db.worker_db.connect() as one, stack_db.worker_db.connect() as two, one.begin(), two.begin():
         two.execute(text("SET LOCAL lock_timeout = '1s'"))
-        first = store.claim(one, "one")       # row lock held until commit
-        second = store.claim(two, "two")      # must skip it, not wait for it
+        first = claim_one(one, "one")       # row lock held until commit
+        second = claim_one(two, "two")      # must skip it, not wait for it
         assert third_is_none(two)
     assert {first.id, second.id} == {a.id, b.id}
 
 
 def third_is_none(conn) -> bool:
-    return store.claim(conn, "two") is None
+    return claim_one(conn, "two") is None
 
 
 def test_tenant_writes_of_an_attempt_that_lost_its_lease_roll_back(stack_db: Stack):
@@ -120,7 +122,7 @@ def test_tenant_writes_of_an_attempt_that_lost_its_lease_roll_back(stack_db: Sta
     expire_lease(stack_db, job.id)
     assert claim(stack_db).id == job.id  # a newer attempt holds it now
 
-    ctx = JobContext(stack_db.worker_db, stale, get_kind("projects_export").rules, actor="worker:stale")
+    ctx = JobContext(WorkerLeases(stack_db.worker_db, "stale"), stale, get_kind("projects_export").rules)
     with pytest.raises(LeaseLost), ctx.tenant() as tenant:
         tenant.projects.create("written by a stale attempt")
     with transaction(stack_db.worker_db, organization_id=org) as conn:
@@ -173,7 +175,7 @@ def test_jobs_put_back_in_the_queue_are_resignalled_without_waiting_for_the_grac
     with transaction(stack_db.worker_db) as conn:
         assert store.fail_attempt(conn, retried.id, retried.lease_token, InternalJobError(),
                                  retry_in=0) == "queued"
-        assert store.release(conn, released.id, released.lease_token)
+        assert release_one(conn, released.id, released.lease_token)
     expire_lease(stack_db, expired.id)
     with transaction(stack_db.worker_db, actor="sweeper") as conn:
         assert dict(store.sweep_expired_leases(conn)) == {expired.id: "queued"}
@@ -202,7 +204,7 @@ def test_cancel_queued_is_immediate_running_is_requested_finished_is_refused(sta
     assert cancel(running.id).status == "cancel_requested"  # asking twice changes nothing
     # The job finished before it saw the request: completion wins, and stays.
     with transaction(stack_db.worker_db) as conn:
-        assert store.complete(conn, running.id, leased.lease_token, {"done": True})
+        assert complete_one(conn, running.id, leased.lease_token, {"done": True})
     with pytest.raises(JobFinished):
         cancel(running.id)
     with pytest.raises(NotFound):
@@ -221,12 +223,13 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
             " SELECT :org, :user, 'bench.noop', 'completed', 30, 3, 1, now()"
             " FROM generate_series(1, 20000)"), {"org": org, "user": user})
         conn.execute(text("ANALYZE jobs"))
-    query = store.Q["claim_queued"].text.replace(":lease_token", "gen_random_uuid()") \
-        .replace(":worker", "'explain'").replace(":skip_kinds", "'{}'")
+    explain = text("EXPLAIN " + store.Q["claim_batch"].text)
     with stack_db.worker_db.connect() as conn, conn.begin():
-        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + query)))
+        plan = "\n".join(r[0] for r in conn.execute(explain, {
+            "worker": "explain", "limit": 50, "skip_kinds": [], "only_kind": None}))
         conn.rollback()
-    assert "jobs_claimable_idx" in plan, plan
+    assert "jobs_claimable_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
 
 
 def test_two_sweepers_take_disjoint_expired_leases_without_waiting(stack_db: Stack):

@@ -157,6 +157,14 @@ def test_histogram_buckets_are_the_same_in_sql_and_in_metrics(stack: Stack):
 
     with transaction(stack.operator_db) as conn:
         assert tuple(conn.execute(text("SELECT metric_buckets()")).scalar_one()) == BUCKETS
+        # metric_bucket() is a CASE (inlined into the batch triggers): each bound, and just past
+        # it, lands where the bound list says.
+        probes = [float(v) for bound in BUCKETS for v in (bound, bound * 1.0001)] + [0.0, 1e9]
+        labels = conn.execute(text("SELECT metric_bucket(v) FROM unnest(CAST(:v AS float8[])) v"),
+                              {"v": probes}).scalars().all()
+    expected = [next((str(b) if b != int(b) else str(int(b)) for b in BUCKETS if v <= b), "+Inf")
+                for v in probes]
+    assert labels == expected
 
 
 def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack):

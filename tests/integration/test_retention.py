@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.jobs import store
+from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
 DAY = 86_400
@@ -91,11 +92,11 @@ def test_events_of_old_finished_jobs_go_but_the_job_row_stays(bare_stack: Stack)
     job_id = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"},
                          headers=anna.auth).get_json()["id"]
     with transaction(stack.worker_db) as conn:
-        leased = store.claim(conn, "w")
+        leased = claim_one(conn, "w")
         while leased is not None and str(leased.id) != job_id:
-            store.complete(conn, leased.id, leased.lease_token, {})
-            leased = store.claim(conn, "w")
-        store.complete(conn, leased.id, leased.lease_token, {})
+            complete_one(conn, leased.id, leased.lease_token, {})
+            leased = claim_one(conn, "w")
+        complete_one(conn, leased.id, leased.lease_token, {})
     assert len(stack.events(job_id)) == 3
     assert purge(stack, events_age=0)["events_deleted"] >= 3
     assert stack.events(job_id) == [] and exists(stack, job_id)

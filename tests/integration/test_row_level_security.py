@@ -21,6 +21,7 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.kinds import get_kind, load_kinds
 from models.tenancy.projects import Projects
+from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
 load_kinds()
@@ -92,7 +93,7 @@ def world(bare_stack: Stack, roles: Roles) -> World:
     # Finish every job so far through the real claim and fenced finish, as a worker would.
     while (leased := _claim(roles.worker)) is not None:
         with transaction(roles.worker, actor="test-worker") as conn:
-            assert store.complete(conn, leased.id, leased.lease_token, {"secret": "result-data"})
+            assert complete_one(conn, leased.id, leased.lease_token, {"secret": "result-data"})
     completed = a.jobs[0]
     queued = submit(roles.app, a.id, a.user)
     a.jobs.append(queued)
@@ -102,7 +103,7 @@ def world(bare_stack: Stack, roles: Roles) -> World:
 
 def _claim(worker: Engine):
     with transaction(worker, actor="test-worker") as conn:
-        return store.claim(conn, "test-worker")
+        return claim_one(conn, "test-worker")
 
 
 def count(conn, table: str) -> int:

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from models.db.transaction import transaction
-from models.jobs import store
 from tests.conftest import submit
+from tests.integration.leasing import claim_one, complete_one
 from tests.integration.test_job_store import expire_lease
 from tests.kit.stack import Stack
 
@@ -37,7 +37,7 @@ def test_a_job_whose_lease_is_taken_stops_at_its_next_checkpoint_and_writes_noth
     stack.wait_for(job["id"], "leased")
     expire_lease(stack, job["id"])
     with transaction(stack.worker_db, actor="worker:test") as conn:
-        thief = store.claim(conn, "test")
+        thief = claim_one(conn, "test")
     assert str(thief.id) == job["id"] and thief.attempt == 2
     # The worker's next heartbeat (every lease/3 = 3.3 s) finds the token gone.
     deadline = time.monotonic() + 10
@@ -45,7 +45,7 @@ def test_a_job_whose_lease_is_taken_stops_at_its_next_checkpoint_and_writes_noth
         assert time.monotonic() < deadline, "the worker never noticed"
         time.sleep(0.1)
     with transaction(stack.worker_db) as conn:
-        assert store.complete(conn, thief.id, thief.lease_token, {"by": "thief"})
+        assert complete_one(conn, thief.id, thief.lease_token, {"by": "thief"})
     time.sleep(1)
     row = stack.job_row(job["id"])
     assert row["result"] == {"by": "thief"}

@@ -69,12 +69,13 @@ def test_unknown_kinds_are_refused(name):
 
 def test_named_queries_are_all_loaded():
     queries = {name: clause.text for name, clause in store.Q.items()}
-    for name in ("submit", "claim_queued", "claim_expired", "extend_lease", "complete",
-                 "fail_attempt", "release", "request_cancel", "sweep_expired_leases",
+    for name in ("submit", "claim_batch", "extend_leases", "complete_batch", "lease_standing",
+                 "fail_attempt", "release_batch", "request_cancel", "sweep_expired_leases",
                  "sweep_unsignalled", "lock_lease"):
         assert queries[name].strip(), name
-    assert "FOR UPDATE SKIP LOCKED" in queries["claim_queued"]
-    assert "lease_token = :lease_token" in queries["complete"]
+    assert queries["claim_batch"].count("FOR UPDATE SKIP LOCKED") == 2
+    assert "gen_random_uuid()" in queries["claim_batch"]  # a fresh token for every row
+    assert "j.lease_token = done.token" in queries["complete_batch"]
 
 
 def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):

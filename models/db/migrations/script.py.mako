@@ -2,8 +2,12 @@
 
 Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
+
+Frozen once merged: this revision runs the ``.sql`` file of the same name beside it, which is
+never edited again (README, "Changing the schema").
 """
+
+from pathlib import Path
 
 from alembic import op
 
@@ -14,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    ${upgrades if upgrades else "pass"}
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
 
 
 def downgrade() -> None:

@@ -1,0 +1,175 @@
+"""Profile a drain: where the time goes, in Python (py-spy) and in SQL (pg_stat_statements).
+
+    .venv/bin/python -m bench.profile --server postgresql://postgres@127.0.0.1:5433/postgres \\
+        --redis redis://127.0.0.1:6379/0 --jobs 5000 --out docs/perf/after
+
+The server must load pg_stat_statements (``shared_preload_libraries``) and the URL must be a
+superuser's (it creates the extension and reads every role's statements); a private PostgreSQL
+on another port is the easy way (see docs/perf/README.md). It fills one organization with N
+``bench.noop`` jobs, starts one worker (``-c 2``, prefork) under ``py-spy record --subprocesses``,
+wakes it, waits until every job is finished, and writes into ``--out``:
+
+- ``stacks.txt``: py-spy's collapsed stacks of the worker's processes during the drain (load
+  it in speedscope.app or flamegraph.pl), and ``python.txt``: the functions with the most
+  samples, inclusive and on their own;
+- ``statements.txt``: the statements by total execution time, with calls, rows and mean time,
+  and per job the number of statements, commits and rows written by triggers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from models.db.engine import libpq_url, make_engine, with_database
+from models.db.migrate import upgrade
+from models.db.transaction import owner_transaction
+from models.tenancy import accounts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", required=True, help="superuser URL, pg_stat_statements loaded")
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    name = f"sj_profile_{uuid.uuid4().hex[:8]}"
+    queue = f"sj-profile-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    db_url = with_database(args.server, name)
+    spy = None
+    try:
+        upgrade(db_url)
+        admin = make_engine(db_url, pool_size=1)
+        with owner_transaction(admin, actor="profile") as conn:
+            org = accounts.create_organization(conn, "profile")
+            user = accounts.create_user(conn, f"profile-{uuid.uuid4().hex[:6]}@example.test")
+            accounts.add_member(conn, org, user.id, "member")
+        with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+            # Owner-role rows, the same shape submit writes (bench.noop, 3 attempts, 30 s lease).
+            conn.execute("SET ROLE space_owner")
+            conn.execute(
+                "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
+                " SELECT %s, %s, 'bench.noop', 30, 3 FROM generate_series(1, %s)",
+                (org, user.id, args.jobs))
+            conn.execute("RESET ROLE")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("VACUUM ANALYZE jobs")
+            conn.execute("SELECT pg_stat_statements_reset()")
+
+        env = dict(os.environ, DATABASE_URL=db_url, REDIS_URL=args.redis, SPACEJOBS_QUEUE=queue,
+                   SPACEJOBS_BENCH_KINDS="1", PYTHONPATH=str(ROOT))
+        for variable in ("SPACEJOBS_APP_DATABASE_URL", "SPACEJOBS_WORKER_DATABASE_URL"):
+            env.pop(variable, None)
+        spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+        log = (args.out / "worker.log").open("wb")
+        spy = subprocess.Popen(
+            [spy_bin, "record", "--subprocesses", "--rate", str(args.rate), "--nonblocking",
+             "-o", str(args.out / "stacks.txt"), "-f", "raw", "--",
+             sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
+             "WARNING", "-c", str(args.concurrency), "-Q", queue, "-n", f"profile-{queue}@%h",
+             "--without-mingle", "--without-gossip"],
+            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        time.sleep(6)  # the worker's start-up is not what we profile
+        from tasks.wakeups import WakeupPublisher
+
+        publisher = WakeupPublisher(args.redis, queue)
+        started = time.monotonic()
+        for _ in range(args.concurrency):
+            publisher.wake()
+        with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+            while True:
+                done, first, last = conn.execute(
+                    "SELECT count(*) FILTER (WHERE status = 'completed'), min(started_at),"
+                    " max(finished_at) FROM jobs").fetchone()
+                if done >= args.jobs:
+                    break
+                if time.monotonic() - started > max(120, args.jobs / 20):
+                    raise SystemExit(f"only {done}/{args.jobs} finished")
+                if spy.poll() is not None:
+                    raise SystemExit("the worker exited; see worker.log")
+                time.sleep(0.2)
+                publisher.wake()
+        seconds = (last - first).total_seconds()
+        os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
+        spy.wait(timeout=60)
+        spy = None
+        (args.out / "python.txt").write_text(python_report(args.out / "stacks.txt"))
+        report = statements_report(db_url, args.jobs, seconds)
+        (args.out / "statements.txt").write_text(report)
+        print(report)
+        return 0
+    finally:
+        if spy is not None:
+            os.killpg(spy.pid, signal.SIGKILL)
+        with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def python_report(stacks: Path, top: int = 30) -> str:
+    """Samples per function: inclusive (anywhere on the stack) and self (on top), busy samples
+    only (a process waiting for its next message is idle, not slow)."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in stacks.read_text().splitlines():
+        frames, _, count = line.rpartition(" ")
+        names = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+                 for f in frames.split(";")[1:]]
+        if not names or any(n.startswith(("_brpop", "wait (threading", "select (selectors"))
+                            for n in names[-2:]):
+            continue
+        total += int(count)
+        for name in set(names):
+            inclusive[name] = inclusive.get(name, 0) + int(count)
+        own[names[-1]] = own.get(names[-1], 0) + int(count)
+    lines = [f"{total} busy samples", "", "inclusive:"]
+    lines += [f"{100 * n / total:6.1f}%  {name}" for name, n in
+              sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    lines += ["", "self:"]
+    lines += [f"{100 * n / total:6.1f}%  {name}" for name, n in
+              sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines) + "\n"
+
+
+def statements_report(db_url: str, jobs: int, seconds: float) -> str:
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT calls, rows, total_exec_time, mean_exec_time, "
+            "       regexp_replace(query, '\\s+', ' ', 'g')"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT 25").fetchall()
+        calls = conn.execute(
+            "SELECT sum(calls) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = current_database()").fetchone()[0]
+        commits = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+    lines = [f"drain of {jobs} bench.noop jobs: {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s",
+             f"statements executed: {calls} ({calls / jobs:.1f} per job); commits in this database"
+             f" (including the set-up): {commits} ({commits / jobs:.2f} per job)", "",
+             f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8}  statement"]
+    for call_count, row_count, total, mean, query in rows:
+        lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}  {query[:150]}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

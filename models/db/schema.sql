@@ -1,0 +1,612 @@
+-- Space Jobs: the whole current schema, as one file to read and review.
+--
+-- A fresh database gets this file and is stamped at the newest revision (models/db/migrate.py);
+-- an existing database is upgraded through the frozen revisions in migrations/versions/. The
+-- two must produce the same catalog: tests/integration/test_migrations.py builds one database
+-- each way and fails on any difference. So a schema change is a new revision AND the same
+-- change folded in here (README, "Changing the schema").
+--
+-- Runs as the owner role (space_owner), never as a superuser, so FORCE ROW LEVEL SECURITY
+-- applies to the owner too. The roles themselves, and USAGE on the schema, come first from
+-- models/db/migrate.sql (cluster-wide objects an owner role may not create).
+--
+-- Contents: tenant context · tables and the indexes their queries need · metric functions ·
+-- job triggers · retention · row-level security · grants.
+
+-- =============================================================================================
+-- Tenant context
+-- =============================================================================================
+
+-- The tenant of the current transaction and the authenticated user, set by our own code with
+-- set_config(..., true). After such a transaction ends the same pooled connection reads '' (not
+-- NULL), hence nullif. A missing setting means "no tenant": every tenant policy then matches nothing.
+CREATE FUNCTION app_org() RETURNS uuid LANGUAGE sql STABLE AS
+$$ SELECT nullif(current_setting('app.organization_id', true), '')::uuid $$;
+
+CREATE FUNCTION app_user() RETURNS uuid LANGUAGE sql STABLE AS
+$$ SELECT nullif(current_setting('app.user_id', true), '')::uuid $$;
+
+-- =============================================================================================
+-- Tenants, users, tokens, tenant data
+-- =============================================================================================
+
+CREATE TABLE organizations (
+    id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    name        text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    state       text NOT NULL DEFAULT 'active'
+                CHECK (state IN ('active', 'read_only', 'deleting', 'deleted')),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE users (
+    id           uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    email        text NOT NULL CHECK (email = lower(email) AND email LIKE '%_@_%'),
+    name         text NOT NULL DEFAULT '',
+    is_operator  boolean NOT NULL DEFAULT false,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (email)
+);
+
+-- Only a SHA-256 of the token is stored; the token itself is shown once, at creation.
+CREATE TABLE api_tokens (
+    id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    user_id       uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    token_hash    bytea NOT NULL UNIQUE,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    revoked_at    timestamptz
+);
+
+CREATE TABLE memberships (
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    user_id          uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    role             text NOT NULL CHECK (role IN ('owner', 'admin', 'member')),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, user_id)
+);
+-- A user's own memberships across organizations: /me (tenancy/accounts.sql my_memberships) and
+-- the organizations policy below, which runs before a tenant is chosen.
+CREATE INDEX memberships_user_idx ON memberships (user_id);
+
+CREATE TABLE projects (
+    id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    name             text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    description      text NOT NULL DEFAULT '',
+    -- The import job that created the row: a retried import finds its own earlier writes.
+    created_by_job   uuid,
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+-- tenancy/projects.sql created_by_job: a retried import's lookup of its earlier writes.
+CREATE INDEX projects_created_by_job_idx ON projects (created_by_job) WHERE created_by_job IS NOT NULL;
+-- tenancy/projects.sql list: one organization's projects in creation order.
+CREATE INDEX projects_org_idx ON projects (organization_id, created_at, id);
+
+-- =============================================================================================
+-- Jobs
+-- =============================================================================================
+
+CREATE TABLE jobs (
+    id                   uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    organization_id      uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    requested_by         uuid NOT NULL REFERENCES users (id),
+    kind                 text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
+    status               text NOT NULL DEFAULT 'queued' CHECK (status IN
+                         ('queued', 'leased', 'cancel_requested', 'completed', 'failed', 'cancelled')),
+    params               jsonb NOT NULL DEFAULT '{}',
+    lease_token          uuid,
+    lease_until          timestamptz,
+    leased_by            text,
+    lease_seconds        integer NOT NULL CHECK (lease_seconds > 0),
+    attempts             integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts         integer NOT NULL CHECK (max_attempts >= 1),
+    run_after            timestamptz NOT NULL DEFAULT now(),
+    progress             jsonb,
+    result               jsonb,
+    result_ref           text,
+    error_code           text,
+    error_message        text,
+    dedup_key            text,
+    idempotency_key      text,
+    request_id           text,
+    -- When a wake-up was last sent for it: set at submit (the web sends one right after
+    -- commit) and by the sweeper; cleared when the job is put back in the queue, which
+    -- means "nobody has signalled it since".
+    last_wakeup_at       timestamptz DEFAULT now(),
+    cancel_requested_by  uuid REFERENCES users (id),
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    started_at           timestamptz,
+    finished_at          timestamptz,
+    cancel_requested_at  timestamptz,
+    -- set when retention dropped the result of a finished job (the API then answers 410)
+    result_expired_at    timestamptz,
+    -- The job an operator's retry copied (ops/actions.sql); NULL once retention deleted it.
+    -- Last because revision 0003 added it: both install paths keep the same column order.
+    retry_of             uuid REFERENCES jobs (id) ON DELETE SET NULL,
+    -- A lease exists exactly while someone may be running the job.
+    CHECK ((status IN ('leased', 'cancel_requested')) =
+           (lease_token IS NOT NULL AND lease_until IS NOT NULL))
+);
+
+-- The claim reads only these partial indexes, so its cost follows the number of ACTIVE jobs,
+-- not the millions of finished rows behind them.
+CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
+CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_until) WHERE status IN ('leased', 'cancel_requested');
+-- Tenant listing, newest first, with keyset pagination.
+CREATE INDEX jobs_org_created_idx ON jobs (organization_id, created_at DESC, id DESC);
+-- Retention walks finished rows by age: whole jobs (this one), results still held (the next).
+CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
+    WHERE result IS NOT NULL AND result_expired_at IS NULL;
+-- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance.
+CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_key)
+    WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested');
+-- Replays of a submit with the same Idempotency-Key by the same user find the first job.
+CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- Written only by the jobs_after_insert and jobs_after_update triggers below.
+CREATE TABLE job_events (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    from_status      text,
+    to_status        text NOT NULL,
+    attempt          integer NOT NULL,
+    actor            text NOT NULL,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+-- A job's history in order (the API's events, ops/dashboard.sql job_events).
+CREATE INDEX job_events_job_idx ON job_events (job_id, id);
+
+-- Operator-only technical detail of a failed attempt. Never shown to tenants.
+CREATE TABLE job_diagnostics (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    attempt          integer NOT NULL,
+    worker           text,
+    exception_class  text NOT NULL,
+    traceback        text NOT NULL,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+-- A job's diagnostics in order (ops/dashboard.sql job_diagnostics).
+CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
+
+-- =============================================================================================
+-- Operations: worker presence, kind controls, operator audit, metric counters
+-- =============================================================================================
+
+-- One row per worker process (a Celery pool child, or the main process of a solo pool). The
+-- dashboard calls it offline after a documented silence; nothing here is tenant data.
+CREATE TABLE worker_processes (
+    id             text PRIMARY KEY,            -- '<host>:<pid>', as in jobs.leased_by
+    node           text NOT NULL,               -- the Celery node name
+    hostname       text NOT NULL,
+    pid            integer NOT NULL,
+    version        text NOT NULL,
+    queues         text[] NOT NULL DEFAULT '{}',
+    kinds          text[] NOT NULL DEFAULT '{}',
+    concurrency    integer NOT NULL DEFAULT 1,
+    running        integer NOT NULL DEFAULT 0,
+    processed      bigint NOT NULL DEFAULT 0,
+    failed         bigint NOT NULL DEFAULT 0,
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    last_seen_at   timestamptz NOT NULL DEFAULT now(),
+    stopped_at     timestamptz
+);
+-- Workers seen recently: the dashboard's list and /metrics' online count (ops/*.sql workers).
+CREATE INDEX worker_processes_seen_idx ON worker_processes (last_seen_at);
+
+-- Operator controls per kind, honoured by every claim on every host.
+CREATE TABLE kind_settings (
+    kind               text PRIMARY KEY,
+    paused             boolean NOT NULL DEFAULT false,
+    concurrency_limit  integer CHECK (concurrency_limit IS NULL OR concurrency_limit >= 0),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    updated_by         uuid REFERENCES users (id)
+);
+
+CREATE TABLE operator_audit (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    operator_id  uuid NOT NULL REFERENCES users (id),
+    action       text NOT NULL,
+    target       text NOT NULL,
+    detail       jsonb NOT NULL DEFAULT '{}',
+    request_id   text,
+    at           timestamptz NOT NULL DEFAULT now()
+);
+-- The dashboard's audit log, newest first (ops/dashboard.sql audit).
+CREATE INDEX operator_audit_at_idx ON operator_audit (at DESC);
+
+-- Prometheus counters must never go down, and retention deletes jobs: so finished-job counts
+-- and histogram observations are recorded as jobs move. Recording is an append-only INSERT into
+-- metric_events (no shared row to lock, so two claims never wait on each other's counters); the
+-- sweeper folds them into metric_counters in bounded batches, and /metrics adds both.
+CREATE TABLE metric_events (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name   text NOT NULL,
+    kind   text NOT NULL,
+    label  text NOT NULL DEFAULT '',
+    value  double precision NOT NULL
+);
+
+CREATE TABLE metric_counters (
+    name    text NOT NULL,
+    kind    text NOT NULL,
+    label   text NOT NULL DEFAULT '',
+    value   double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, kind, label)
+);
+
+-- =============================================================================================
+-- Metric functions
+-- =============================================================================================
+
+-- Owner-only (no grant): reached through count_event().
+CREATE FUNCTION bump_metric(p_name text, p_kind text, p_label text, p_by double precision)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO metric_events (name, kind, label, value) VALUES (p_name, p_kind, p_label, p_by)
+$$;
+
+-- Histogram bucket bounds (seconds), shared by queue-wait and duration (and models/ops/metrics.py).
+CREATE FUNCTION metric_buckets() RETURNS double precision[] LANGUAGE sql IMMUTABLE AS
+$$ SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800]::double precision[] $$;
+
+-- The bucket label of a value: the smallest bound that holds it (stored per bucket, not
+-- cumulatively; /metrics accumulates on read). A plain CASE, because an SQL function made of
+-- one expression is inlined into the statement that calls it: the batch triggers call it per
+-- row. The bounds are metric_buckets()'s, which a test checks one by one.
+CREATE FUNCTION metric_bucket(seconds double precision) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN seconds IS NULL THEN NULL
+        WHEN seconds <= 0.005 THEN '0.005' WHEN seconds <= 0.01 THEN '0.01'
+        WHEN seconds <= 0.025 THEN '0.025' WHEN seconds <= 0.05 THEN '0.05'
+        WHEN seconds <= 0.1 THEN '0.1' WHEN seconds <= 0.25 THEN '0.25'
+        WHEN seconds <= 0.5 THEN '0.5' WHEN seconds <= 1 THEN '1'
+        WHEN seconds <= 2.5 THEN '2.5' WHEN seconds <= 5 THEN '5'
+        WHEN seconds <= 10 THEN '10' WHEN seconds <= 30 THEN '30'
+        WHEN seconds <= 60 THEN '60' WHEN seconds <= 300 THEN '300'
+        WHEN seconds <= 1800 THEN '1800'
+        ELSE '+Inf' END
+$$;
+
+-- The sweeper's fold of metric_events into metric_counters, in bounded batches. SECURITY
+-- DEFINER: the worker may neither read nor delete metric_events itself.
+CREATE FUNCTION fold_metric_events(batch integer) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    folded integer;
+BEGIN
+    WITH taken AS (
+        DELETE FROM metric_events WHERE id IN (
+            SELECT id FROM metric_events ORDER BY id LIMIT batch FOR UPDATE SKIP LOCKED)
+        RETURNING name, kind, label, value
+    ), summed AS (
+        SELECT name, kind, label, sum(value) AS value, count(*) AS n FROM taken
+        GROUP BY name, kind, label
+    ), upserted AS (
+        INSERT INTO metric_counters (name, kind, label, value)
+        SELECT name, kind, label, value FROM summed
+        ON CONFLICT (name, kind, label) DO UPDATE SET value = metric_counters.value + excluded.value
+        RETURNING 1
+    )
+    -- A data-modifying CTE runs to completion whether or not it is read.
+    SELECT coalesce(sum(n), 0) INTO folded FROM summed;
+    RETURN folded;
+END $$;
+
+-- Counters bumped from Python (stale finishes fenced, wake-ups published or failed) go
+-- through this one narrow door.
+CREATE FUNCTION count_event(p_name text, p_kind text, p_by double precision)
+RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT bump_metric(p_name, p_kind, '', p_by)
+    WHERE p_name IN ('spacejobs_stale_finishes_fenced_total', 'spacejobs_wakeups_published_total',
+                     'spacejobs_wakeups_failed_total')
+$$;
+
+-- =============================================================================================
+-- Job triggers: transitions are enforced here, whatever client writes the row
+-- =============================================================================================
+
+CREATE FUNCTION jobs_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.status IN ('completed', 'failed', 'cancelled') THEN
+        -- Terminal rows stay frozen, with one exception: retention may drop the result.
+        IF NEW.result_expired_at IS NOT NULL AND OLD.result_expired_at IS NULL
+           AND NEW.result IS NULL AND NEW.result_ref IS NULL THEN
+            NEW := OLD;
+            NEW.result := NULL;
+            NEW.result_ref := NULL;
+            NEW.result_expired_at := now();
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'job % is % and can no longer change', OLD.id, OLD.status
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.organization_id <> OLD.organization_id OR NEW.requested_by <> OLD.requested_by
+       OR NEW.kind <> OLD.kind OR NEW.params <> OLD.params THEN
+        RAISE EXCEPTION 'job % snapshot is immutable', OLD.id USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.status <> OLD.status AND NOT (
+           (OLD.status = 'queued' AND NEW.status IN ('leased', 'cancelled'))
+        OR (OLD.status = 'leased' AND NEW.status IN ('completed', 'failed', 'queued', 'cancel_requested'))
+        OR (OLD.status = 'cancel_requested' AND NEW.status IN ('cancelled', 'completed', 'failed'))
+    ) THEN
+        RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- A live lease is only replaced once it has expired: fencing in the database itself.
+    IF OLD.status = 'leased' AND NEW.status = 'leased'
+       AND NEW.lease_token IS DISTINCT FROM OLD.lease_token AND OLD.lease_until > now() THEN
+        RAISE EXCEPTION 'job % is leased until %', OLD.id, OLD.lease_until
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.status IN ('completed', 'failed', 'cancelled') THEN
+        NEW.finished_at := coalesce(NEW.finished_at, now());
+        NEW.lease_token := NULL;
+        NEW.lease_until := NULL;
+    END IF;
+    NEW.updated_at := now();
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION jobs_check_transition();
+
+-- Inserted jobs: their 'queued' events, and one NOTIFY per statement for workers that LISTEN
+-- (a wake-up faster than the broker's; the broker's wake-up and the sweeper remain the
+-- guarantee, NOTIFY is only a shortcut). The actor defaults to the requester.
+-- SECURITY DEFINER: job_events is written by this function only, whoever inserted the job.
+CREATE FUNCTION jobs_after_insert() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
+    FROM new_jobs n;
+    IF FOUND THEN
+        PERFORM pg_notify('spacejobs_jobs', '');
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_after_insert AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_insert();
+
+-- Updated jobs: an event per status change (and per re-lease after expiry, which is a new
+-- attempt), and the metric events, summed per statement: a batch of 100 finishes adds one
+-- 'finished' row with value 100, not 100 rows.
+CREATE FUNCTION jobs_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, o.status, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), current_user)
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE n.status <> o.status OR n.attempts <> o.attempts;
+
+    INSERT INTO metric_events (name, kind, label, value)
+    SELECT m.name, t.kind, m.label, sum(m.value)
+    FROM (
+        SELECT n.kind,
+               -- queue wait: created -> first lease; duration: first lease -> finish
+               CASE WHEN o.status = 'queued' AND n.status = 'leased' AND o.attempts = 0
+                    THEN extract(epoch FROM clock_timestamp() - n.created_at) END AS wait_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                         AND n.started_at IS NOT NULL
+                    THEN extract(epoch FROM clock_timestamp() - n.started_at) END AS run_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                    THEN n.status END AS finished_as,
+               o.status IN ('leased', 'cancel_requested') AND o.lease_until < now()
+                   AND (n.status <> o.status OR n.lease_token IS DISTINCT FROM o.lease_token) AS expired
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.status <> o.status OR n.attempts <> o.attempts
+    ) AS t
+    CROSS JOIN LATERAL (VALUES
+        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(t.wait_s), 1.0, t.wait_s IS NOT NULL),
+        ('spacejobs_job_queue_wait_seconds_sum', '', t.wait_s, t.wait_s IS NOT NULL),
+        ('spacejobs_jobs_finished_total', t.finished_as, 1.0, t.finished_as IS NOT NULL),
+        ('spacejobs_job_duration_seconds_bucket', metric_bucket(t.run_s), 1.0, t.run_s IS NOT NULL),
+        ('spacejobs_job_duration_seconds_sum', '', t.run_s, t.run_s IS NOT NULL),
+        ('spacejobs_leases_expired_total', '', 1.0, t.expired)
+    ) AS m (name, label, value, wanted)
+    WHERE m.wanted
+    GROUP BY m.name, t.kind, m.label;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_after_update AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_update();
+
+-- The requester's standing for jobs the caller holds the lease of: the membership role and the
+-- organization's state, read as the owner (the worker role may not read memberships across
+-- organizations) and only for rows whose lease token the caller presents. FOR SHARE holds the
+-- membership and the organization still until the caller commits: a removal or a state change
+-- waits for the job's write to commit, instead of slipping in between the check and the write.
+-- A job missing from the result has no membership left (or the lease is no longer the caller's;
+-- the fenced write that follows tells those apart).
+-- Each (organization, requester) pair is locked once, however many of its jobs are in the batch.
+CREATE FUNCTION lease_standing(p_ids uuid[], p_tokens uuid[])
+RETURNS TABLE (job_id uuid, role text, organization_state text)
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH held AS (
+        SELECT j.id, j.organization_id, j.requested_by
+        FROM unnest(p_ids, p_tokens) AS l (id, token)
+        JOIN jobs j ON j.id = l.id AND j.lease_token = l.token
+                   AND j.status IN ('leased', 'cancel_requested')
+        WHERE j.id = ANY (p_ids)
+    ), standing AS (
+        SELECT m.organization_id, m.user_id, m.role, o.state
+        FROM memberships m JOIN organizations o ON o.id = m.organization_id
+        WHERE (m.organization_id, m.user_id) IN (SELECT organization_id, requested_by FROM held)
+        FOR SHARE OF m, o
+    )
+    SELECT h.id, s.role, s.state
+    FROM held h
+    JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
+$$;
+
+-- =============================================================================================
+-- Retention
+-- =============================================================================================
+
+-- Finished jobs, their events and their results are deleted by age, in bounded batches, by the
+-- sweeper. The purge runs as the owner (SECURITY DEFINER) because it must see every
+-- organization's events, which the worker role may not read; only the worker role may call it,
+-- and it touches nothing that is not finished (the transition trigger allows exactly one change
+-- to a finished row: dropping its result).
+CREATE FUNCTION purge_finished_jobs(jobs_age interval, results_age interval, events_age interval,
+                                    batch integer)
+RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    -- Whole jobs first: their events and diagnostics go with them (ON DELETE CASCADE).
+    WITH old AS (
+        SELECT id FROM jobs
+        WHERE finished_at < now() - jobs_age AND status IN ('completed', 'failed', 'cancelled')
+        ORDER BY finished_at LIMIT batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobs j USING old WHERE j.id = old.id;
+    GET DIAGNOSTICS jobs_deleted = ROW_COUNT;
+
+    WITH old AS (
+        SELECT id FROM jobs
+        WHERE finished_at < now() - results_age AND result IS NOT NULL
+          AND result_expired_at IS NULL AND status IN ('completed', 'failed', 'cancelled')
+        ORDER BY finished_at LIMIT batch
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jobs j SET result = NULL, result_ref = NULL, result_expired_at = now()
+    FROM old WHERE j.id = old.id;
+    GET DIAGNOSTICS results_dropped = ROW_COUNT;
+
+    WITH old AS (
+        SELECT e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
+        WHERE j.finished_at < now() - events_age AND j.status IN ('completed', 'failed', 'cancelled')
+        ORDER BY j.finished_at LIMIT batch
+    )
+    DELETE FROM job_events e USING old WHERE e.id = old.id;
+    GET DIAGNOSTICS events_deleted = ROW_COUNT;
+    RETURN NEXT;
+END $$;
+
+-- =============================================================================================
+-- Row-level security
+-- =============================================================================================
+--
+-- Tenant tables: ENABLE + FORCE, so even the owner obeys a policy. The owner's own policy is the
+-- administrative path (migrations, CLI); web and workers never connect as the owner. The other
+-- tables hold no tenant data (users, api_tokens, worker_processes, kind_settings, operator_audit,
+-- metric_*); their grants below are the whole of their protection.
+
+-- organizations: the scoped organization, plus the user's own organizations (for /me and the
+-- membership check, which run before a tenant is chosen).
+ALTER TABLE organizations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE organizations FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON organizations TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_read ON organizations FOR SELECT TO space_app, space_worker
+    USING (id = app_org()
+           OR id IN (SELECT m.organization_id FROM memberships m WHERE m.user_id = app_user()));
+CREATE POLICY operator_read ON organizations FOR SELECT TO space_operator USING (true);
+
+-- memberships: the scoped organization's, plus the user's own rows across organizations.
+ALTER TABLE memberships ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memberships FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON memberships TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_read ON memberships FOR SELECT TO space_app, space_worker
+    USING (organization_id = app_org() OR user_id = app_user());
+
+-- projects: strictly the scoped organization.
+ALTER TABLE projects ENABLE ROW LEVEL SECURITY;
+ALTER TABLE projects FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON projects TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_rw ON projects TO space_app, space_worker
+    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
+
+-- jobs, web: strictly the scoped organization (submit, list, read, cancel).
+-- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE SKIP LOCKED is
+-- governed by UPDATE policies, so the claim needs worker_queue_update; a SELECT policy alone
+-- claims nothing. Retention deletes only finished jobs.
+ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON jobs TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_rw ON jobs TO space_app
+    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
+CREATE POLICY worker_queue_read ON jobs FOR SELECT TO space_worker USING (true);
+CREATE POLICY worker_queue_update ON jobs FOR UPDATE TO space_worker USING (true) WITH CHECK (true);
+CREATE POLICY worker_retention ON jobs FOR DELETE TO space_worker
+    USING (status IN ('completed', 'failed', 'cancelled'));
+CREATE POLICY operator_read ON jobs FOR SELECT TO space_operator USING (true);
+
+-- job_events: written by the transition trigger as whoever made the transition.
+ALTER TABLE job_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_events FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_events TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_rw ON job_events TO space_app
+    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
+CREATE POLICY worker_write ON job_events FOR INSERT TO space_worker WITH CHECK (true);
+CREATE POLICY worker_read ON job_events FOR SELECT TO space_worker
+    USING (organization_id = app_org());
+CREATE POLICY worker_retention ON job_events FOR DELETE TO space_worker USING (true);
+CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (true);
+
+-- job_diagnostics: workers write, operators read, tenants never.
+ALTER TABLE job_diagnostics ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_diagnostics FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
+CREATE POLICY worker_retention ON job_diagnostics FOR DELETE TO space_worker USING (true);
+CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
+
+-- =============================================================================================
+-- Grants, per role. USAGE on the schema comes from models/db/migrate.sql.
+-- =============================================================================================
+
+-- space_app: the web. Tenant data through the policies above; kind controls and the audit log
+-- are the operators' actions, which the web performs after @operator_only.
+GRANT SELECT ON organizations, users, api_tokens, memberships TO space_app;
+GRANT SELECT, INSERT ON projects TO space_app;
+GRANT SELECT, INSERT, UPDATE ON jobs TO space_app;
+GRANT SELECT, INSERT ON job_events TO space_app;
+GRANT SELECT, INSERT, UPDATE ON kind_settings TO space_app;
+GRANT INSERT ON operator_audit TO space_app;
+
+-- space_worker: the queue, tenant data of the leased job's organization, its own presence row.
+GRANT SELECT ON organizations, memberships TO space_worker;
+GRANT SELECT, INSERT ON projects TO space_worker;
+GRANT SELECT, UPDATE, DELETE ON jobs TO space_worker;
+GRANT SELECT, INSERT, DELETE ON job_events TO space_worker;
+GRANT INSERT, DELETE ON job_diagnostics TO space_worker;
+GRANT SELECT, INSERT, UPDATE ON worker_processes TO space_worker;
+GRANT SELECT ON kind_settings TO space_worker;
+
+-- space_operator: job metadata across organizations, never params, result or the lease token
+-- (hence the column lists).
+GRANT SELECT ON organizations, job_events, job_diagnostics TO space_operator;
+GRANT SELECT (id, email, name, is_operator, created_at) ON users TO space_operator;
+GRANT SELECT (id, organization_id, requested_by, kind, status, leased_by, lease_until,
+              lease_seconds, attempts, max_attempts, run_after, progress, result_ref, error_code,
+              error_message, dedup_key, request_id, last_wakeup_at, cancel_requested_by,
+              created_at, updated_at, started_at, finished_at, cancel_requested_at,
+              result_expired_at, retry_of)
+    ON jobs TO space_operator;
+GRANT SELECT ON worker_processes, kind_settings, operator_audit, metric_counters, metric_events
+    TO space_operator;
+
+-- Functions: PostgreSQL lets PUBLIC execute a new function; the SECURITY DEFINER ones and the
+-- raw counter bump are each opened to exactly the roles that need them.
+REVOKE ALL ON FUNCTION bump_metric(text, text, text, double precision) FROM PUBLIC;
+REVOKE ALL ON FUNCTION count_event(text, text, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION count_event(text, text, double precision) TO space_app, space_worker;
+REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
+REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
+REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;

@@ -1,0 +1,150 @@
+"""A worker process's side of the store: what it does with the jobs it leases.
+
+Each method is one short transaction as the worker role around functions of
+:mod:`models.jobs.store`. The runner (tasks/runner.py) talks only to this class, and its unit
+tests to an in-memory fake of it (tests/unit/fake_leases.py), in the manner of a unit of work.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Engine
+
+from models.db.transaction import transaction
+from models.errors import DomainError, LeaseLost
+from models.jobs import store
+from models.jobs.context import Tenant
+from models.jobs.records import LeasedJob, Status
+from models.kinds.rules import KindRules
+from models.tenancy.access import check_allowed
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A job that ran to its end and returned a result, waiting to be committed as completed."""
+
+    job: LeasedJob
+    rules: KindRules
+    result: Any
+    seconds: float = 0.0  # how long the attempt ran, for its log line
+
+
+@dataclass
+class FinishReport:
+    """What one finish-and-claim transaction did."""
+
+    completed: list[LeasedJob] = field(default_factory=list)
+    #: completed jobs whose requester may no longer run them, failed instead, with the reason
+    refused: list[tuple[LeasedJob, DomainError]] = field(default_factory=list)
+    #: a newer attempt owns these jobs: their results were discarded
+    stale: list[LeasedJob] = field(default_factory=list)
+    leased: list[LeasedJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt to record: the safe error and, for an unexpected exception, the detail
+    that only operators may read."""
+
+    error: DomainError
+    retry_in: float = 0.0
+    exception: BaseException | None = None
+
+
+class WorkerLeases:
+    def __init__(self, engine: Engine, worker: str) -> None:
+        self.engine = engine
+        self.worker = worker
+        self.actor = f"worker:{worker}"
+
+    # -- the hot path --------------------------------------------------------------------
+    def finish_and_claim(
+        self, finished: Sequence[Finished], *, claim: int, controls: list[Any] | None = None
+    ) -> FinishReport:
+        """ONE transaction: commit the finished jobs (the requesters' standing re-checked in one
+        query, then one fenced UPDATE), then lease up to ``claim`` more."""
+        report = FinishReport()
+        with transaction(self.engine, actor=self.actor) as conn:
+            if finished:
+                leases = [(f.job.id, f.job.lease_token) for f in finished]
+                standing = store.lease_standing(conn, leases)
+                allowed: list[Finished] = []
+                for item in finished:
+                    try:
+                        check_allowed(standing.get(item.job.id), org_states=item.rules.org_states,
+                                      role=item.rules.role, for_worker=True)
+                    except DomainError as refusal:
+                        status = store.fail_attempt(conn, item.job.id, item.job.lease_token, refusal,
+                                                    retry_in=0)
+                        if status is None:
+                            report.stale.append(item.job)
+                        else:
+                            report.refused.append((item.job, refusal))
+                    else:
+                        allowed.append(item)
+                done = store.complete_batch(
+                    conn, [(f.job.id, f.job.lease_token, f.result) for f in allowed])
+                for item in allowed:
+                    (report.completed if item.job.id in done else report.stale).append(item.job)
+            if claim > 0:
+                report.leased = store.claim_batch(conn, self.worker, limit=claim, controls=controls)
+        return report
+
+    def claim_controls(self) -> list[Any]:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.claim_controls(conn)
+
+    def extend(self, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Status]:
+        """Heartbeat for every lease the process holds, in one statement."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.extend_leases(conn, leases)
+
+    # -- the other ends of an attempt ------------------------------------------------------
+    def fail(self, job: LeasedJob, failure: Failure) -> Status | None:
+        """Retry, fail or (if asked) cancel; None when the lease is no longer ours."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            status = store.fail_attempt(conn, job.id, job.lease_token, failure.error,
+                                        retry_in=failure.retry_in)
+            if status is not None and failure.exception is not None:
+                exc = failure.exception
+                # The technical detail goes to operators only, never into error_message.
+                store.record_diagnostics(
+                    conn, job, worker=self.worker,
+                    exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback="".join(traceback.format_exception(exc)))
+        return Status(status) if status is not None else None
+
+    def acknowledge_cancel(self, job: LeasedJob) -> bool:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.acknowledge_cancel(conn, job.id, job.lease_token)
+
+    def release(self, jobs: Sequence[LeasedJob]) -> set[UUID]:
+        """Give jobs back untouched (shutdown); returns the ids given back."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.release_batch(conn, [(j.id, j.lease_token) for j in jobs])
+
+    # -- what a running job's context needs (models.jobs.context.JobRuntime) ---------------
+    @contextmanager
+    def tenant(self, job: LeasedJob, rules: KindRules) -> Iterator[Tenant]:
+        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
+            standing = store.lease_standing(conn, [(job.id, job.lease_token)]).get(job.id)
+            if standing is None and store.lease_status(conn, job.id, job.lease_token) is None:
+                raise LeaseLost()
+            check_allowed(standing, org_states=rules.org_states, role=rules.role, for_worker=True)
+            yield Tenant(conn, job.organization_id)
+            if not store.lock_lease(conn, job.id, job.lease_token):
+                raise LeaseLost()
+
+    def record_progress(self, job: LeasedJob, progress: dict[str, Any]) -> Status | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.record_progress(conn, job.id, job.lease_token, progress)
+
+    def lease_status(self, job: LeasedJob) -> Status | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.lease_status(conn, job.id, job.lease_token)

@@ -1,0 +1,79 @@
+"""What one worker process holds: its engine and name, its store adapter, its heartbeat, its
+counts and its counter buffer. Created lazily, and forgotten after a fork: Celery's prefork
+children each build their own (a parent's sockets and threads are not theirs)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from sqlalchemy import Engine
+
+from models.db.engine import make_engine
+from models.db.roles import WORKER_ROLE, role_url
+from models.jobs.leases import WorkerLeases
+from models.ops.counters import BufferedCounters
+from tasks.heartbeat import LeaseKeeper
+from tasks.runner import Stats
+
+_engine: Engine | None = None
+_leases: WorkerLeases | None = None
+_keeper: LeaseKeeper | None = None
+_controls: tuple[float, list[Any]] | None = None
+
+#: a pause or a new limit reaches every worker within this many seconds
+CONTROLS_TTL = 1.0
+
+STATS = Stats()
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def engine() -> Engine:
+    global _engine
+    if _engine is None:
+        # The worker's name in pg_stat_activity lets an operator find (or cut) one process.
+        _engine = make_engine(role_url(WORKER_ROLE), pool_size=2,
+                              application_name=f"spacejobs-worker:{worker_name()}")
+    return _engine
+
+
+def leases() -> WorkerLeases:
+    global _leases
+    if _leases is None:
+        _leases = WorkerLeases(engine(), worker_name())
+    return _leases
+
+
+def keeper() -> LeaseKeeper:
+    global _keeper
+    if _keeper is None:
+        _keeper = LeaseKeeper(leases().extend, leases().fail)
+    return _keeper
+
+
+def controls() -> list[Any]:
+    """Operator controls, re-read at most once a second per process (not once per claim)."""
+    global _controls
+    now = time.monotonic()
+    if _controls is None or now - _controls[0] > CONTROLS_TTL:
+        _controls = (now, leases().claim_controls())
+    return _controls[1]
+
+
+def _forget_parent() -> None:
+    global _engine, _leases, _keeper, _controls
+    if _engine is not None:
+        _engine.dispose(close=False)  # the parent's sockets are not ours to close
+    _engine = _leases = _keeper = _controls = None
+    STATS.__init__()  # presence holds a reference to this object: reset it in place
+
+
+os.register_at_fork(after_in_child=_forget_parent)
+
+# One buffer (and one flush thread) per worker process, shared by the runner and the sweeper.
+COUNTERS = BufferedCounters(engine)

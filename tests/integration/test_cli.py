@@ -1,0 +1,64 @@
+"""The operators' command line, run as a real process against a real database: creating
+commands print the new id or token alone on stdout, and bad input is a clear one-line error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.kit.processes import REPO_ROOT
+from tests.kit.stack import Stack
+
+
+def spacejobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=REPO_ROOT, env=stack.env(),
+                          input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_help_lists_every_command(bare_stack: Stack):
+    answer = spacejobs(bare_stack, "--help")
+    assert answer.returncode == 0
+    for command in ("db", "users", "orgs", "tokens", "web", "worker", "beat", "demo"):
+        assert f"  {command} " in answer.stdout
+
+
+def test_creating_commands_print_only_what_they_created(bare_stack: Stack):
+    email = f"cli-{uuid.uuid4().hex[:8]}@example.test"
+    org_name = f"cli-org-{uuid.uuid4().hex[:6]}"
+    user_id = spacejobs(bare_stack, "users", "create", email, "--name", "Cli").stdout.strip()
+    org_id = spacejobs(bare_stack, "orgs", "create", org_name).stdout.strip()
+    assert uuid.UUID(user_id) and uuid.UUID(org_id)
+    added = spacejobs(bare_stack, "orgs", "add-member", org_name, email, "--role", "admin")
+    assert (added.returncode, added.stdout) == (0, "")
+    token = spacejobs(bare_stack, "tokens", "create", email).stdout.strip()
+    assert token.startswith("sj_") and "\n" not in token
+    client = bare_stack.make_app().test_client()
+    me = client.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"}).get_json()
+    assert me["user"]["id"] == user_id
+    assert me["memberships"] == [{"organization_id": org_id, "organization_name": org_name,
+                                  "organization_state": "active", "role": "admin"}]
+    assert spacejobs(bare_stack, "orgs", "set-state", org_id, "read_only").returncode == 0
+    assert spacejobs(bare_stack, "orgs", "remove-member", org_id, email).returncode == 0
+    assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"}
+                      ).get_json()["memberships"] == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (("users", "create", "no-at-sign"), "An email address needs an @."),
+    (("orgs", "add-member", "no-such-org", "nobody@example.test"),
+     "No single organization matches that id or name."),
+    (("tokens", "create", "nobody@example.test"), "No user with that email."),
+])
+def test_bad_input_is_a_one_line_error_and_changes_nothing(bare_stack: Stack, args, message):
+    answer = spacejobs(bare_stack, *args)
+    assert answer.returncode != 0 and answer.stdout == ""
+    assert answer.stderr.strip() == f"Error: {message}"
+
+
+def test_db_upgrade_is_idempotent(bare_stack: Stack):
+    for _ in range(2):
+        answer = spacejobs(bare_stack, "db", "upgrade")
+        assert answer.returncode == 0, answer.stderr

@@ -1,0 +1,151 @@
+"""schema.sql and the frozen revisions build the same database.
+
+Fresh installs run ``models/db/schema.sql``; existing databases are upgraded revision by
+revision. One database is built each way (from template0, like a new install) and their
+catalogs are compared section by section (test_migrations.sql); any drift fails with a diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from alembic.script import ScriptDirectory
+
+from models.db.engine import make_engine
+from models.db.migrate import MIGRATIONS, upgrade
+from models.db.queries import queries_beside
+from tests.kit.servers import Servers
+
+CATALOG = queries_beside(__file__)
+# section -> object -> its printed lines
+Catalog = dict[str, dict[str, list[str]]]
+
+FROM_REVISIONS = "built from the revisions"
+FROM_SCHEMA = "built from models/db/schema.sql"
+
+
+def read_catalog(url: str) -> Catalog:
+    """Every section of test_migrations.sql, each object printed as readable lines."""
+    catalog: Catalog = {}
+    engine = make_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            for section, query in CATALOG.items():
+                objects = catalog[section] = {}
+                for row in conn.execute(query).mappings():
+                    fields = dict(row)
+                    name = fields.pop("object")
+                    objects.setdefault(name, []).extend(describe(name, fields))
+    finally:
+        engine.dispose()
+    return catalog
+
+
+def describe(name: str, fields: dict) -> list[str]:
+    """``name  key=value ...`` on one line; a multi-line value (a function body) below it."""
+    present = {key: str(value) for key, value in fields.items() if value is not None}
+    lines = ["  ".join([name, *(f"{key}={value}" for key, value in present.items()
+                                if "\n" not in value)])]
+    for key, value in present.items():
+        if "\n" in value:
+            lines += [f"    {key}| {line}" for line in value.rstrip("\n").splitlines()]
+    return lines
+
+
+def drift(expected: Catalog, actual: Catalog, expected_name: str, actual_name: str) -> str:
+    """Each object that differs, under its section, as -/+ lines; '' when none does."""
+    report = []
+    for section in expected:
+        before, after = expected[section], actual[section]
+        for name in sorted(before.keys() | after.keys()):
+            if before.get(name) != after.get(name):
+                diff = difflib.unified_diff(before.get(name, []), after.get(name, []), lineterm="")
+                report.append(f"{section}: {name}")
+                report += [f"  {line}" for line in diff if not line.startswith(("---", "+++", "@@"))]
+    if report:
+        report[:0] = [f"(- {expected_name}, + {actual_name})"]
+    return "\n".join(report)
+
+
+class Databases:
+    """Fresh databases on the test server, dropped at the end."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.servers = servers
+        self.names: list[str] = []
+
+    def new(self) -> str:
+        name = f"sj_mig_{uuid.uuid4().hex[:10]}"
+        self.names.append(name)
+        return self.servers.create_database(name, template="template0")
+
+    def drop(self) -> None:
+        for name in self.names:
+            self.servers.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def databases(servers: Servers) -> Iterator[Databases]:
+    made = Databases(servers)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+@pytest.fixture(scope="module")
+def catalogs(databases: Databases) -> dict[str, Catalog]:
+    from_revisions = databases.new()
+    upgrade(from_revisions, replay_revisions=True)
+    from_schema = databases.new()
+    upgrade(from_schema)
+    return {FROM_REVISIONS: read_catalog(from_revisions), FROM_SCHEMA: read_catalog(from_schema)}
+
+
+def test_schema_sql_builds_the_same_database_as_the_revisions(catalogs: dict[str, Catalog]):
+    found = drift(catalogs[FROM_REVISIONS], catalogs[FROM_SCHEMA], FROM_REVISIONS, FROM_SCHEMA)
+    if found:
+        pytest.fail("models/db/schema.sql and the revisions in models/db/migrations/versions "
+                    "disagree.\nA schema change is a new revision AND the same change folded into "
+                    "schema.sql (README, \"Changing the schema\").\n" + found, pytrace=False)
+
+
+def test_both_are_stamped_at_the_newest_revision(catalogs: dict[str, Catalog]):
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    for built in catalogs.values():
+        assert built["alembic_version"] == {"alembic_version": [f"alembic_version  heads={head}"]}
+
+
+def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
+    """The catalog queries read real objects, so an empty section cannot pass for agreement."""
+    built = "\n".join(line for objects in catalogs[FROM_SCHEMA].values()
+                      for lines in objects.values() for line in lines)
+    for expected in [
+        "jobs.retry_of  position=30  type=uuid  not_null=False",
+        "jobs jobs_retry_of_fkey  definition=FOREIGN KEY (retry_of) REFERENCES jobs(id) ON DELETE SET NULL",
+        "WHERE (status = ANY (ARRAY['leased'::text, 'cancel_requested'::text]))",
+        "jobs  kind=table  owner=space_owner  row_security=True  force_row_security=True",
+        "jobs worker_queue_update  command=UPDATE  mode=PERMISSIVE  roles=space_worker",
+        "column jobs.retry_of to space_operator  privileges=SELECT",
+        "function purge_finished_jobs(interval,interval,interval,integer) to space_worker"
+        "  privileges=EXECUTE",
+        "\ndatabase to PUBLIC  privileges=CONNECT",
+        "jobs jobs_after_update  definition=CREATE TRIGGER jobs_after_update AFTER UPDATE",
+        "config=['search_path=public, pg_temp']",
+        "    definition| CREATE OR REPLACE FUNCTION public.jobs_check_transition()",
+        "job_events_id_seq  type=bigint  start=1",
+    ]:
+        assert expected in built, expected
+
+
+def test_an_existing_database_is_upgraded_revision_by_revision(
+        databases: Databases, catalogs: dict[str, Catalog]):
+    url = databases.new()
+    upgrade(url, revision="0001")  # a database installed before the later revisions existed
+    upgrade(url)
+    found = drift(catalogs[FROM_SCHEMA], read_catalog(url), FROM_SCHEMA, "upgraded from 0001")
+    if found:
+        pytest.fail(found, pytrace=False)

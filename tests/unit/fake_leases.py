@@ -1,0 +1,169 @@
+"""An in-memory stand-in for models.jobs.leases.WorkerLeases: the job rows as dicts, the same
+transitions as store.sql (fenced by the lease token), and a record of every call, so the
+runner's decisions can be tested in milliseconds, without a database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from models.errors import DomainError, LeaseLost
+from models.jobs.context import Tenant
+from models.jobs.leases import Failure, Finished, FinishReport
+from models.jobs.records import LeasedJob, Status
+from models.kinds.rules import KindRules
+from models.tenancy.access import check_allowed
+
+
+@dataclass
+class Row:
+    id: UUID
+    kind: str
+    params: dict[str, Any]
+    max_attempts: int = 3
+    status: Status = Status.QUEUED
+    attempts: int = 0
+    lease_token: UUID | None = None
+    result: Any = None
+    error_code: str | None = None
+    progress: dict[str, Any] | None = None
+    diagnostics: list[str] = field(default_factory=list)
+    organization_id: UUID = field(default_factory=uuid.uuid4)
+    requested_by: UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True)
+class FakeStanding:
+    role: str = "owner"
+    organization_state: str = "active"
+
+
+class FakeLeases:
+    def __init__(self) -> None:
+        self.rows: dict[UUID, Row] = {}
+        self.calls: list[str] = []
+        self.members: dict[UUID, FakeStanding] = {}  # job id -> its requester's standing
+        self.broken = False  # every call raises, as with the database gone
+
+    # -- set-up ----------------------------------------------------------------------------
+    def add(self, kind: str, params: dict[str, Any] | None = None, **row: Any) -> UUID:
+        job = Row(uuid.uuid4(), kind, params or {}, **row)
+        self.rows[job.id] = job
+        self.members[job.id] = FakeStanding()
+        return job.id
+
+    def steal(self, job_id: UUID) -> None:
+        """A newer attempt takes the lease (as after an expiry)."""
+        self.rows[job_id].lease_token = uuid.uuid4()
+
+    def status(self, job_id: UUID) -> Status:
+        return self.rows[job_id].status
+
+    # -- WorkerLeases ----------------------------------------------------------------------
+    def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
+                         controls: list[Any] | None = None) -> FinishReport:
+        self._call(f"finish_and_claim({len(finished)}, claim={claim})")
+        report = FinishReport()
+        for item in finished:
+            row = self.rows[item.job.id]
+            if not self._holds(row, item.job):
+                report.stale.append(item.job)
+                continue
+            try:
+                check_allowed(self.members.get(row.id), org_states=item.rules.org_states,
+                              role=item.rules.role, for_worker=True)
+            except DomainError as refusal:
+                self._fail_row(row, Failure(refusal))
+                report.refused.append((item.job, refusal))
+                continue
+            row.status, row.result, row.lease_token = Status.COMPLETED, item.result, None
+            report.completed.append(item.job)
+        for row in [r for r in self.rows.values() if r.status == Status.QUEUED][:claim]:
+            row.status, row.lease_token = Status.LEASED, uuid.uuid4()
+            row.attempts += 1
+            report.leased.append(LeasedJob(
+                id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
+                kind=row.kind, params=row.params, attempt=row.attempts,
+                max_attempts=row.max_attempts, lease_token=row.lease_token, lease_seconds=30,
+                request_id=None))
+        return report
+
+    def fail(self, job: LeasedJob, failure: Failure) -> Status | None:
+        self._call(f"fail({failure.error.code})")
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            return None
+        return self._fail_row(row, failure)
+
+    def acknowledge_cancel(self, job: LeasedJob) -> bool:
+        self._call("acknowledge_cancel")
+        row = self.rows[job.id]
+        if not self._holds(row, job) or row.status != Status.CANCEL_REQUESTED:
+            return False
+        row.status, row.lease_token = Status.CANCELLED, None
+        return True
+
+    def release(self, jobs: Sequence[LeasedJob]) -> set[UUID]:
+        self._call(f"release({len(jobs)})")
+        released = set()
+        for job in jobs:
+            row = self.rows[job.id]
+            if self._holds(row, job) and row.status == Status.LEASED:
+                row.status, row.lease_token = Status.QUEUED, None
+                row.attempts -= 1
+                released.add(job.id)
+        return released
+
+    def extend(self, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Status]:
+        self._call(f"extend({len(leases)})")
+        return {job_id: self.rows[job_id].status for job_id, token in leases
+                if self.rows[job_id].lease_token == token}
+
+    @contextmanager
+    def tenant(self, job: LeasedJob, rules: KindRules) -> Iterator[Tenant]:
+        self._call("tenant")
+        check_allowed(self.members.get(job.id), org_states=rules.org_states, role=rules.role,
+                      for_worker=True)
+        yield Tenant(None, job.organization_id)  # type: ignore[arg-type]
+        if not self._holds(self.rows[job.id], job):
+            raise LeaseLost()
+
+    def record_progress(self, job: LeasedJob, progress: dict[str, Any]) -> Status | None:
+        self._call("record_progress")
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            return None
+        row.progress = progress
+        return row.status
+
+    def lease_status(self, job: LeasedJob) -> Status | None:
+        row = self.rows[job.id]
+        return row.status if self._holds(row, job) else None
+
+    # -- the rules of store.sql, in miniature ------------------------------------------------
+    @staticmethod
+    def _holds(row: Row, job: LeasedJob) -> bool:
+        return (row.lease_token == job.lease_token
+                and row.status in (Status.LEASED, Status.CANCEL_REQUESTED))
+
+    def _fail_row(self, row: Row, failure: Failure) -> Status:
+        if row.status == Status.CANCEL_REQUESTED:
+            row.status = Status.CANCELLED
+        elif failure.error.permanent or row.attempts >= row.max_attempts:
+            row.status = Status.FAILED
+        else:
+            row.status = Status.QUEUED
+        row.error_code, row.lease_token = failure.error.code, None
+        if failure.exception is not None:
+            row.diagnostics.append(type(failure.exception).__name__)
+        return row.status
+
+    def _call(self, name: str) -> None:
+        if self.broken:
+            raise ConnectionError("database gone")
+        self.calls.append(name)
+

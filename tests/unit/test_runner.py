@@ -1,0 +1,376 @@
+"""The runner's decisions, against an in-memory store: every outcome of an attempt, what it
+writes, and the counts it moves. The integration tests prove the same paths end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models.errors import DomainError
+from models.jobs.records import Status
+from models.kinds import NoParams, job_kind
+from models.ops.counters import STALE_FINISHES
+from tasks.heartbeat import LeaseKeeper
+from tasks.runner import (
+    ON_EXCEPTION,
+    Action,
+    BatchSize,
+    Outcome,
+    Runner,
+    Stats,
+    action_for,
+)
+from tests.unit.fake_leases import FakeLeases, FakeStanding
+
+SEEN: list[str] = []
+
+
+class Refused(DomainError):
+    code = "not_today"
+    message = "Not today."
+
+
+class Flaky(DomainError):
+    code = "flaky"
+    message = "Try again."
+    permanent = False
+
+
+@job_kind("unit.ok", org_states={"active"})
+def ok(ctx: Any, params: NoParams) -> dict[str, Any]:
+    SEEN.append("unit.ok")
+    ctx.progress("counted", done=1, total=1)
+    return {"ok": True}
+
+
+@job_kind("unit.refused", org_states={"active"})
+def refused(ctx: Any, params: NoParams) -> dict[str, Any]:
+    raise Refused()
+
+
+@job_kind("unit.flaky", org_states={"active"}, max_attempts=3, backoff=2.0)
+def flaky(ctx: Any, params: NoParams) -> dict[str, Any]:
+    raise Flaky()
+
+
+@job_kind("unit.crash", org_states={"active"}, max_attempts=2, backoff=1.0)
+def crash(ctx: Any, params: NoParams) -> dict[str, Any]:
+    raise ZeroDivisionError("not a safe message")
+
+
+@job_kind("unit.checkpoint", org_states={"active"})
+def checkpoint(ctx: Any, params: NoParams) -> dict[str, Any]:
+    SEEN.append("unit.checkpoint")
+    ctx.checkpoint()
+    return {"reached": "the end"}
+
+
+@job_kind("unit.tenant", org_states={"active"}, role="admin")
+def tenant(ctx: Any, params: NoParams) -> dict[str, Any]:
+    with ctx.tenant():
+        pass
+    return {}
+
+
+class Harness:
+    """A runner over a FakeLeases, with the wake-ups and counters it publishes recorded."""
+
+    def __init__(self, *, stop: bool = False, release: bool = False, maximum: int = 100) -> None:
+        self.leases = FakeLeases()
+        self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail, kill=self._killed)
+        self.stats = Stats()
+        self.wakes: list[tuple[str | None, float | None]] = []
+        self.counted: list[tuple[str, str]] = []
+        self.stop, self.release = stop, release
+        self.runner = Runner(
+            leases=self.leases, keeper=self.keeper, stats=self.stats, batch=BatchSize(maximum),
+            controls=lambda: [], publish_wake=self._wake, stop_requested=lambda: self.stop,
+            release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)))
+        self.kills = 0
+
+    def _wake(self, job_id: str | None = None, *, countdown: float | None = None) -> None:
+        self.wakes.append((job_id, countdown))
+
+    def _killed(self) -> None:
+        self.kills += 1
+
+    def drain(self, limit: int = 1000) -> int:
+        return self.runner.drain(limit)
+
+
+@pytest.fixture(autouse=True)
+def _forget_seen() -> None:
+    SEEN.clear()
+
+
+def test_a_job_that_returns_is_completed_with_its_result_and_counted():
+    h = Harness()
+    job = h.leases.add("unit.ok")
+    assert h.drain() == 1
+    row = h.leases.rows[job]
+    assert (row.status, row.result, row.progress) == (Status.COMPLETED, {"ok": True},
+                                                       {"stage": "counted", "done": 1, "total": 1})
+    assert (h.stats.processed, h.stats.failed, h.stats.running) == (1, 0, 0)
+    assert h.keeper.held == 0
+
+
+def test_a_domain_error_fails_the_job_at_once_with_its_code():
+    h = Harness()
+    job = h.leases.add("unit.refused")
+    h.drain()
+    assert (h.leases.status(job), h.leases.rows[job].error_code) == (Status.FAILED, "not_today")
+    assert h.leases.rows[job].diagnostics == []  # a domain error is not an internal failure
+    assert (h.stats.processed, h.stats.failed) == (1, 1)
+
+
+def test_a_transient_domain_error_goes_back_to_the_queue_with_a_delayed_wake_up():
+    h = Harness()
+    job = h.leases.add("unit.flaky")
+    h.drain(limit=1)
+    assert h.leases.status(job) == Status.QUEUED and h.leases.rows[job].attempts == 1
+    (job_id, countdown), *_ = h.wakes
+    assert job_id == str(job) and 1.0 <= countdown <= 2.0  # first backoff: half fixed, half random
+
+
+def test_an_unexpected_exception_is_an_internal_error_with_operator_only_detail():
+    h = Harness()
+    job = h.leases.add("unit.crash")
+    h.drain(limit=1)
+    row = h.leases.rows[job]
+    assert (row.status, row.error_code) == (Status.QUEUED, "internal_error")
+    assert row.diagnostics == ["ZeroDivisionError"]
+
+
+def test_the_last_attempt_fails_the_job_for_good():
+    h = Harness()
+    job = h.leases.add("unit.crash", attempts=1, max_attempts=2)
+    h.drain()
+    assert (h.leases.status(job), h.leases.rows[job].attempts) == (Status.FAILED, 2)
+    assert h.wakes == []
+
+
+def test_a_cancel_seen_by_the_heartbeat_stops_the_job_at_its_checkpoint():
+    h = Harness()
+    job = h.leases.add("unit.checkpoint")
+    original = h.leases.finish_and_claim
+
+    def claim_then_cancel(*args: Any, **kwargs: Any) -> Any:
+        report = original(*args, **kwargs)
+        for leased in report.leased:
+            h.leases.rows[leased.id].status = Status.CANCEL_REQUESTED  # the user asked
+        return report
+
+    h.leases.finish_and_claim = claim_then_cancel  # type: ignore[method-assign]
+    h.keeper.hold = lambda jobs: (LeaseKeeper.hold(h.keeper, jobs), h.keeper.tick())  # type: ignore[method-assign]
+    h.drain()
+    assert h.leases.status(job) == Status.CANCELLED
+    assert SEEN == []  # it never started: cancelled before it ran
+    assert h.stats.failed == 0
+
+
+def test_a_lease_lost_to_a_newer_attempt_writes_nothing():
+    h = Harness()
+    job = h.leases.add("unit.checkpoint")
+    original = h.leases.finish_and_claim
+
+    def claim_then_steal(*args: Any, **kwargs: Any) -> Any:
+        report = original(*args, **kwargs)
+        for leased in report.leased:
+            h.leases.steal(leased.id)
+        h.keeper.hold(report.leased)
+        h.keeper.tick()  # the heartbeat finds the lease gone
+        return report
+
+    h.leases.finish_and_claim = claim_then_steal  # type: ignore[method-assign]
+    h.drain(limit=1)
+    row = h.leases.rows[job]
+    assert (row.status, row.result) == (Status.LEASED, None)  # the newer attempt's, untouched
+    assert (h.stats.processed, h.stats.failed) == (1, 1)
+
+
+def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
+    h = Harness()
+    job = h.leases.add("unit.ok")
+    original = h.leases.finish_and_claim
+
+    def steal_before_the_flush(finished: Any, **kwargs: Any) -> Any:
+        for item in finished:
+            h.leases.steal(item.job.id)
+        return original(finished, **kwargs)
+
+    h.leases.finish_and_claim = steal_before_the_flush  # type: ignore[method-assign]
+    h.drain()
+    assert h.leases.rows[job].result is None
+    assert h.counted == [(STALE_FINISHES, "unit.ok")]
+    assert h.stats.failed == 1
+
+
+def test_a_requester_removed_before_the_finish_fails_the_job_instead_of_completing_it():
+    h = Harness()
+    job = h.leases.add("unit.ok")
+    original = h.leases.finish_and_claim
+
+    def remove_member_first(finished: Any, **kwargs: Any) -> Any:
+        if finished:
+            h.leases.members.pop(job)
+        return original(finished, **kwargs)
+
+    h.leases.finish_and_claim = remove_member_first  # type: ignore[method-assign]
+    h.drain()
+    row = h.leases.rows[job]
+    assert (row.status, row.error_code, row.result) == (Status.FAILED, "requester_not_member", None)
+
+
+def test_the_tenant_transaction_re_checks_the_kinds_role():
+    h = Harness()
+    job = h.leases.add("unit.tenant")
+    h.leases.members[job] = FakeStanding(role="member")
+    h.drain()
+    assert (h.leases.status(job), h.leases.rows[job].error_code) == (Status.FAILED,
+                                                                      "insufficient_role")
+
+
+def test_a_kind_this_worker_does_not_know_fails_and_says_so():
+    h = Harness()
+    job = h.leases.add("unit.nobody-knows-me")
+    h.drain()
+    assert (h.leases.status(job), h.leases.rows[job].error_code) == (Status.FAILED, "unknown_kind")
+
+
+def test_at_shutdown_held_jobs_are_given_back_unstarted_without_burning_an_attempt():
+    h = Harness()
+    jobs = [h.leases.add("unit.checkpoint") for _ in range(3)]
+    original = h.leases.finish_and_claim
+
+    def stop_after_claim(*args: Any, **kwargs: Any) -> Any:
+        report = original(*args, **kwargs)
+        h.stop = True  # SIGTERM arrives while the batch is held
+        return report
+
+    h.runner.batch = BatchSize(10, target=10.0)
+    h.runner.batch.observe(0.001)  # short jobs: claim the whole batch
+    h.leases.finish_and_claim = stop_after_claim  # type: ignore[method-assign]
+    assert h.drain() == 0
+    assert [h.leases.status(j) for j in jobs] == [Status.QUEUED] * 3
+    assert [h.leases.rows[j].attempts for j in jobs] == [0, 0, 0]
+    assert SEEN == [] and h.wakes == [(None, None)]  # another worker is told at once
+
+
+def test_a_running_job_past_the_grace_period_is_given_back_at_its_checkpoint():
+    h = Harness(release=True)
+    job = h.leases.add("unit.checkpoint")
+    h.drain()
+    assert (h.leases.status(job), h.leases.rows[job].attempts) == (Status.QUEUED, 0)
+    assert h.stats.failed == 0
+
+
+def test_finishes_are_committed_with_the_next_claim_and_batches_grow():
+    h = Harness()
+    jobs = [h.leases.add("unit.ok") for _ in range(15)]
+    assert h.drain() == 15
+    assert all(h.leases.status(j) == Status.COMPLETED for j in jobs)
+    claims = [c for c in h.leases.calls if c.startswith("finish_and_claim")]
+    # 1, 2, 4, 8 jobs per claim; each claim after the first also commits the previous batch.
+    assert claims[:5] == ["finish_and_claim(0, claim=1)", "finish_and_claim(1, claim=2)",
+                          "finish_and_claim(2, claim=4)", "finish_and_claim(4, claim=8)",
+                          "finish_and_claim(8, claim=16)"]
+    assert len(claims) == 5
+
+
+def test_a_drain_stopped_by_its_limit_wakes_another_to_go_on():
+    h = Harness()
+    for _ in range(5):
+        h.leases.add("unit.ok")
+    assert h.drain(limit=3) == 3
+    assert h.wakes == [(None, None)]
+    assert sum(r.status == Status.QUEUED for r in h.leases.rows.values()) == 2
+
+
+def test_a_failure_that_cannot_be_recorded_leaves_the_lease_to_expire():
+    h = Harness()
+    job = h.leases.add("unit.refused")
+    original_fail = h.leases.fail
+
+    def database_gone(*args: Any) -> Any:
+        h.leases.broken = True
+        try:
+            return original_fail(*args)
+        finally:
+            h.leases.broken = False
+
+    h.leases.fail = database_gone  # type: ignore[method-assign]
+    h.drain()
+    assert h.leases.status(job) == Status.LEASED  # the sweeper takes over when it expires
+    assert (h.stats.processed, h.stats.failed) == (1, 1)
+
+
+def test_every_exception_maps_to_exactly_one_action():
+    from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
+
+    assert action_for(LeaseLost()) is Action.NOTHING
+    assert action_for(ReleaseRequested()) is Action.RELEASE
+    assert action_for(CancelRequested()) is Action.ACKNOWLEDGE_CANCEL
+    assert action_for(TimedOut()) is Action.FAIL
+    assert action_for(KeyError("x")) is Action.FAIL
+    assert ON_EXCEPTION[-1] == (Exception, Action.FAIL)  # the catch-all comes last
+    assert {o.value for o in Outcome} >= {"completed", "retry", "failed", "cancelled", "released",
+                                          "lease_lost", "stale_finish_discarded", "crashed"}
+
+
+def test_batch_size_starts_at_one_doubles_and_shrinks_for_long_jobs():
+    batch = BatchSize(64, target=0.05)
+    assert batch.next(1000) == 1
+    for _ in range(3):
+        batch.observe(0.0001)
+    assert [batch.next(1000) for _ in range(8)] == [2, 4, 8, 16, 32, 64, 64, 64]
+    assert batch.next(10) == 10  # never more than the drain has left
+    for _ in range(30):
+        batch.observe(2.0)  # long jobs: one at a time
+    assert batch.next(1000) == 1
+
+
+def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it():
+    leases = FakeLeases()
+    killed = []
+    now = [100.0]
+    keeper = LeaseKeeper(leases.extend, leases.fail, kill=lambda: killed.append(True),
+                         clock=lambda: now[0])
+    job_id = leases.add("unit.ok")
+    report = leases.finish_and_claim([], claim=1)
+    (job,) = report.leased
+
+    class Rules:
+        hard_time_limit = 5.0
+        retry_on_timeout = False
+
+        @staticmethod
+        def backoff(attempt: int) -> float:
+            return 0.0
+
+    keeper.hold([job])
+    keeper.running(job, Rules(), started=now[0])
+    keeper.tick()
+    assert killed == [] and leases.status(job_id) == Status.LEASED
+    now[0] += 6
+    keeper.tick()
+    assert killed == [True]
+    assert (leases.status(job_id), leases.rows[job_id].error_code) == (Status.FAILED, "timed_out")
+
+
+def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_ones():
+    leases = FakeLeases()
+    for _ in range(3):
+        leases.add("unit.ok")
+    report = leases.finish_and_claim([], claim=3)
+    keeper = LeaseKeeper(leases.extend, leases.fail, kill=lambda: None)
+    keeper.hold(report.leased)
+    kept, lost, cancelled = report.leased
+    leases.steal(lost.id)
+    leases.rows[cancelled.id].status = Status.CANCEL_REQUESTED
+    keeper.tick()
+    assert [c for c in leases.calls if c.startswith("extend")] == ["extend(3)"]
+    assert not keeper.flags(kept.id).lost.is_set() and not keeper.flags(kept.id).cancel.is_set()
+    assert keeper.flags(lost.id).lost.is_set()
+    assert keeper.flags(cancelled.id).cancel.is_set()
+    assert keeper.interval() == 10.0  # a third of the 30-second lease
