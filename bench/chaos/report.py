@@ -136,7 +136,7 @@ class ChaosReport:
         rows += [("", note) for note in self.stall_notes]
         rows.append(("sweeps", f"{self.sweeps_sent} sent by beat, {self.sweeps_ran} ran, "
                                f"{self.sweeps_failed} raised, {self.sweeps_expired} expired in the queue "
-                               "before a worker took them (worker logs)"))
+                               "before a worker took them (worker and beat logs)"))
         if self.beat_sweeps_after_last_restart is not None:
             rows.append(("beat", f"{self.beat_sweeps_after_last_restart} sweeps sent after the last "
                                  "server restart (never restarted)"))

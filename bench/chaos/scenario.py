@@ -267,6 +267,9 @@ def _tally_processes(report: ChaosReport, fleet: Fleet, driver: ChaosDriver | No
         if fleet.beat is not None:
             beat_log = fleet.beat.output()
             report.sweeps_sent = beat_log.count("Sending due task") - beat_log.count("Message Error")
+            # Beat runs the sweeps itself (tasks/beat.py); a worker runs one only on demand.
+            report.sweeps_ran += beat_log.count("sweep ran in ")
+            report.sweeps_failed += beat_log.count("sweep failed")
         if driver.restarts and fleet.beat is not None:
             with fleet.beat.log.open("rb") as handle:
                 handle.seek(driver.restarts[-1].beat_log_offset)
