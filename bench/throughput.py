@@ -131,13 +131,13 @@ class PhaseRows:
 
 
 def count_finished(stack: Stack, org: uuid.UUID) -> int:
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         counts = facts.counts_by_status(conn, org)
     return sum(counts[status] for status in TERMINAL)
 
 
 def phase_rows(stack: Stack, org: uuid.UUID) -> PhaseRows:
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         row = conn.execute(text(
             "SELECT count(*) AS total,"
             " count(*) FILTER (WHERE status = 'completed') AS completed,"
@@ -163,7 +163,7 @@ def phase_rows(stack: Stack, org: uuid.UUID) -> PhaseRows:
 
 
 def latencies(stack: Stack, org: uuid.UUID) -> list[float]:
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         return [float(v) for v in conn.execute(text(
             "SELECT extract(epoch FROM finished_at - created_at) FROM jobs"
             " WHERE organization_id = :org AND status = 'completed'"), {"org": org}).scalars()]
@@ -253,7 +253,7 @@ def enqueue_store(stack: Stack, report: Report, n: int) -> None:
                f" + wake-up publish {1000 * in_publish / n:.2f} ms per job")
     # These rows were only for the rate: remove them and their wake-ups so the drain below
     # starts from exactly N queued jobs.
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         conn.execute(text("DELETE FROM jobs WHERE organization_id = :org"),
                      {"org": tenant.organization_id})
     broker.purge_queue(stack.redis_url, stack.queue)
@@ -419,7 +419,7 @@ def claim_cost(stack: Stack, report: Report, finished_rows: int, samples: int) -
     params = {"org": tenant.organization_id, "user": tenant.user_id}
 
     def reset(finished: int) -> None:
-        with stack.as_owner() as conn:
+        with stack.admin() as conn:
             conn.execute(text("TRUNCATE jobs CASCADE"))
             if finished:
                 conn.execute(text(
@@ -495,7 +495,7 @@ def claim_cost(stack: Stack, report: Report, finished_rows: int, samples: int) -
         if finished:
             # An empty queue also tries the expired leases: plan those statements as well, with
             # statistics that know about the leases just taken (as autovacuum's would).
-            with stack.as_owner() as conn:
+            with stack.admin() as conn:
                 conn.execute(text("ANALYZE jobs"))
             known = {statement for statement, _ in hit_statements}
             plans += explain([(st, pa) for st, pa in captured_claim(False) if st not in known],

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     claim_batch: int = Field(
         100, ge=1, le=1000, description="the most jobs one claim leases at once (it adapts below "
                                         "that to how long jobs take)")
+    linger_seconds: float = Field(
+        1.0, ge=0, description="after the queue runs dry, a pool process waits this long for a "
+                               "new job (LISTEN/NOTIFY) before it goes back to Celery; 0 turns it off")
     worker_concurrency: int = Field(2, ge=1, description="Celery processes per worker")
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
@@ -74,6 +77,16 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = Field(
         None, description="signs the session cookie; set it when several web processes serve "
                           "sessions (default: random per process)")
+    session_idle_minutes: float = Field(
+        30, gt=0, description="a web session ends after this long without a request")
+    session_max_hours: float = Field(
+        12, gt=0, description="a web session ends this long after sign-in, however busy")
+    session_cookie_secure: bool = Field(
+        False, description="`1` marks the session cookie `Secure` (set it when served over HTTPS)")
+    login_rate_limit_account: str = Field(
+        "5 per minute", description="failed sign-ins allowed per email address")
+    login_rate_limit_address: str = Field(
+        "20 per minute", description="failed sign-ins allowed per client address")
 
     # -- broker ----------------------------------------------------------------------------
     broker_timeout: float = Field(
@@ -90,6 +103,9 @@ class Settings(BaseSettings):
 
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
+    demo_kinds: bool = Field(
+        False, description="`1` registers `demo.slow_export`, an export slow enough to watch "
+                           "(`spacejobs demo` sets it)")
     extra_kind_modules: str = Field("", description="comma-separated modules with more kinds")
     log_format: Literal["text", "json"] = Field(
         "text", description="`json` for one JSON object per line")

@@ -13,6 +13,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from models.jobs import service
 from models.kinds import load_kinds
 from models.logs import configure_logging
 from models.settings import get_settings
@@ -28,6 +29,8 @@ log = logging.getLogger("spacejobs.tasks")
 # Every wake-up a worker sends (a retry, a release at shutdown, the sweeper's re-signals) goes
 # through the same publisher as the web's, counted in this process's buffer.
 publisher = WakeupPublisher(counters=worker_process.COUNTERS, celery=app)
+# A task that submits jobs (models.jobs.service) wakes workers through the same publisher.
+service.configure(publisher.wake)
 
 
 def _publish_quietly(job_id: str | None = None, *, countdown: float | None = None) -> None:
@@ -46,6 +49,8 @@ def make_runner() -> Runner:
         stop_requested=shutdown.stop_requested,
         release_due=shutdown.release_due,
         count=lambda name, kind: worker_process.COUNTERS.add(name, kind),
+        linger=settings.linger_seconds,
+        wait_for_work=worker_process.wait_for_work,
     )
 
 

@@ -4,21 +4,30 @@ children each build their own (a parent's sockets and threads are not theirs).""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine
 
-from models.db.engine import make_engine
+from models.db.engine import libpq_url, make_engine
 from models.db.roles import WORKER_ROLE, role_url
 from models.jobs.leases import WorkerLeases
 from models.ops.counters import BufferedCounters
+from tasks import shutdown
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import Stats
 
+log = logging.getLogger("spacejobs.worker")
+
+#: the channel the jobs table's insert trigger notifies (models/db/schema.sql jobs_after_insert)
+JOBS_CHANNEL = "spacejobs_jobs"
+
 _engine: Engine | None = None
+_listener: psycopg.Connection | None = None
 _leases: WorkerLeases | None = None
 _keeper: LeaseKeeper | None = None
 _controls: tuple[float, list[Any]] | None = None
@@ -65,11 +74,32 @@ def controls() -> list[Any]:
     return _controls[1]
 
 
+def wait_for_work(seconds: float) -> bool:
+    """Wait for a job to be inserted (a NOTIFY), at most ``seconds``; False when none came, the
+    worker is stopping, or the database cannot be reached (the broker's wake-ups still come)."""
+    global _listener
+    deadline = time.monotonic() + seconds
+    try:
+        if _listener is None:
+            _listener = psycopg.connect(libpq_url(role_url(WORKER_ROLE)), autocommit=True,
+                                        application_name=f"spacejobs-listen:{worker_name()}")
+            _listener.execute(f"LISTEN {JOBS_CHANNEL}")
+        while (left := deadline - time.monotonic()) > 0 and not shutdown.stop_requested():
+            for _ in _listener.notifies(timeout=min(left, 0.2), stop_after=1):
+                return True
+    except psycopg.Error:
+        log.warning("listening for new jobs failed; the broker's wake-ups remain")
+        if _listener is not None:
+            _listener.close()
+        _listener = None
+    return False
+
+
 def _forget_parent() -> None:
-    global _engine, _leases, _keeper, _controls
+    global _engine, _leases, _keeper, _controls, _listener
     if _engine is not None:
         _engine.dispose(close=False)  # the parent's sockets are not ours to close
-    _engine = _leases = _keeper = _controls = None
+    _engine = _leases = _keeper = _controls = _listener = None
     STATS.__init__()  # presence holds a reference to this object: reset it in place
 
 

@@ -14,6 +14,7 @@ users and organizations through the owner role, as the CLI does.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +25,9 @@ from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers, find_or_start
 from tests.kit.stack import Stack, running_stack
 
-# Test-only kinds (tests/kinds.py) and the bench kinds, in this process and in every worker.
+# Test-only kinds (tests/kinds.py), the bench and demo kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
 reload_settings()
 
@@ -72,3 +74,18 @@ def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None
     answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
     assert answer.status_code == 202, answer.get_json()
     return answer.get_json()
+
+
+def csrf_of(page: Any) -> str:
+    """The CSRF token of a page's forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True))
+    assert found, "no form with a CSRF token on this page"
+    return found.group(1)
+
+
+def sign_in(client: Any, user: TestUser, **extra: str) -> Any:
+    """Sign in through the form, as a browser does; returns the answer (a redirect)."""
+    answer = client.post("/login", data={"email": user.email, "password": user.password,
+                                         "csrf": csrf_of(client.get("/login")), **extra})
+    assert answer.status_code == 302, answer.get_data(as_text=True)[:2000]
+    return answer

@@ -1,4 +1,4 @@
-"""Flask app factory: the JSON API for users (ops and the HTML UI come as their own blueprints)."""
+"""Flask app factory: the JSON API, the pages for people (ui) and the operators' dashboard (ops)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import re
 import secrets
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from flask import Flask, g, has_request_context, request
@@ -21,8 +22,6 @@ from webapp.api import api
 from webapp.limits import limiter, limiter_storage
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """Build the app. ``config`` overrides environment defaults (tests pass URLs here)."""
@@ -47,8 +46,16 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         # a restart or cross web processes.
         SECRET_KEY=(settings.secret_key.get_secret_value() if settings.secret_key
                     else secrets.token_hex(32)),
+        # The cookie carries only the id of a server-side session (models.tenancy.sessions),
+        # re-checked on every request; these bound what a stolen or forgotten cookie can do.
+        SESSION_COOKIE_NAME="spacejobs_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.session_cookie_secure,
+        SESSION_IDLE_SECONDS=settings.session_idle_minutes * 60,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.session_max_hours),
+        LOGIN_RATE_LIMIT_ACCOUNT=settings.login_rate_limit_account,
+        LOGIN_RATE_LIMIT_ADDRESS=settings.login_rate_limit_address,
         JSON_SORT_KEYS=False,
     )
     if config:
@@ -77,6 +84,14 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     @app.after_request
     def echo_request_id(response):  # type: ignore[no-untyped-def]
         response.headers["X-Request-ID"] = g.get("request_id", "")
+        if response.mimetype == "text/html":
+            # Our pages load nothing from elsewhere and are never framed (no clickjacking of a
+            # Cancel button); inline styles stay allowed, scripts come only from /static.
+            response.headers["Content-Security-Policy"] = (
+                "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+            response.headers["X-Content-Type-Options"] = "nosniff"
+            response.headers["Referrer-Policy"] = "same-origin"
         return response
 
     app.register_blueprint(api)

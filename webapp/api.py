@@ -2,36 +2,29 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
+import hashlib
 import json
 import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
-from uuid import UUID
 
-from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
+from flask import Blueprint, Response, current_app, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from models.db.transaction import transaction
-from models.errors import (
-    InvalidRequest,
-    JobNotCompleted,
-    NotFound,
-    OrganizationReadOnly,
-    OrganizationUnavailable,
-    ResultExpired,
-)
-from models.jobs import store
-from models.jobs.records import ALL_STATUSES, Job
-from models.kinds import get_kind
-from models.tenancy.access import check_allowed, find_membership
+from models.errors import InvalidRequest, NotFound
+from models.jobs import service, store
+from models.jobs.records import Job
+from models.tenancy import member_jobs
+from models.tenancy import projects as tenant_projects
+from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
-from webapp.auth import current_user, engine, org_transaction, parse_id
+from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
+from webapp.jobs import list_page, start_job, start_jobs
 from webapp.limits import limiter
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -51,6 +44,11 @@ class SubmitJob(StrictBody):
     kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     params: dict[str, Any] | None = None
     dedup_key: Key | None = None
+    run_after: AwareDatetime | None = None
+
+
+class SubmitBatch(StrictBody):
+    jobs: Annotated[list[SubmitJob], Field(min_length=1, max_length=service.MAX_BATCH)]
 
 
 class CreateProject(StrictBody):
@@ -140,11 +138,7 @@ def create_project(org: str) -> ResponseReturnValue:
     current_user()
     body = parse_body(CreateProject)
     with org_transaction(org) as (conn, membership):
-        if membership.organization_state == "read_only":
-            raise OrganizationReadOnly()
-        if membership.organization_state != "active":
-            raise OrganizationUnavailable()
-        project = Projects(conn, membership.organization_id).create(body.name, body.description)
+        project = tenant_projects.create_project(conn, membership, body.name, body.description)
     return jsonify(project.as_dict()), 201
 
 
@@ -152,35 +146,13 @@ def create_project(org: str) -> ResponseReturnValue:
 
 @api.post("/orgs/<org>/jobs")
 def submit_job(org: str) -> ResponseReturnValue:
-    current_user()  # 401 before anything else: validation must not tell strangers what exists
+    user = current_user()  # 401 before anything else: validation must not tell strangers what exists
     body = parse_body(SubmitJob)
-    kind = get_kind(body.kind)
-    params = kind.parse_params(body.params).model_dump(mode="json")
-    if body.dedup_key is not None and not kind.rules.dedupable:
-        raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     idempotency_key = request.headers.get("Idempotency-Key")
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
-    user = current_user()
-    # ONE transaction: membership and organization state checked, row and event inserted.
-    with org_transaction(org) as (conn, membership):
-        check_allowed(membership, org_states=kind.rules.org_states, role=kind.rules.role)
-        job, created = store.submit(
-            conn,
-            organization_id=membership.organization_id,
-            requested_by=user.id,
-            kind=kind.rules,
-            params=params,
-            dedup_key=body.dedup_key,
-            idempotency_key=idempotency_key,
-            request_id=g.request_id,
-        )
-    log.info("job submitted" if created else "job submit replayed",
-             extra={"request_id": g.request_id, "job_id": str(job.id), "kind": job.kind,
-                    "organization_id": str(job.organization_id), "attempt": 0})
-    # Only after COMMIT: a wake-up for a row that does not exist would be worse than none.
-    if created:
-        current_app.extensions["spacejobs.wakeups"].wake(str(job.id))
+    job, created = start_job(org, user, body.kind, body.params, dedup_key=body.dedup_key,
+                             idempotency_key=idempotency_key, run_after=body.run_after)
     response = jsonify(job_json(job))
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
@@ -189,26 +161,27 @@ def submit_job(org: str) -> ResponseReturnValue:
     return response
 
 
+@api.post("/orgs/<org>/jobs:batch")
+def submit_jobs(org: str) -> ResponseReturnValue:
+    """1 to 1,000 jobs in one request and one statement, all or nothing."""
+    user = current_user()
+    body = parse_body(SubmitBatch)
+    jobs = start_jobs(org, user, [service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after)
+                                  for j in body.jobs])
+    return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
+
+
 @api.get("/orgs/<org>/jobs")
 def list_jobs(org: str) -> ResponseReturnValue:
-    status = request.args.get("status") or None
-    if status is not None and status not in ALL_STATUSES:
-        raise InvalidRequest("Unknown status filter.", fields=["status"])
-    kind = request.args.get("kind") or None
     try:
         limit = min(max(int(request.args.get("limit", "50")), 1), 200)
     except ValueError:
         raise InvalidRequest("limit must be a number.", fields=["limit"]) from None
-    before = _decode_cursor(request.args.get("cursor"))
     with org_transaction(org) as (conn, membership):
-        page = store.list_for_org(conn, membership.organization_id, status=status, kind=kind,
-                                 before=before, limit=limit + 1)
-    more = len(page) > limit
-    page = page[:limit]
-    return jsonify({
-        "jobs": [job_json(job) for job in page],
-        "next_cursor": _encode_cursor(page[-1]) if more else None,
-    })
+        page, next_cursor = list_page(
+            conn, membership.organization_id, status=request.args.get("status") or None,
+            kind=request.args.get("kind") or None, cursor=request.args.get("cursor"), limit=limit)
+    return jsonify({"jobs": [job_json(job) for job in page], "next_cursor": next_cursor})
 
 
 @api.get("/orgs/<org>/jobs/<job_id>")
@@ -226,15 +199,8 @@ def get_job(org: str, job_id: str) -> ResponseReturnValue:
 def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
-    with org_transaction(org) as (conn, _membership):
-        found = store.get_result(conn, jid)
-    if found is None:
-        raise NotFound()
-    job, result = found
-    if job.status != "completed":
-        raise JobNotCompleted(status=job.status)
-    if job.result_expired_at is not None:
-        raise ResultExpired()
+    with org_transaction(org) as (conn, membership):
+        job, result = member_jobs.read_result(conn, membership, jid)
     return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
 
 
@@ -242,8 +208,8 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
 def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user()
-    with org_transaction(org) as (conn, _membership):
-        job = store.request_cancel(conn, jid, user.id)
+    with org_transaction(org) as (conn, membership):
+        job = member_jobs.cancel(conn, membership, jid, user.id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
 
 
@@ -252,32 +218,49 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     """Server-sent events: the job as JSON whenever its status or progress changes; the stream
     ends at a terminal state (or after SPACEJOBS_EVENTS_MAX_SECONDS; reconnect to go on).
 
-    Each poll is its own short transaction that re-checks membership, so a member removed while
-    watching stops receiving at once and no connection is held between polls.
+    The one JSON endpoint a web session may open besides a bearer token: a browser's
+    ``EventSource`` cannot send an ``Authorization`` header, and it only reads.
+
+    Each event's ``id`` names the job's visible state (``<attempt>.<status>.<progress digest>``):
+    the stream carries states, not a log, so a client that reconnects with ``Last-Event-ID``
+    gets nothing until the job differs from the state it already has, and a finished job it
+    has already seen answers 204, which tells an ``EventSource`` to stop reconnecting.
+
+    Each poll is its own short transaction that re-checks the credential and the membership,
+    so a revoked session or token, or a member removed while watching, stops receiving at
+    once, and no connection is held between polls.
     """
     jid = parse_id(job_id)
+    user = current_user(allow_session=True)
     with org_transaction(org) as (conn, membership):
-        if store.get(conn, jid) is None:
-            raise NotFound()
-    user, org_id = current_user(), membership.organization_id
+        job = store.get(conn, jid)
+    if job is None:
+        raise NotFound()
+    seen = request.headers.get("Last-Event-ID", "")
+    if job.finished and event_id(job) == seen:
+        return Response(status=204)
+    org_id, authorized = membership.organization_id, still_authorized()
     interval = float(current_app.config["EVENTS_POLL_SECONDS"])
     max_seconds = float(current_app.config["EVENTS_MAX_SECONDS"])
     db = engine()
 
     def stream() -> Iterator[str]:
         started = last_write = time.monotonic()
-        last: tuple[Any, ...] | None = None
+        last = seen
+        yield "retry: 1000\n\n"
         while True:
             with transaction(db, organization_id=org_id, user_id=user.id) as conn:
-                job = store.get(conn, jid) if find_membership(conn, org_id, user.id) else None
+                allowed = authorized(conn) and find_membership(conn, org_id, user.id) is not None
+                job = store.get(conn, jid) if allowed else None
             if job is None:
                 yield _sse("error", {"error": {"code": "not_found", "message": "Not found."}})
                 return
-            state = (job.status, job.attempts, json.dumps(job.progress, sort_keys=True))
-            if state != last:
-                name = "status" if last is None or last[:2] != state[:2] else "progress"
-                yield _sse(name, job_json(job))
-                last, last_write = state, time.monotonic()
+            current = event_id(job)
+            if current != last:
+                # "status" when the status or the attempt changed, "progress" otherwise
+                name = "progress" if current.rsplit(".", 1)[0] == last.rsplit(".", 1)[0] else "status"
+                yield _sse(name, job_json(job), current)
+                last, last_write = current, time.monotonic()
             if job.finished or time.monotonic() - started > max_seconds:
                 return
             if time.monotonic() - last_write > 15:
@@ -289,21 +272,11 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _sse(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+def event_id(job: Job) -> str:
+    progress = json.dumps(job.progress, sort_keys=True).encode()
+    return f"{job.attempts}.{job.status}.{hashlib.sha256(progress).hexdigest()[:12]}"
 
 
-def _encode_cursor(job: Job) -> str:
-    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
-    if not cursor:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, _, jid = raw.partition("|")
-        return datetime.fromisoformat(created), UUID(jid)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequest("The cursor is not valid.", fields=["cursor"]) from None
+def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"

@@ -1,47 +1,151 @@
-"""Bearer-token authentication and the organization a request acts in."""
+"""Who is asking, and how: a bearer token or a web session, recorded in ``g``.
+
+- ``g.user``: the authenticated user; ``g.auth_method``: ``"token"`` or ``"session"``.
+- A bearer token opens the JSON API, the operators' JSON API and ``/metrics``.
+- A web session (email + password at ``/login``) opens the pages, the operators' dashboard and
+  one read-only endpoint of the JSON API: a job's events stream, because a browser's
+  ``EventSource`` cannot send an ``Authorization`` header. Nothing else of the JSON API.
+- A session authenticates an unsafe request (POST, …) only together with its CSRF token, and
+  this is decided by how the request DID authenticate, never by which headers are present: an
+  empty or malformed ``Authorization`` header is no credential at all.
+- The session row is re-read on every request (models.tenancy.sessions), so a sign-out
+  elsewhere, a revocation, a new password or a deleted user is out at once.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from flask import current_app, g, request, session
 from sqlalchemy import Connection, Engine
 
 from models.db.transaction import transaction
-from models.errors import NotFound, Unauthorized
+from models.errors import InvalidRequest, NotFound, Unauthorized
+from models.tenancy import sessions
 from models.tenancy.access import Membership, require_membership
-from models.tenancy.accounts import User, authenticate, get_user
+from models.tenancy.accounts import User, authenticate
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def engine() -> Engine:
     return current_app.extensions["spacejobs.db"]
 
 
-def current_user(*, allow_session: bool = False) -> User:
-    """The user behind the bearer token; 401 without a valid one.
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer …`` header; None for no, empty or other header."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
-    ``allow_session``: the dashboard also accepts the UI's session login (its forms carry a
-    CSRF token); the JSON API does not, so a cookie alone can never act on tenant data.
-    """
+
+def current_user(*, allow_session: bool = False) -> User:
+    """The user behind the bearer token, or (``allow_session``) the web session; 401 otherwise."""
     if "user" in g:
         return g.user
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if not header and allow_session and session.get("user_id"):
-        with transaction(engine()) as conn:
-            user = get_user(conn, session["user_id"])
-    elif scheme.lower() != "bearer" or not token.strip():
+    found = identify(allow_session=allow_session)
+    if found is None:
         raise Unauthorized()
-    else:
+    return remember(*found)
+
+
+def page_user() -> User | None:
+    """The signed-in person for the pages (sessions only, never a token), or None."""
+    if "user" in g:
+        return g.user if g.auth_method == "session" else None
+    found = identify(allow_token=False, allow_session=True)
+    return remember(*found) if found else None
+
+
+def identify(*, allow_token: bool = True, allow_session: bool) -> tuple[User, str] | None:
+    """``(user, "token" | "session")`` or None. Records nothing: see :func:`remember`.
+
+    A request that sends a bearer token is judged by that token alone: a bad token is no
+    one, even when a session cookie rides along.
+    """
+    token = bearer_token() if allow_token else None
+    if token is not None:
         with transaction(engine()) as conn:
-            user = authenticate(conn, token.strip())
-    if user is None:
-        raise Unauthorized()
-    g.user = user
+            user = authenticate(conn, token)
+        return (user, "token") if user else None
+    if allow_session and session.get("sid"):
+        with transaction(engine()) as conn:
+            found = sessions.resume(conn, session["sid"], idle_seconds=idle_seconds())
+        if found is not None:
+            return found.user, "session"
+        session.clear()  # the cookie names a dead session: drop it
+    return None
+
+
+def remember(user: User, method: str) -> User:
+    """Record how this request authenticated. The one place a session is accepted for an
+    unsafe method, and so the one place that insists on the CSRF token."""
+    g.user, g.auth_method = user, method
+    if method == "session" and request.method not in SAFE_METHODS:
+        check_csrf()
     return user
 
+
+def idle_seconds() -> float:
+    return float(current_app.config["SESSION_IDLE_SECONDS"])
+
+
+def still_authorized() -> Callable[[Connection], bool]:
+    """For a long response (the events stream): re-checks this request's credential, so a
+    revoked token or session stops it at the next poll."""
+    if g.auth_method == "token":
+        token = bearer_token() or ""
+        return lambda conn: authenticate(conn, token) is not None
+    session_id, idle = session.get("sid", ""), idle_seconds()
+    return lambda conn: sessions.is_live(conn, session_id, idle_seconds=idle)
+
+
+# ----------------------------------------------------------------------------- sign in and out
+
+def sign_in(user_id: uuid.UUID) -> None:
+    """Start a new session (a new id: whatever the browser held before is dropped)."""
+    lifetime = current_app.permanent_session_lifetime.total_seconds()
+    with transaction(engine(), actor=f"user:{user_id}") as conn:
+        session_id = sessions.start(conn, user_id, max_age_seconds=lifetime)
+    session.clear()
+    session["sid"] = session_id
+    session.permanent = True
+
+
+def sign_out() -> None:
+    session_id = session.get("sid")
+    if session_id:
+        with transaction(engine()) as conn:
+            sessions.revoke(conn, session_id)
+    session.clear()
+
+
+# ----------------------------------------------------------------------------- CSRF
+
+def csrf_token() -> str:
+    """The token every form of this browser carries: an HMAC of its session id (or, before
+    sign-in, of a random value kept in the signed cookie), so a new session gets a new token
+    and nothing needs storing."""
+    basis = session.get("sid") or session.get("anon")
+    if basis is None:
+        basis = session["anon"] = secrets.token_urlsafe(16)
+    key = str(current_app.config["SECRET_KEY"]).encode()
+    return hmac.new(key, b"csrf:" + basis.encode(), hashlib.sha256).hexdigest()
+
+
+def check_csrf() -> None:
+    sent = request.form.get("csrf") or request.headers.get("X-CSRF-Token", "")
+    if not sent or not hmac.compare_digest(sent, csrf_token()):
+        raise InvalidRequest("This form has expired or did not come from this site; "
+                             "reload the page and try again.")
+
+
+# ----------------------------------------------------------------------------- organizations
 
 def parse_id(value: str) -> uuid.UUID:
     """Ids in URLs: anything that is not a UUID is simply not found."""
@@ -52,13 +156,14 @@ def parse_id(value: str) -> uuid.UUID:
 
 
 @contextmanager
-def org_transaction(org: str) -> Iterator[tuple[Connection, Membership]]:
+def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connection, Membership]]:
     """A transaction scoped to the URL's organization, after checking current membership.
 
     A non-member, a removed member or a missing organization all get the same 404; a member of
-    a deleted organization gets 409 ``organization_unavailable``.
+    a deleted organization gets 409 ``organization_unavailable``. The user's own memberships
+    are in scope too (``app.user_id``), for the organization switcher.
     """
-    user = current_user()
+    user = user or current_user()
     org_id = parse_id(org)
     with transaction(engine(), organization_id=org_id, user_id=user.id,
                      actor=f"user:{user.id}") as conn:

@@ -30,7 +30,7 @@ from models.db.transaction import owner_transaction
 from models.errors import DomainError
 from models.logs import configure_logging
 from models.settings import get_settings, reload_settings
-from models.tenancy import accounts
+from models.tenancy import accounts, passwords, sessions
 from models.tenancy.access import ORG_STATES, ROLE_RANK
 
 T = TypeVar("T")
@@ -112,6 +112,33 @@ def users_set_operator(email: str, revoke: bool) -> None:
     _run(lambda c: accounts.set_operator(c, accounts.find_user(c, email).id, not revoke))
 
 
+@users.command("set-password")
+@click.argument("email")
+@click.option("--password-stdin", is_flag=True,
+              help="Read the password from the first line of standard input instead of asking.")
+def users_set_password(email: str, password_stdin: bool) -> None:
+    """Set EMAIL's password for the web pages (asked twice, never echoed). Every web session of
+    that user ends: a new password signs them out everywhere."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("New password", hide_input=True, confirmation_prompt=True)
+    try:
+        passwords.check_acceptable(password)
+    except DomainError as exc:
+        raise click.ClickException(exc.message) from None
+    ended = _run(lambda c: passwords.set_password(c, accounts.find_user(c, email).id, password))
+    click.echo(f"password set; {ended} web session(s) signed out", err=True)
+
+
+@users.command("sign-out")
+@click.argument("email")
+def users_sign_out(email: str) -> None:
+    """End every web session of EMAIL at once (their API tokens are untouched)."""
+    ended = _run(lambda c: sessions.revoke_all(c, accounts.find_user(c, email).id))
+    click.echo(f"{ended} web session(s) signed out", err=True)
+
+
 @main.group()
 def orgs() -> None:
     """Organizations and their members."""
@@ -170,6 +197,28 @@ def tokens() -> None:
 def tokens_create(email: str) -> None:
     """Create an API token for EMAIL; prints it (only its hash is stored)."""
     click.echo(_run(lambda c: accounts.create_token(c, accounts.find_user(c, email).id)))
+
+
+@tokens.command("revoke")
+@click.argument("token_or_id")
+def tokens_revoke(token_or_id: str) -> None:
+    """Revoke an API token, named by the token itself or by its id (`tokens list`); `-` reads the
+    token from standard input, which keeps it out of the shell history. The next request that
+    uses it is refused."""
+    from_stdin = token_or_id == "-"  # noqa: S105 - the conventional name of standard input
+    ref = sys.stdin.readline().strip() if from_stdin else token_or_id
+    if not _run(lambda c: accounts.revoke_token(c, ref)):
+        raise click.ClickException("No live token matches that.")
+    click.echo("token revoked", err=True)
+
+
+@tokens.command("list")
+@click.argument("email")
+def tokens_list(email: str) -> None:
+    """EMAIL's tokens: id, created, revoked (the tokens themselves are not stored)."""
+    for token in _run(lambda c: accounts.list_tokens(c, accounts.find_user(c, email).id)):
+        revoked = token["revoked_at"].isoformat() if token["revoked_at"] else "live"
+        click.echo(f"{token['id']}  created {token['created_at'].isoformat()}  {revoked}")
 
 
 # ----------------------------------------------------------------------------- processes
@@ -254,6 +303,8 @@ def demo(host: str, port: int, data_dir: Path) -> None:
             overrides["SPACEJOBS_WAKEUP_GRACE"] = "3"
         if settings.secret_key is None:
             overrides["SPACEJOBS_SECRET_KEY"] = secrets.token_hex(32)
+        if "demo_kinds" not in settings.model_fields_set:
+            overrides["SPACEJOBS_DEMO_KINDS"] = "1"  # the slow export, to watch the live page
         os.environ.update(overrides)
         reload_settings()
         upgrade(database_url)
@@ -274,18 +325,40 @@ def demo(host: str, port: int, data_dir: Path) -> None:
 
 
 def _print_banner(host: str, port: int, demo_users: list[dict[str, str]]) -> None:
-    base = f"http://{host}:{port}"
-    click.echo(f"\nSpace Jobs is running at {base}  (Ctrl-C stops everything)\n")
+    click.echo(banner(f"http://{host}:{port}", demo_users))
+
+
+def banner(base: str, demo_users: list[dict[str, str]]) -> str:
+    """What ``spacejobs demo`` prints once everything runs: where to click first, then the
+    passwords for the pages and the tokens for the API."""
+    owner = demo_users[0]
+    lines = [
+        "",
+        f"Space Jobs is running at {base}  (Ctrl-C stops everything)",
+        "",
+        f"In a browser, open {base}/login and sign in as {owner['email']} with the password below.",
+        "On the Jobs page press \"Export projects\": the job page shows it queued, running and",
+        "completed, with a Download button. \"Slow export (demo)\" takes 20 s so you can watch it",
+        "move and press Cancel. Sign in as olga@ops.example for the operators' dashboard (/ops).",
+        "",
+        f"  {'email':<22} {'role':<9} {'organization':<15} password",
+    ]
     for user in demo_users:
-        click.echo(f"  {user['email']:<22} {user['role']:<7} org {user['org_name']} {user['org_id']}")
-        click.echo(f"    token: {user['token']}")
-    first = demo_users[0]
-    click.echo(f"\nOperators: sign in at {base}/login with the operator token, then {base}/ops")
-    click.echo("\nTry:\n"
-               f"  curl -s -H 'Authorization: Bearer {first['token']}' {base}/api/v1/me\n"
-               f"  curl -si -X POST -H 'Authorization: Bearer {first['token']}' "
-               f"-H 'Content-Type: application/json' -d '{{\"kind\": \"projects_export\"}}' "
-               f"{base}/api/v1/orgs/{first['org_id']}/jobs\n", nl=True)
+        lines.append(f"  {user['email']:<22} {user['role']:<9} {user['org_name']:<15} {user['password']}")
+    lines += ["", "For the JSON API (Authorization: Bearer TOKEN):"]
+    for user in demo_users:
+        org = f"org {user['org_id']}" if user["org_id"] != "-" else "no organization"
+        lines.append(f"  {user['email']:<22} {user['token']}  {org}")
+    lines += [
+        "",
+        "Try:",
+        f"  curl -s -H 'Authorization: Bearer {owner['token']}' {base}/api/v1/me",
+        f"  curl -si -X POST -H 'Authorization: Bearer {owner['token']}' "
+        f"-H 'Content-Type: application/json' -d '{{\"kind\": \"projects_export\"}}' "
+        f"{base}/api/v1/orgs/{owner['org_id']}/jobs",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]]) -> None:

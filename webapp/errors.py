@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify
+from flask import Flask, g, jsonify, make_response, render_template, request
 from flask.typing import ResponseReturnValue
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -31,10 +31,23 @@ HTTP_STATUS = {
 }
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names).
-_PUBLIC_DETAILS = ("job_id", "fields", "status")
+_PUBLIC_DETAILS = ("job_id", "fields", "status", "index")
+
+
+def wants_html() -> bool:
+    """A browser asking for a page gets the error as a page; everyone else gets JSON. Decided by
+    the Accept header alone, never by the path, so an /ops URL and a URL that does not exist
+    still answer a non-operator byte for byte the same."""
+    return request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
 
 
 def error_response(code: str, message: str, http_status: int, /, **extra: object) -> ResponseReturnValue:
+    if wants_html():
+        # No per-user navigation here: a removed member and a stranger see the same page. The
+        # request id is shown only where support may need it (our own failures).
+        page = render_template("error.html", code=code, message=message, status=http_status,
+                               request_id=g.get("request_id") if http_status >= 500 else None)
+        return make_response(page), http_status
     body: dict[str, object] = {"code": code, "message": message}
     body.update({k: v for k, v in extra.items() if v is not None})
     return jsonify({"error": body}), http_status
@@ -66,6 +79,8 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> ResponseReturnValue:
+        if error.response is not None:
+            return error.response  # a page of its own (the sign-in form when throttled)
         code = {404: "not_found", 405: "method_not_allowed", 429: "rate_limited",
                 400: "invalid_request", 413: "invalid_request",
                 415: "invalid_request"}.get(error.code or 500, "http_error")

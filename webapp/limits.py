@@ -16,7 +16,18 @@ def rate_key() -> str:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return "token:" + hashlib.sha256(token.strip().encode()).hexdigest()[:32]
+    return address_key()
+
+
+def address_key() -> str:
     return "addr:" + (request.remote_addr or "unknown")
+
+
+def login_account_key() -> str:
+    """Sign-in attempts per account: the email as typed, normalised and hashed (a Redis key
+    should not hold an address)."""
+    email = request.form.get("email", "").strip().lower()
+    return "login:" + hashlib.sha256(email.encode()).hexdigest()[:32]
 
 
 limiter = Limiter(key_func=rate_key)

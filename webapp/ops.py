@@ -8,7 +8,6 @@ tokens, so no page can show them even by mistake.
 from __future__ import annotations
 
 import functools
-import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,19 +22,19 @@ from flask import (
     redirect,
     render_template,
     request,
-    session,
     url_for,
 )
 from flask.typing import ResponseReturnValue
 from sqlalchemy import Engine
 
 from models.db.transaction import transaction
-from models.errors import InvalidRequest, NotFound, Unauthorized
+from models.errors import InvalidRequest, NotFound
 from models.jobs.records import ALL_STATUSES
 from models.kinds import load_kinds
 from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
-from webapp.auth import current_user, engine, parse_id
+from models.tenancy.accounts import User
+from webapp.auth import csrf_token, engine, identify, parse_id, remember
 
 bp = Blueprint("ops", __name__)
 
@@ -48,46 +47,45 @@ def operator_db() -> Engine:
     return current_app.extensions["spacejobs.operator_db"]
 
 
-def operator_only(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
-    """An operator by bearer token or by UI session; anyone else: 404, as if nothing were here.
+def is_ops_path(path: str) -> bool:
+    return path.split("/")[1] in ("ops", "metrics")
 
-    The operator is ``g.user``. A POST that came with a session (a dashboard form) must also
-    carry the session's CSRF token.
-    """
+
+@bp.before_app_request
+def hide_from_everyone_else() -> None:
+    """Every URL under /ops and /metrics, with ANY method, answers a non-operator the same 404
+    as a URL that does not exist. This runs before routing's own answers (405 with an
+    ``Allow`` header, the automatic OPTIONS), which would tell a stranger what is here."""
+    if is_ops_path(request.path):
+        require_operator()
+
+
+def require_operator() -> User:
+    """The operator, by bearer token or by web session (whose unsafe requests then need the
+    CSRF token); anyone else: 404, as if nothing were here."""
+    if "user" in g:
+        if not g.user.is_operator:
+            raise NotFound()
+        return g.user
+    found = identify(allow_session=True)
+    if found is None or not found[0].is_operator:
+        raise NotFound()
+    return remember(*found)
+
+
+def operator_only(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
+    """Belt and braces beside :func:`hide_from_everyone_else`: the view itself insists too."""
 
     @functools.wraps(view)
     def wrapped(*args: Any, **kwargs: Any) -> ResponseReturnValue:
-        try:
-            user = current_user(allow_session=True)
-        except Unauthorized:
-            raise NotFound() from None
-        if not user.is_operator:
-            raise NotFound()
-        g.via_session = "Authorization" not in request.headers
-        if request.method == "POST":
-            _check_csrf()
+        require_operator()
         return view(*args, **kwargs)
 
     return wrapped
 
 
-def _check_csrf() -> None:
-    """Session-authenticated POSTs (the dashboard's forms) must carry the session's token."""
-    if not g.get("via_session"):
-        return
-    sent = request.form.get("csrf") or request.headers.get("X-CSRF-Token", "")
-    if not sent or not secrets.compare_digest(sent, session.get("csrf", "")):
-        raise InvalidRequest("The form is stale; reload the page and try again.")
-
-
-def csrf_token() -> str:
-    if "csrf" not in session:
-        session["csrf"] = secrets.token_urlsafe(24)
-    return session["csrf"]
-
-
 def _done(payload: dict[str, Any], back: str) -> ResponseReturnValue:
-    if g.get("via_session") and request.form:
+    if g.auth_method == "session" and request.form:
         return redirect(back)
     return jsonify(payload)
 

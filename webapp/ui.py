@@ -1,35 +1,389 @@
-"""HTML for people: a session login by API token (the dashboard uses it)."""
+"""Pages for people: sign in with email and password, an organization's projects and jobs, and a
+live job page with cancel and download.
+
+Views are thin, as in the JSON API, and call the same functions: :func:`webapp.jobs.start_job`
+to start a job, :mod:`models.tenancy.member_jobs` to cancel one or read its result, the same
+kind params models to validate an import. Every page re-reads the session and the CURRENT
+membership, so a removed member gets the same 404 page as a stranger on their next click.
+"""
 
 from __future__ import annotations
 
-import secrets
+import functools
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
-from flask import Blueprint, redirect, render_template, request, session, url_for
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from flask.typing import ResponseReturnValue
+from flask_limiter import RequestLimit
+from sqlalchemy import Connection
 
 from models.db.transaction import transaction
-from models.tenancy.accounts import authenticate
-from webapp.auth import engine
+from models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
+from models.jobs import store
+from models.jobs.records import ALL_STATUSES, Job
+from models.kinds import get_kind, load_kinds
+from models.tenancy import member_jobs, passwords
+from models.tenancy.access import Membership, check_allowed
+from models.tenancy.accounts import User, get_user, memberships_of, names_of
+from models.tenancy.projects import Projects, create_project
+from webapp.auth import (
+    SAFE_METHODS,
+    check_csrf,
+    csrf_token,
+    engine,
+    org_transaction,
+    page_user,
+    parse_id,
+    sign_in,
+    sign_out,
+)
+from webapp.errors import HTTP_STATUS
+from webapp.jobs import list_page, start_job
+from webapp.limits import address_key, limiter, login_account_key
+from webapp.status import describe, label_of
 
 bp = Blueprint("ui", __name__)
 
+# The jobs a person can start from the Jobs page (others exist for scripts and benchmarks).
+STARTABLE = ("projects_export", "projects_import", "demo.slow_export")
+
+
+def signed_in(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
+    """Pages need a live web session; without one, go and sign in (and come back after)."""
+
+    @functools.wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> ResponseReturnValue:
+        if page_user() is None:
+            back = request.full_path.rstrip("?") if request.method in SAFE_METHODS else None
+            return redirect(url_for("ui.login", next=back))
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def _page(template: str, status: int = 200, **context: Any) -> ResponseReturnValue:
+    return render_template(template, csrf=csrf_token(), person=g.get("user"), **context), status
+
+
+@dataclass(frozen=True)
+class OrgPage:
+    conn: Connection
+    membership: Membership
+    memberships: list[dict[str, str]]
+
+    @property
+    def org(self) -> str:
+        return str(self.membership.organization_id)
+
+    def context(self) -> dict[str, Any]:
+        return {"membership": self.membership, "memberships": self.memberships, "org": self.org}
+
+
+@contextmanager
+def org_page(org: str) -> Iterator[OrgPage]:
+    """One transaction for an organization's page: the CURRENT membership (404 for anyone else),
+    the user's memberships for the switcher, and whatever the page reads."""
+    with org_transaction(org, g.user) as (conn, membership):
+        page = OrgPage(conn, membership, memberships_of(conn, g.user.id))
+        # Visiting an organization chooses it; every request checks the choice again.
+        session["org"] = page.org
+        yield page
+
+
+# ----------------------------------------------------------------------------- sign in
+
+def safe_next(target: str | None) -> str | None:
+    """Only a path on this site: ``next=https://evil.example`` (or ``//evil.example``,
+    ``/\\evil.example``) is ignored, so the sign-in form cannot be a springboard."""
+    if not target or len(target) > 2000 or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return None
+    if any(ch in target for ch in "\\\r\n\t") or any(ord(ch) < 32 for ch in target):
+        return None
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc else None
+
+
+def _throttled(limit: RequestLimit) -> Response:
+    """What a throttled sign-in sees: the form again, saying why and for how long."""
+    wait = max(1, int(limit.reset_at - time.time()))
+    body = render_template("login.html", csrf=csrf_token(), person=None,
+                           next=safe_next(request.form.get("next")),
+                           email=request.form.get("email", ""),
+                           error="Too many sign-in attempts. Wait a minute, then try again.")
+    return Response(body, status=429, headers={"Retry-After": str(wait)})
+
+
+def _failed_sign_in(response: Response) -> bool:
+    return response.status_code != 302
+
 
 @bp.route("/login", methods=["GET", "POST"])
+@limiter.limit(lambda: current_app.config["LOGIN_RATE_LIMIT_ACCOUNT"], key_func=login_account_key,
+               methods=["POST"], deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-account")
+@limiter.limit(lambda: current_app.config["LOGIN_RATE_LIMIT_ADDRESS"], key_func=address_key,
+               methods=["POST"], deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-address")
 def login() -> ResponseReturnValue:
-    error = None
-    if request.method == "POST":
-        with transaction(engine()) as conn:
-            user = authenticate(conn, request.form.get("token", "").strip())
+    target = safe_next(request.values.get("next"))
+    if request.method == "GET":
+        user = page_user()
         if user is not None:
-            session.clear()
-            session["user_id"] = str(user.id)
-            session["csrf"] = secrets.token_urlsafe(24)
-            return redirect(url_for("ops.overview_page") if user.is_operator else url_for("ui.login"))
-        error = "That token is not valid."
-    return render_template("login.html", error=error), 401 if error else 200
+            return redirect(target or _landing(user))
+        return _page("login.html", next=target, email="")
+    email = request.form.get("email", "")
+    try:
+        check_csrf()
+    except InvalidRequest as error:
+        return _page("login.html", 400, next=target, email=email, error=error.message)
+    with transaction(engine()) as conn:
+        user_id = passwords.check_login(conn, email, request.form.get("password", ""))
+        user = get_user(conn, user_id) if user_id else None
+    if user is None:
+        return _page("login.html", 401, next=target, email=email,
+                     error="That email and password do not match an account.")
+    sign_in(user.id)
+    return redirect(target or (url_for("ops.overview_page") if user.is_operator else _landing(user)))
 
 
 @bp.post("/logout")
 def logout() -> ResponseReturnValue:
-    session.clear()
+    if page_user() is not None:  # checks the CSRF token of a signed-in browser
+        sign_out()
     return redirect(url_for("ui.login"))
+
+
+@bp.get("/")
+def home() -> ResponseReturnValue:
+    user = page_user()
+    if user is None:
+        return redirect(url_for("ui.login"))
+    landing = _landing(user)
+    if landing != url_for("ui.home"):
+        return redirect(landing)
+    return _page("people/home.html")
+
+
+def _landing(user: User) -> str:
+    """The organization chosen last if the user is still a member of it, else their first;
+    the dashboard for an operator without one; else the home page, which says so."""
+    with transaction(engine(), user_id=user.id) as conn:
+        orgs = [m["organization_id"] for m in memberships_of(conn, user.id)]
+    chosen = session.get("org")
+    if orgs:
+        return url_for("ui.jobs_page", org=chosen if chosen in orgs else orgs[0])
+    if user.is_operator:
+        return url_for("ops.overview_page")
+    return url_for("ui.home")
+
+
+@bp.post("/switch")
+@signed_in
+def switch() -> ResponseReturnValue:
+    with org_page(request.form.get("org", "")) as page:
+        org = page.org
+    return redirect(url_for("ui.jobs_page", org=org))
+
+
+# ----------------------------------------------------------------------------- projects
+
+@bp.get("/orgs/<org>")
+@signed_in
+def org_home(org: str) -> ResponseReturnValue:
+    return redirect(url_for("ui.jobs_page", org=org))
+
+
+@bp.route("/orgs/<org>/projects", methods=["GET", "POST"])
+@signed_in
+def projects_page(org: str) -> ResponseReturnValue:
+    problem, status = None, 200
+    with org_page(org) as page:
+        if request.method == "POST":
+            name = request.form.get("name", "").strip()
+            description = request.form.get("description", "").strip()
+            try:
+                if not 1 <= len(name) <= 200 or len(description) > 2000:
+                    raise InvalidRequest("A project needs a name of 1 to 200 characters "
+                                         "(and a description of at most 2,000).")
+                project = create_project(page.conn, page.membership, name, description)
+            except DomainError as error:
+                problem, status = _why_not(error, "Creating a project", page.membership), \
+                    HTTP_STATUS.get(error.code, 400)
+            else:
+                flash(f"Project “{project.name}” created.")
+                return redirect(url_for("ui.projects_page", org=page.org))
+        projects = Projects(page.conn, page.membership.organization_id).list()
+        creation = _refusal(page.membership, {"active"}, "member", "Creating a project")
+        return _page("people/projects.html", status, projects=projects, creation=creation,
+                     problem=problem, **page.context())
+
+
+# ----------------------------------------------------------------------------- jobs
+
+@dataclass(frozen=True)
+class Offer:
+    """A button of the Jobs page, or the sentence that says why it is not there."""
+
+    kind: str
+    label: str
+    refusal: str | None
+
+
+def _offers(membership: Membership) -> list[Offer]:
+    kinds = load_kinds()
+    return [Offer(name, label_of(name), _refusal(membership, kinds[name].rules.org_states,
+                                                 kinds[name].rules.role, label_of(name)))
+            for name in STARTABLE if name in kinds]
+
+
+def _refusal(membership: Membership, org_states: Any, role: str, what: str) -> str | None:
+    try:
+        check_allowed(membership, org_states=org_states, role=role)
+    except DomainError as error:
+        return _why_not(error, what, membership, role)
+    return None
+
+
+def _why_not(error: DomainError, what: str, membership: Membership, role: str | None = None) -> str:
+    """A refusal as a sentence that says why, for the person in front of the page."""
+    if error.code == "organization_read_only":
+        return (f"{what} is unavailable: this organization is read-only, so nothing new can be "
+                "written to it. Exports still work; the operators can make it active again.")
+    if error.code == "organization_unavailable":
+        return f"{what} is unavailable: this organization is being deleted."
+    if error.code == "insufficient_role" and role:
+        return (f"{what} needs the {role} role; yours here is {membership.role}. "
+                "Ask an owner or an admin of the organization.")
+    return error.message
+
+
+@bp.get("/orgs/<org>/jobs")
+@signed_in
+def jobs_page(org: str, problem: str | None = None, status: int = 200) -> ResponseReturnValue:
+    status_filter = request.args.get("status") or None
+    kind_filter = request.args.get("kind") or None
+    cursor = request.args.get("cursor") or None
+    with org_page(org) as page:
+        jobs, next_cursor = list_page(page.conn, page.membership.organization_id,
+                                      status=status_filter, kind=kind_filter, cursor=cursor)
+        names = names_of(page.conn, [job.requested_by for job in jobs])
+        return _page("people/jobs.html", status, jobs=[(job, describe(job)) for job in jobs],
+                     names=names, offers=_offers(page.membership), problem=problem,
+                     statuses=ALL_STATUSES, kinds=sorted(load_kinds()), filters=request.args,
+                     next_cursor=next_cursor, cursor=cursor, label_of=label_of, **page.context())
+
+
+@bp.post("/orgs/<org>/jobs")
+@signed_in
+def start(org: str) -> ResponseReturnValue:
+    kind = request.form.get("kind", "")
+    if kind not in STARTABLE or kind not in load_kinds():
+        raise NotFound()
+    try:
+        params = _import_file() if kind == "projects_import" else _form_params(kind)
+        job, _created = start_job(org, g.user, kind, params)
+    except DomainError as error:
+        if error.code == "not_found":
+            raise  # not a member (any more): the 404 page, as for a stranger
+        with org_page(org) as page:
+            problem = _why_not(error, label_of(kind), page.membership, get_kind(kind).rules.role)
+        return jobs_page(org, problem=problem, status=HTTP_STATUS.get(error.code, 400))
+    flash("Accepted. This page follows the job until it is done.")
+    return redirect(url_for("ui.job_page", org=org, job_id=job.id))
+
+
+def _form_params(kind: str) -> dict[str, Any]:
+    if kind == "demo.slow_export":
+        return {"seconds": request.form.get("seconds") or 20}
+    return {}
+
+
+def _import_file() -> Any:
+    """The uploaded file's JSON, which the kind's own params model then validates exactly as
+    the API validates ``params`` (same rules, same ``invalid_params`` sentence)."""
+    upload = request.files.get("file")
+    if upload is None or not upload.filename:
+        raise InvalidParams("Choose a JSON file to import.")
+    try:
+        return json.loads(upload.read())
+    except json.JSONDecodeError as error:
+        raise InvalidParams(f"The file is not valid JSON (line {error.lineno}, "
+                            f"column {error.colno}).") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise InvalidParams("The file is not valid JSON.") from None
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: Job
+    shown: Any
+    rights: member_jobs.JobRights
+    started_by: str
+    request_id: str | None
+
+
+def _job_view(page: OrgPage, job_id: str) -> JobView:
+    job = store.get(page.conn, parse_id(job_id))
+    if job is None:
+        raise NotFound()
+    return JobView(job, describe(job), member_jobs.rights(page.membership, job),
+                   names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
+                   member_jobs.request_id_of(page.conn, job.id))
+
+
+@bp.get("/orgs/<org>/jobs/<job_id>")
+@signed_in
+def job_page(org: str, job_id: str) -> ResponseReturnValue:
+    with org_page(org) as page:
+        view = _job_view(page, job_id)
+        return _page("people/job.html", view=view, label_of=label_of, **page.context())
+
+
+@bp.get("/orgs/<org>/jobs/<job_id>/status")
+@signed_in
+def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
+    """The live part of the job page alone: the page's script fetches it whenever the events
+    stream says the job changed, so the states are rendered in one place (Jinja)."""
+    with org_page(org) as page:
+        view = _job_view(page, job_id)
+        return _page("people/_job_status.html", view=view, org=page.org, label_of=label_of)
+
+
+@bp.post("/orgs/<org>/jobs/<job_id>/cancel")
+@signed_in
+def cancel(org: str, job_id: str) -> ResponseReturnValue:
+    with org_page(org) as page:
+        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.user.id)
+    if job.status == "cancel_requested":
+        flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
+    else:
+        flash("Cancelled before it started.")
+    return redirect(url_for("ui.job_page", org=org, job_id=job_id))
+
+
+@bp.get("/orgs/<org>/jobs/<job_id>/download")
+@signed_in
+def download(org: str, job_id: str) -> ResponseReturnValue:
+    """The result as a file, to CURRENT members holding the kind's role (the API's rule)."""
+    with org_page(org) as page:
+        job, result = member_jobs.read_result(page.conn, page.membership, parse_id(job_id))
+    filename = f"{job.kind.replace('.', '-')}-{job.created_at:%Y%m%d-%H%M%S}-{str(job.id)[:8]}.json"
+    return Response(json.dumps(result, indent=2), mimetype="application/json", headers={
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "Cache-Control": "no-store",
+    })

@@ -2,13 +2,42 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import select
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
+
+log = logging.getLogger("spacejobs.db")
+
+
+class AfterCommitConnection(psycopg.Connection):
+    """A psycopg connection that runs callbacks once its transaction has COMMITTED, and drops
+    them when it rolls back: what "send the wake-up after commit, never after a rollback" needs
+    when the transaction belongs to the caller. SQLAlchemy commits through ``commit()`` here,
+    and hands the connection back to its pool through ``rollback()``."""
+
+    after_commit: list[Callable[[], None]]
+
+    def commit(self) -> None:
+        super().commit()
+        callbacks, self.after_commit = getattr(self, "after_commit", []), []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                # The transaction is committed; a failed follow-up (a wake-up the broker did not
+                # take) is covered by the sweeper and must not look like a failed commit.
+                log.exception("an after-commit callback failed")
+
+    def rollback(self) -> None:
+        self.after_commit = []
+        super().rollback()
 
 
 def driver_url(url: str) -> str:
@@ -51,7 +80,13 @@ def make_engine(
         connect_args=connect_args,
     )
     event.listen(engine, "checkout", _refuse_dead_connection)
+    event.listen(engine, "do_connect", _connect_with_after_commit)
     return engine
+
+
+def _connect_with_after_commit(_dialect: Any, _record: Any, cargs: tuple[Any, ...],
+                               cparams: dict[str, Any]) -> AfterCommitConnection:
+    return AfterCommitConnection.connect(*cargs, **cparams)
 
 
 def _refuse_dead_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -79,3 +79,10 @@ def ensure_roles(conn: Connection) -> None:
                  {"password": password.get_secret_value() if password else ""})
     conn.execute(Q["ensure_roles"])
     conn.execute(Q["grant_schema"])
+    secure_database(conn)
+
+
+def secure_database(conn: Connection) -> None:
+    """Database-wide settings only the database's owner may make (here: no TEMP for anyone).
+    A database cloned from a template needs them again: CREATE DATABASE does not copy them."""
+    conn.execute(Q["secure_database"])

@@ -33,6 +33,15 @@ END $$
 GRANT USAGE, CREATE ON SCHEMA public TO space_owner;
 GRANT USAGE ON SCHEMA public TO space_app, space_worker, space_operator
 
+-- secure_database --
+-- Nobody may create temporary tables: a temp table named like one of ours would shadow it for
+-- any unqualified name that pg_temp precedes (our SECURITY DEFINER functions pin
+-- search_path = public, pg_temp; this closes the door for everything else). Only the
+-- database's owner (the admin) may revoke it, hence here and not in a revision.
+DO $$ BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+END $$
+
 -- pass_role_password --
 SELECT set_config('spacejobs.role_password', :password, true)
 

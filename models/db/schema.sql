@@ -175,6 +175,62 @@ CREATE TABLE job_diagnostics (
 CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
 
 -- =============================================================================================
+-- People: passwords the web never reads, revocable server-side web sessions
+-- =============================================================================================
+--
+-- Neither table holds an organization_id (a person signs in once, then acts in whichever
+-- organization the URL names, re-checked on every request), so neither needs row-level security;
+-- access is by grant alone.
+
+-- One argon2id hash per user, in PHC string form ($argon2id$v=19$m=…,t=…,p=…$salt$digest).
+-- Kept out of `users` so that no role's grant on `users` can ever reach it: only the owner (the
+-- CLI's `users set-password`) reads or writes this table.
+CREATE TABLE user_passwords (
+    user_id        uuid PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+    password_hash  text NOT NULL CHECK (password_hash LIKE '$argon2id$%'),
+    changed_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- The web never reads a stored digest. login_challenge gives it the hash WITHOUT its last field
+-- (algorithm, version, costs and salt: what is needed to hash a candidate password the same
+-- way); the web hashes the password it was given and check_login compares the whole string
+-- inside the database. A compromised web process can therefore test guesses one argon2
+-- computation at a time, as the sign-in form can, but cannot carry the hashes away in bulk for
+-- offline cracking.
+CREATE FUNCTION login_challenge(p_email text) RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT regexp_replace(p.password_hash, '\$[^$]*$', '')
+    FROM users u JOIN user_passwords p ON p.user_id = u.id
+    WHERE u.email = lower(p_email)
+$$;
+
+CREATE FUNCTION check_login(p_email text, p_candidate text) RETURNS uuid
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT u.id
+    FROM users u JOIN user_passwords p ON p.user_id = u.id
+    WHERE u.email = lower(p_email) AND p.password_hash = p_candidate
+$$;
+
+
+
+-- A signed-in browser. The cookie carries the session id; only its SHA-256 is stored, so a
+-- copy of this table opens no session. Every request re-reads the row: a revoked, expired or
+-- idle session (or a deleted user: ON DELETE CASCADE) is out at once. The CSRF token of the
+-- session's forms is derived from the id by the web (an HMAC), so nothing secret is kept here.
+CREATE TABLE web_sessions (
+    id_hash       bytea PRIMARY KEY CHECK (length(id_hash) = 32),
+    user_id       uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    auth_method   text NOT NULL CHECK (auth_method IN ('password')),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    last_seen_at  timestamptz NOT NULL DEFAULT now(),
+    -- the absolute end, fixed at sign-in; the idle limit is applied at read time from settings
+    expires_at    timestamptz NOT NULL,
+    revoked_at    timestamptz
+);
+-- "Sign this user out everywhere" (set-password, sign-out) and the per-user clean-up at sign-in.
+CREATE INDEX web_sessions_user_idx ON web_sessions (user_id);
+
+-- =============================================================================================
 -- Operations: worker presence, kind controls, operator audit, metric counters
 -- =============================================================================================
 
@@ -338,6 +394,11 @@ BEGIN
         RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
             USING ERRCODE = 'check_violation';
     END IF;
+    IF current_user = 'space_app' AND NOT (
+           (OLD.status = 'queued' AND NEW.status = 'cancelled')
+        OR (OLD.status = 'leased' AND NEW.status = 'cancel_requested')) THEN
+        RAISE EXCEPTION 'the web may only cancel a job' USING ERRCODE = 'insufficient_privilege';
+    END IF;
     -- A live lease is only replaced once it has expired: fencing in the database itself.
     IF OLD.status = 'leased' AND NEW.status = 'leased'
        AND NEW.lease_token IS DISTINCT FROM OLD.lease_token AND OLD.lease_until > now() THEN
@@ -363,6 +424,18 @@ CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
 CREATE FUNCTION jobs_after_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
+    -- Whatever a session of an application role inserts (through our functions, the only way
+    -- it can) is checked; the owner's administrative sessions (a restore, test set-ups that
+    -- plant finished rows) are not.
+    IF session_user IN ('space_app', 'space_worker', 'space_operator') AND EXISTS (
+               SELECT 1 FROM new_jobs n
+               WHERE n.status <> 'queued' OR n.attempts <> 0 OR n.lease_token IS NOT NULL
+                  OR n.lease_until IS NOT NULL OR n.leased_by IS NOT NULL OR n.result IS NOT NULL
+                  OR n.result_ref IS NOT NULL OR n.started_at IS NOT NULL
+                  OR n.finished_at IS NOT NULL OR n.error_code IS NOT NULL) THEN
+        RAISE EXCEPTION 'a job is born queued, at attempt 0, with no lease and no result'
+            USING ERRCODE = 'check_violation';
+    END IF;
     INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
     SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
            coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
@@ -451,6 +524,192 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
 $$;
 
+-- The claim: up to p_limit due jobs in ONE statement, each with its own fresh random lease token.
+-- Queued jobs through jobs_claimable_idx, leases that ran out while attempts remain through
+-- jobs_lease_expiry_idx (cancel_requested is not re-claimed: an expired cancel request ends
+-- cancelled); SKIP LOCKED lets concurrent claimers pass each other without waiting. A function,
+-- because it is the one place a worker reads params: those of the jobs it leases, no others.
+CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text)
+RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
+               attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
+               request_id text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    WITH expired AS (
+        SELECT e.id FROM jobs e
+        WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
+          AND e.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR e.kind = p_only_kind)
+        ORDER BY e.lease_until
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), queued AS (
+        SELECT q.id FROM jobs q
+        WHERE q.status = 'queued' AND q.run_after <= now()
+          AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+        ORDER BY q.run_after, q.created_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), chosen AS (
+        SELECT c.id FROM (SELECT x.id FROM expired x UNION ALL SELECT y.id FROM queued y) AS c
+        LIMIT p_limit
+    )
+    UPDATE jobs j
+    SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
+        lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+        attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+    WHERE j.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
+    RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
+              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id;
+END $$;
+
+-- =============================================================================================
+-- Submits: one statement checks the requester's standing and writes the job
+-- =============================================================================================
+
+-- SECURITY DEFINER: these functions write as the owner whatever the caller's scope, so they
+-- check the membership themselves (held FOR SHARE until commit). The rules they apply come from
+-- the caller's code (the kind's allowed organization states and least role), as the requester
+-- comes from the authenticated context. A job is only ever born the way they make it: queued,
+-- attempt 0, no lease, no result, bounded attempts and lease.
+
+CREATE FUNCTION role_rank(role text) RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+    SELECT array_position(ARRAY['member', 'admin', 'owner'], role)
+$$;
+
+-- outcome: 'created', 'replayed' (an Idempotency-Key seen before: the first job is answered),
+-- 'duplicate' (an active job has the dedup_key: its id is answered), or 'refused' (the
+-- requester's role and the organization's state are answered, NULL for a non-member, so the
+-- caller can say why in its own words).
+CREATE FUNCTION submit_job(
+    p_organization_id uuid, p_requested_by uuid, p_kind text, p_params jsonb,
+    p_max_attempts integer, p_lease_seconds integer, p_org_states text[], p_role text,
+    p_dedup_key text, p_idempotency_key text, p_request_id text, p_run_after timestamptz,
+    p_retry_of uuid)
+RETURNS TABLE (
+    outcome text, member_role text, member_organization_state text,
+    id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
+    max_attempts integer, progress jsonb, error_code text, error_message text, dedup_key text,
+    run_after timestamptz, created_at timestamptz, updated_at timestamptz,
+    started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
+    leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    standing record;
+    made jobs;
+BEGIN
+    SELECT m.role, o.state INTO standing
+    FROM memberships m JOIN organizations o ON o.id = m.organization_id
+    WHERE m.organization_id = p_organization_id AND m.user_id = p_requested_by
+    FOR SHARE OF m, o;
+    IF NOT FOUND OR standing.state <> ALL (p_org_states)
+       OR role_rank(standing.role) < role_rank(p_role) THEN
+        RETURN QUERY SELECT 'refused', standing.role, standing.state, NULL::uuid, NULL::uuid,
+            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
+            NULL::jsonb;
+        RETURN;
+    END IF;
+
+    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                      dedup_key, idempotency_key, request_id, run_after, retry_of)
+    VALUES (p_organization_id, p_requested_by, p_kind, p_params,
+            least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
+            p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()),
+            -- an operator's retry-as-new-job points back at the job it retries, in its org
+            (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
+                                        AND r.organization_id = p_organization_id))
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO made;
+    IF made.id IS NOT NULL THEN
+        RETURN QUERY SELECT 'created', standing.role, standing.state, made.id,
+            made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
+            made.max_attempts, made.progress, made.error_code, made.error_message,
+            made.dedup_key, made.run_after, made.created_at, made.updated_at, made.started_at,
+            made.finished_at, made.cancel_requested_at, made.leased_by, made.lease_until,
+            made.result_expired_at, made.params;
+        RETURN;
+    END IF;
+
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO made FROM jobs j
+        WHERE j.organization_id = p_organization_id AND j.requested_by = p_requested_by
+          AND j.idempotency_key = p_idempotency_key;
+    END IF;
+    IF made.id IS NULL THEN
+        SELECT * INTO made FROM jobs j
+        WHERE j.organization_id = p_organization_id AND j.kind = p_kind
+          AND j.dedup_key = p_dedup_key AND j.status IN ('queued', 'leased', 'cancel_requested');
+        -- The conflicting job may have ended in between: then there is nothing to name, and
+        -- the caller may simply submit again.
+    END IF;
+    RETURN QUERY SELECT CASE WHEN p_idempotency_key IS NOT NULL AND made.idempotency_key
+                                  IS NOT DISTINCT FROM p_idempotency_key
+                             THEN 'replayed' ELSE 'duplicate' END,
+        standing.role, standing.state, made.id,
+        made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
+        made.max_attempts, made.progress, made.error_code, made.error_message,
+        made.dedup_key, made.run_after, made.created_at, made.updated_at, made.started_at,
+        made.finished_at, made.cancel_requested_at, made.leased_by, made.lease_until,
+        made.result_expired_at, made.params;
+END $$;
+
+-- The bulk submit: many jobs of the organization in one statement, ids made by the caller so
+-- the answer keeps the request's order. The standing is checked once against the strictest
+-- rules of the batch's kinds (every state they all allow, the highest role any needs): the
+-- caller tells which item a refusal concerns. A row that meets an active duplicate is skipped
+-- and missing from the answer; the caller then rolls the batch back: all or nothing.
+CREATE FUNCTION submit_jobs(
+    p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
+    p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
+    p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[])
+RETURNS TABLE (
+    outcome text, member_role text, member_organization_state text,
+    id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
+    max_attempts integer, progress jsonb, error_code text, error_message text, dedup_key text,
+    run_after timestamptz, created_at timestamptz, updated_at timestamptz,
+    started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
+    leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    standing record;
+BEGIN
+    SELECT m.role, o.state INTO standing
+    FROM memberships m JOIN organizations o ON o.id = m.organization_id
+    WHERE m.organization_id = p_organization_id AND m.user_id = p_requested_by
+    FOR SHARE OF m, o;
+    IF NOT FOUND OR standing.state <> ALL (p_org_states)
+       OR role_rank(standing.role) < role_rank(p_role) THEN
+        RETURN QUERY SELECT 'refused', standing.role, standing.state, NULL::uuid, NULL::uuid,
+            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
+            NULL::jsonb;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH made AS (
+        INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
+                               lease_seconds, dedup_key, request_id, run_after)
+        SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
+               least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
+               n.dedup_key, p_request_id, coalesce(n.run_after, now())
+        FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds, p_dedup_keys,
+                    p_run_afters) AS n (id, kind, params, max_attempts, lease_seconds,
+                                        dedup_key, run_after)
+        ON CONFLICT DO NOTHING
+        RETURNING j.*
+    )
+    SELECT 'created', standing.role, standing.state, made.id, made.organization_id,
+        made.requested_by, made.kind, made.status, made.attempts, made.max_attempts,
+        made.progress, made.error_code, made.error_message, made.dedup_key, made.run_after,
+        made.created_at, made.updated_at, made.started_at, made.finished_at,
+        made.cancel_requested_at, made.leased_by, made.lease_until, made.result_expired_at,
+        made.params
+    FROM made;
+END $$;
+
 -- =============================================================================================
 -- Retention
 -- =============================================================================================
@@ -530,9 +789,9 @@ CREATE POLICY tenant_rw ON projects TO space_app, space_worker
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 
 -- jobs, web: strictly the scoped organization (submit, list, read, cancel).
--- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE SKIP LOCKED is
--- governed by UPDATE policies, so the claim needs worker_queue_update; a SELECT policy alone
--- claims nothing. Retention deletes only finished jobs.
+-- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE (lock_lease) is
+-- governed by UPDATE policies; a SELECT policy alone locks nothing. Nobody deletes: retention is
+-- purge_finished_jobs(), as the owner.
 ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE jobs FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON jobs TO space_owner USING (true) WITH CHECK (true);
@@ -540,28 +799,24 @@ CREATE POLICY tenant_rw ON jobs TO space_app
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 CREATE POLICY worker_queue_read ON jobs FOR SELECT TO space_worker USING (true);
 CREATE POLICY worker_queue_update ON jobs FOR UPDATE TO space_worker USING (true) WITH CHECK (true);
-CREATE POLICY worker_retention ON jobs FOR DELETE TO space_worker
-    USING (status IN ('completed', 'failed', 'cancelled'));
 CREATE POLICY operator_read ON jobs FOR SELECT TO space_operator USING (true);
 
--- job_events: written by the transition trigger as whoever made the transition.
+-- job_events: written only by the SECURITY DEFINER job triggers (as the owner), read per
+-- organization.
 ALTER TABLE job_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_events FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_events TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY tenant_rw ON job_events TO space_app
-    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
-CREATE POLICY worker_write ON job_events FOR INSERT TO space_worker WITH CHECK (true);
 CREATE POLICY worker_read ON job_events FOR SELECT TO space_worker
     USING (organization_id = app_org());
-CREATE POLICY worker_retention ON job_events FOR DELETE TO space_worker USING (true);
 CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (true);
+CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
+    USING (organization_id = app_org());
 
 -- job_diagnostics: workers write, operators read, tenants never.
 ALTER TABLE job_diagnostics ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_diagnostics FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CHECK (true);
 CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
-CREATE POLICY worker_retention ON job_diagnostics FOR DELETE TO space_worker USING (true);
 CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
 
 -- =============================================================================================
@@ -572,17 +827,34 @@ CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USIN
 -- are the operators' actions, which the web performs after @operator_only.
 GRANT SELECT ON organizations, users, api_tokens, memberships TO space_app;
 GRANT SELECT, INSERT ON projects TO space_app;
-GRANT SELECT, INSERT, UPDATE ON jobs TO space_app;
-GRANT SELECT, INSERT ON job_events TO space_app;
+-- Jobs: read (never the lease token), ask to cancel; written only through submit_job(s)().
+GRANT SELECT (id, organization_id, requested_by, kind, status, params, lease_until, leased_by,
+              lease_seconds, attempts, max_attempts, run_after, progress, result, result_ref,
+              error_code, error_message, dedup_key, idempotency_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_app;
+GRANT UPDATE (status, cancel_requested_at, cancel_requested_by) ON jobs TO space_app;
+GRANT SELECT ON job_events TO space_app;
 GRANT SELECT, INSERT, UPDATE ON kind_settings TO space_app;
 GRANT INSERT ON operator_audit TO space_app;
 
 -- space_worker: the queue, tenant data of the leased job's organization, its own presence row.
 GRANT SELECT ON organizations, memberships TO space_worker;
 GRANT SELECT, INSERT ON projects TO space_worker;
-GRANT SELECT, UPDATE, DELETE ON jobs TO space_worker;
-GRANT SELECT, INSERT, DELETE ON job_events TO space_worker;
-GRANT INSERT, DELETE ON job_diagnostics TO space_worker;
+-- Jobs: the queue's metadata across organizations, never a params or a result (params come
+-- from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing.
+GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, lease_until,
+              leased_by, lease_seconds, attempts, max_attempts, run_after, progress,
+              error_code, error_message, dedup_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_worker;
+GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, progress, result,
+              error_code, error_message, last_wakeup_at)
+    ON jobs TO space_worker;
+GRANT SELECT ON job_events TO space_worker;
+GRANT INSERT ON job_diagnostics TO space_worker;
 GRANT SELECT, INSERT, UPDATE ON worker_processes TO space_worker;
 GRANT SELECT ON kind_settings TO space_worker;
 
@@ -610,3 +882,21 @@ REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer
 GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
 REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
+REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
+                                  text, text, timestamptz, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
+                                     text, text, timestamptz, uuid) TO space_app, space_worker;
+REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
+                                   integer[], integer[], text[], timestamptz[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
+                                      integer[], integer[], text[], timestamptz[])
+    TO space_app, space_worker;
+REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;
+REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_login(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION login_challenge(text), check_login(text, text) TO space_app;
+
+-- space_app, web sessions: The web starts, touches, ends and cleans up sessions; it may change nothing else of a row.
+GRANT SELECT, INSERT, DELETE ON web_sessions TO space_app;
+GRANT UPDATE (last_seen_at, revoked_at) ON web_sessions TO space_app;

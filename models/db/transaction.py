@@ -7,12 +7,13 @@ so a pooled connection never carries one tenant's scope into the next request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine
 
+from models.db.engine import AfterCommitConnection
 from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
 
@@ -59,3 +60,15 @@ def owner_transaction(engine: Engine, *, actor: str = "cli") -> Iterator[Connect
         conn.execute(Q[f"set_role_{OWNER_ROLE}"])
         scope(conn, actor=actor)
         yield conn
+
+
+def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
+    """Run ``callback`` once the transaction open on ``conn`` has committed; never if it rolls
+    back. ``conn`` must come from an engine made by :func:`models.db.engine.make_engine`."""
+    dbapi = conn.connection.dbapi_connection
+    if not isinstance(dbapi, AfterCommitConnection):
+        raise TypeError("after_commit needs a connection from models.db.engine.make_engine()")
+    if conn.in_transaction():
+        dbapi.after_commit.append(callback)
+    else:
+        callback()  # autocommit: the statement is already committed

@@ -8,6 +8,7 @@ caller decides the transaction (and its tenant scope); the transition trigger wr
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,9 +18,17 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
-from models.errors import DomainError, DuplicateJob, IdempotencyKeyReused, JobFinished, NotFound
+from models.errors import (
+    DomainError,
+    DuplicateJob,
+    IdempotencyKeyReused,
+    JobFinished,
+    NotFound,
+    OrganizationUnavailable,
+)
 from models.jobs.records import RUNNING, Job, LeasedJob, Status
 from models.kinds.rules import KindRules
+from models.tenancy.access import ROLE_RANK, check_allowed
 
 Q = queries_beside(__file__)
 
@@ -38,45 +47,89 @@ def submit(
     dedup_key: str | None = None,
     idempotency_key: str | None = None,
     request_id: str | None = None,
+    run_after: datetime | None = None,
+    retry_of: UUID | None = None,
 ) -> tuple[Job, bool]:
-    """Insert a queued job. Returns ``(job, created)``; ``created`` is False for a replay.
+    """Insert a queued job, after checking the requester's current standing against the kind's
+    rules. Returns ``(job, created)``; ``created`` is False for an Idempotency-Key replay.
 
-    Raises DuplicateJob when an active job has the same dedup_key, IdempotencyKeyReused when the
-    key was used for a different kind or params.
+    Raises the domain error that says why the requester may not (NotFound for a non-member,
+    as for any other organization), DuplicateJob when an active job has the same dedup_key,
+    IdempotencyKeyReused when the key was used for a different kind or params.
     """
-    row = conn.execute(
-        Q["submit"],
-        {
-            "organization_id": organization_id,
-            "requested_by": requested_by,
-            "kind": kind.name,
-            "params": json.dumps(params),
-            "max_attempts": kind.max_attempts,
-            "lease_seconds": kind.lease_seconds,
-            "dedup_key": dedup_key,
-            "idempotency_key": idempotency_key,
-            "request_id": request_id,
-        },
-    ).mappings().one_or_none()
-    if row is not None:
+    row = conn.execute(Q["submit"], {
+        "organization_id": organization_id, "requested_by": requested_by, "kind": kind.name,
+        "params": json.dumps(params), "max_attempts": kind.max_attempts,
+        "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
+        "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
+        "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
+    }).mappings().one()
+    if row["outcome"] == "refused":
+        _raise_refusal(row, kind.org_states, kind.role)
+    if row["outcome"] == "created":
         return Job.from_row(row), True
-    if idempotency_key is not None:
-        previous = conn.execute(
-            Q["find_by_idempotency_key"],
-            {"organization_id": organization_id, "requested_by": requested_by,
-             "idempotency_key": idempotency_key},
-        ).mappings().one_or_none()
-        if previous is not None:
-            if previous["kind"] != kind.name or previous["params"] != params:
-                raise IdempotencyKeyReused()
-            return Job.from_row(previous), False
-    duplicate = conn.execute(
-        Q["find_active_duplicate"],
-        {"organization_id": organization_id, "kind": kind.name, "dedup_key": dedup_key},
-    ).scalar_one_or_none()
-    # The conflicting job may have finished between the INSERT and this SELECT: report the
-    # duplicate only when we can name it, else the caller may simply submit again.
-    raise DuplicateJob(job_id=str(duplicate) if duplicate else None)
+    if row["outcome"] == "replayed":
+        if row["kind"] != kind.name or row["params"] != params:
+            raise IdempotencyKeyReused()
+        return Job.from_row(row), False
+    raise DuplicateJob(job_id=str(row["id"]) if row["id"] else None)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job of a bulk submit, validated."""
+
+    kind: KindRules
+    params: dict[str, Any]
+    dedup_key: str | None = None
+    run_after: datetime | None = None
+
+
+def submit_many(
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    *,
+    organization_id: UUID,
+    requested_by: UUID,
+    request_id: str | None = None,
+) -> list[Job | None]:
+    """Insert many queued jobs in one statement, after checking the requester's standing against
+    every kind's rules. Returns them in the order given; ``None`` where an active job with the
+    same dedup_key exists (that row was not written). A refusal raises the domain error of the
+    first job refused, with its ``index``."""
+    states = frozenset.intersection(*(j.kind.org_states for j in jobs))
+    role = max((j.kind.role for j in jobs), key=lambda r: ROLE_RANK[r])
+    ids = [uuid.uuid4() for _ in jobs]
+    rows = conn.execute(Q["submit_many"], {
+        "organization_id": organization_id, "requested_by": requested_by,
+        "org_states": sorted(states), "role": role, "request_id": request_id, "ids": ids,
+        "kinds": [j.kind.name for j in jobs], "params": [json.dumps(j.params) for j in jobs],
+        "max_attempts": [j.kind.max_attempts for j in jobs],
+        "lease_seconds": [j.kind.lease_seconds for j in jobs],
+        "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
+    }).mappings().all()
+    if rows and rows[0]["outcome"] == "refused":
+        for index, job in enumerate(jobs):  # the first job whose own rules refuse
+            try:
+                _raise_refusal(rows[0], job.kind.org_states, job.kind.role)
+            except DomainError as refusal:
+                refusal.details["index"] = index
+                raise
+    written = {row["id"]: Job.from_row(row) for row in rows}
+    return [written.get(job_id) for job_id in ids]
+
+
+def _raise_refusal(row: Any, org_states: frozenset[str], role: str) -> None:
+    standing = (Standing(row["member_role"], row["member_organization_state"])
+                if row["member_role"] is not None else None)
+    check_allowed(standing, org_states=org_states, role=role)
+    raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
+
+
+def find_active_duplicate(conn: Connection, organization_id: UUID, kind: str,
+                          dedup_key: str) -> UUID | None:
+    return conn.execute(Q["find_active_duplicate"], {
+        "organization_id": organization_id, "kind": kind, "dedup_key": dedup_key}).scalar_one_or_none()
 
 
 def get(conn: Connection, job_id: UUID | str) -> Job | None:

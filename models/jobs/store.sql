@@ -6,23 +6,22 @@
 -- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
--- Web role, inside a transaction scoped to the organization. ON CONFLICT covers both partial
--- unique indexes (active dedup_key, idempotency_key); the caller then finds which one matched.
-INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                  dedup_key, idempotency_key, request_id)
-VALUES (:organization_id, :requested_by, :kind, :params, :max_attempts, :lease_seconds,
-        :dedup_key, :idempotency_key, :request_id)
-ON CONFLICT DO NOTHING
-RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params
+-- One statement: the requester's standing checked (and held until commit), the row and its
+-- event written, or the answer for a replay, a duplicate or a refusal (see submit_job() in the
+-- schema). Any role's transaction will do; it need not be scoped to the organization.
+SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_attempts,
+                         :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
+                         :idempotency_key, :request_id, CAST(:run_after AS timestamptz),
+                         CAST(:retry_of AS uuid))
 
--- find_by_idempotency_key --
-SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, params FROM jobs
-WHERE organization_id = :organization_id AND requested_by = :requested_by
-  AND idempotency_key = :idempotency_key
+-- submit_many --
+-- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
+-- keep the request's order; a row that meets an active duplicate is missing from the answer.
+SELECT * FROM submit_jobs(:organization_id, :requested_by, CAST(:org_states AS text[]), :role,
+                          :request_id, CAST(:ids AS uuid[]), CAST(:kinds AS text[]),
+                          CAST(:params AS jsonb[]), CAST(:max_attempts AS integer[]),
+                          CAST(:lease_seconds AS integer[]), CAST(:dedup_keys AS text[]),
+                          CAST(:run_afters AS timestamptz[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
@@ -31,41 +30,10 @@ WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup
 
 -- claim_batch --
 -- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease
--- token. `queued` reads jobs_claimable_idx only and `expired` jobs_lease_expiry_idx only, so the
--- cost does not grow with finished rows; SKIP LOCKED lets concurrent claimers pass each other
--- without waiting. A lease that ran out while attempts remain is claimable at once (the sweeper
--- would otherwise requeue it a little later); cancel_requested is not: an expired cancel request
--- ends cancelled, never retried. :only_kind claims one (concurrency-limited) kind.
-WITH expired AS (
-    SELECT id FROM jobs
-    WHERE status = 'leased' AND lease_until < now() AND attempts < max_attempts
-      AND kind <> ALL(CAST(:skip_kinds AS text[]))
-      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
-    ORDER BY lease_until
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), queued AS (
-    SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now()
-      AND kind <> ALL(CAST(:skip_kinds AS text[]))
-      AND (CAST(:only_kind AS text) IS NULL OR kind = CAST(:only_kind AS text))
-    ORDER BY run_after, created_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), chosen AS (
-    SELECT id FROM expired
-    UNION ALL
-    SELECT id FROM queued
-    LIMIT :limit
-)
-UPDATE jobs j
-SET status = 'leased', lease_token = gen_random_uuid(), leased_by = :worker,
-    lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
-    attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
--- An array, not a join: the rows are found through the primary key whatever the table's size.
-WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts, j.max_attempts,
-          j.lease_token, j.lease_seconds, j.request_id
+-- token (see claim_jobs() in the schema: queued jobs through jobs_claimable_idx, leases that ran
+-- out through jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A
+-- function, because it is the one place a worker reads a job's params: only its own leases'.
+SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text))
 
 -- extend_leases --
 -- Heartbeat, one statement for every lease a worker process holds. A row missing from the

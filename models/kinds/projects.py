@@ -1,7 +1,8 @@
-"""The organization's projects, out (export) and in (import)."""
+"""The organization's projects, out (export) and in (import), with measured progress."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -9,6 +10,9 @@ from pydantic import Field, StringConstraints
 
 from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
+
+WRITE_BATCH = 500  # export: projects written between two progress reports
+IMPORT_BATCH = 50  # import: projects per transaction (and per progress report)
 
 
 @job_kind(
@@ -20,10 +24,39 @@ from models.kinds import NoParams, Params, job_kind
     lease=timedelta(seconds=30),
 )
 def export_projects(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    return export(ctx)
+
+
+def export(ctx: JobContext, *, linger_seconds: float = 0.0) -> dict[str, Any]:
+    """Read every project, then write the file: both stages report what they measured.
+
+    ``linger_seconds`` spreads the writing over that long for the demo kind, so that a person
+    can watch the page move and cancel half-way.
+    """
+    ctx.progress("reading projects")
     with ctx.tenant() as tenant:
         projects = tenant.projects.list()
-    ctx.progress("read projects", done=len(projects), total=len(projects))
-    return {"projects": [project.as_dict() for project in projects]}
+    total = len(projects)
+    ctx.progress("reading projects", done=total, total=total)
+    rows: list[dict[str, Any]] = []
+    step = 1 if linger_seconds else WRITE_BATCH
+    for start in range(0, total, step):
+        chunk = projects[start:start + step]
+        _linger(ctx, linger_seconds * len(chunk) / total, "writing the file", start, total)
+        rows.extend(project.as_dict() for project in chunk)
+        ctx.progress("writing the file", done=len(rows), total=total)
+    if not total:
+        ctx.progress("writing the file", done=0, total=0)
+    return {"projects": rows}
+
+
+def _linger(ctx: JobContext, seconds: float, stage: str, done: int, total: int) -> None:
+    """Wait, reporting the unchanged progress every half second: each report is also where a
+    job learns that a cancel was asked for, so a slow job still stops within a second."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))
+        ctx.progress(stage, done=done, total=total)
 
 
 class ImportedProject(Params):
@@ -45,15 +78,20 @@ class ImportParams(Params):
     params=ImportParams,
 )
 def import_projects(ctx: JobContext, params: ImportParams) -> dict[str, Any]:
+    """Import in batches, one transaction and one progress report each.
+
+    Every row is keyed by the job's id, and a batch commits whole (with the lease check), so a
+    retried attempt counts the rows its predecessors committed and goes on after them: a
+    retry never imports a project twice.
+    """
     total = len(params.projects)
     with ctx.tenant() as tenant:
-        # An earlier attempt whose finish was lost may already have committed the rows:
-        # writes are keyed by job id so a retry never imports twice.
         created = tenant.projects.created_by_job(ctx.job.id)
-        if not created:
-            created = [
-                tenant.projects.create(p.name, p.description, created_by_job=ctx.job.id)
-                for p in params.projects
-            ]
-    ctx.progress("imported projects", done=len(created), total=total)
+    ctx.progress("importing projects", done=len(created), total=total)
+    for start in range(len(created), total, IMPORT_BATCH):
+        with ctx.tenant() as tenant:
+            batch = [tenant.projects.create(p.name, p.description, created_by_job=ctx.job.id)
+                     for p in params.projects[start:start + IMPORT_BATCH]]
+        created.extend(batch)
+        ctx.progress("importing projects", done=len(created), total=total)
     return {"imported": len(created), "project_ids": [str(p.id) for p in created]}

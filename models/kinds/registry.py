@@ -60,26 +60,35 @@ def job_kind(
     return register
 
 
-_loaded_for: tuple[bool, str] | None = None
+_loaded_for: tuple[bool, bool, str] | None = None
 
 
 def load_kinds() -> dict[str, JobKind]:
-    """Import the built-in kinds, the bench kinds when enabled, and any extra kind modules.
+    """Import the built-in kinds, the bench and demo kinds when enabled, and any extra kind modules.
 
     Cheap to call often: the imports happen again only if the settings changed.
     """
     global _loaded_for
     settings = get_settings()
-    wanted = (settings.bench_kinds, settings.extra_kind_modules)
+    wanted = (settings.bench_kinds, settings.demo_kinds, settings.extra_kind_modules)
     if _loaded_for == wanted:
         return _REGISTRY
     _loaded_for = wanted
     importlib.import_module("models.kinds.projects")
     if settings.bench_kinds:
         importlib.import_module("models.kinds.bench")
+    if settings.demo_kinds:
+        importlib.import_module("models.kinds.demo")
     for module in settings.extra_kind_module_names:
         importlib.import_module(module)
     return _REGISTRY
+
+
+def required_role(name: str) -> str:
+    """The role a kind needs; ``owner`` for a kind this process does not know (an old job of a
+    kind since removed), so that an unknown kind fails closed."""
+    found = load_kinds().get(name)
+    return found.rules.role if found else "owner"
 
 
 def get_kind(name: object) -> JobKind:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine
 
 from models.db.queries import queries_beside
 from models.db.transaction import transaction
-from models.errors import InvalidRequest
+from models.errors import InvalidRequest, NotFound
 from models.jobs import store
 from models.jobs.records import Job, Status
 from models.kinds import get_kind
@@ -53,10 +53,15 @@ def retry_as_new(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_
         old = conn.execute(Q["job_snapshot"], {"id": job_id}).mappings().one()
         if old["status"] not in (Status.FAILED, Status.CANCELLED):
             raise InvalidRequest("Only a failed or cancelled job can be retried.")
-        new, _ = store.submit(conn, organization_id=org, requested_by=old["requested_by"],
-                              kind=get_kind(old["kind"]).rules, params=old["params"],
-                              request_id=request_id)
-        conn.execute(Q["link_retry"], {"old": job_id, "new": new.id})
+        try:
+            new, _ = store.submit(conn, organization_id=org, requested_by=old["requested_by"],
+                                  kind=get_kind(old["kind"]).rules, params=old["params"],
+                                  request_id=request_id, retry_of=job_id)
+        except NotFound:
+            # The submit refuses a requester who left, as it refuses anyone outside the
+            # organization; to an operator that is not a missing job.
+            raise InvalidRequest("The job's requester is no longer a member of its organization;"
+                                 " a new job would be refused.") from None
         _audit(conn, operator_id, "retry", str(job_id), {"new_job_id": str(new.id)}, request_id)
     return new
 

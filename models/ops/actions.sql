@@ -9,9 +9,6 @@ VALUES (:operator, :action, :target, :detail, :request_id)
 -- The snapshot a retry copies into its NEW job (terminal rows never come back).
 SELECT status, requested_by, kind, params FROM jobs WHERE id = :id
 
--- link_retry --
-UPDATE jobs SET retry_of = :old WHERE id = :new
-
 -- ensure_kind_settings --
 INSERT INTO kind_settings (kind, updated_by) VALUES (:kind, :operator)
 ON CONFLICT (kind) DO NOTHING

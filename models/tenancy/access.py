@@ -69,6 +69,36 @@ class Standing(Protocol):
     def organization_state(self) -> str: ...
 
 
+def has_role(membership: Membership, role: str) -> bool:
+    return ROLE_RANK[membership.role] >= ROLE_RANK[role]
+
+
+def may_cancel(membership: Membership, requested_by: UUID, kind_role: str) -> bool:
+    """The person who started the job may stop it; so may a member holding the kind's role.
+
+    A plain member may not cancel an admin's import (a kind that needs ``admin``), though they
+    may cancel their own export.
+    """
+    return membership.user_id == requested_by or has_role(membership, kind_role)
+
+
+def may_read_result(membership: Membership, kind_role: str) -> bool:
+    """A result is as sensitive as the operation that made it: reading it needs the kind's role."""
+    return has_role(membership, kind_role)
+
+
+def check_may_cancel(membership: Membership, requested_by: UUID, kind_role: str) -> None:
+    if not may_cancel(membership, requested_by, kind_role):
+        raise InsufficientRole(
+            f"Only the person who started this job, or a member with the {kind_role} role, "
+            "may cancel it.")
+
+
+def check_may_read_result(membership: Membership, kind_role: str) -> None:
+    if not may_read_result(membership, kind_role):
+        raise InsufficientRole(f"Reading this job's result needs the {kind_role} role.")
+
+
 def check_allowed(
     membership: Standing | None,
     *,
@@ -83,5 +113,5 @@ def check_allowed(
         if membership.organization_state == "read_only":
             raise OrganizationReadOnly()
         raise OrganizationUnavailable()
-    if ROLE_RANK[membership.role] < ROLE_RANK[role]:
+    if not has_role(membership, role):
         raise InsufficientRole()

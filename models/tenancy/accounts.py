@@ -101,11 +101,39 @@ def create_token(conn: Connection, user_id: UUID) -> str:
     return token
 
 
+def revoke_token(conn: Connection, ref: str) -> bool:
+    """Revoke an API token named by the token itself or by its id; False if no live one matched.
+
+    Bearer requests re-check the token every time, so the next one is refused.
+    """
+    ref = ref.strip()
+    if ref.startswith(TOKEN_PREFIX):
+        found = conn.execute(Q["revoke_token_by_hash"], {"hash": hash_token(ref)})
+    else:
+        try:
+            token_id = UUID(ref)
+        except ValueError:
+            return False
+        found = conn.execute(Q["revoke_token_by_id"], {"id": token_id})
+    return found.rowcount > 0
+
+
+def list_tokens(conn: Connection, user_id: UUID) -> list[dict[str, object]]:
+    """The user's tokens (ids and dates, never the tokens: only hashes are stored)."""
+    return [dict(row) for row in conn.execute(Q["list_tokens"], {"user": user_id}).mappings()]
+
+
 def authenticate(conn: Connection, token: str) -> User | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     row = conn.execute(Q["authenticate"], {"hash": hash_token(token)}).one_or_none()
     return User(*row) if row else None
+
+
+def names_of(conn: Connection, user_ids: list[UUID]) -> dict[UUID, str]:
+    """How to show each user to their organization: their name, else their email."""
+    rows = conn.execute(Q["names_of"], {"ids": list(set(user_ids))})
+    return {row.id: row.name or row.email for row in rows}
 
 
 def memberships_of(conn: Connection, user_id: UUID) -> list[dict[str, str]]:

@@ -39,6 +39,18 @@ UPDATE organizations SET state = :state, updated_at = now() WHERE id = :org
 -- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.
 INSERT INTO api_tokens (user_id, token_hash) VALUES (:user, :hash)
 
+-- revoke_token_by_hash --
+UPDATE api_tokens SET revoked_at = now() WHERE token_hash = :hash AND revoked_at IS NULL
+
+-- revoke_token_by_id --
+UPDATE api_tokens SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL
+
+-- list_tokens --
+SELECT id, created_at, revoked_at FROM api_tokens WHERE user_id = :user ORDER BY created_at, id
+
+-- names_of --
+SELECT id, name, email FROM users WHERE id = ANY(CAST(:ids AS uuid[]))
+
 -- authenticate --
 SELECT u.id, u.email, u.name, u.is_operator
 FROM api_tokens t JOIN users u ON u.id = t.user_id

@@ -1,18 +1,23 @@
 """Demo data for ``spacejobs demo``: two organizations, an owner "anna" and a member "vera" in
-each, a few projects. Idempotent; fresh tokens every run (only their hashes are kept)."""
+each (Acme's anna is also a member of Globex), a few projects, and an operator "olga".
+Idempotent; every run gives each demo user a fresh API token and a fresh password (only hashes
+are kept, so they are printed once)."""
 
 from __future__ import annotations
+
+import secrets
 
 from sqlalchemy import Connection
 
 from models.db.transaction import scope
 from models.errors import NotFound
-from models.tenancy import accounts
+from models.tenancy import accounts, passwords
 from models.tenancy.projects import Projects
 
 ORGS = {
-    "Acme Rockets": ["Launch pad", "Fuel mix", "Telemetry"],
-    "Globex Orbital": ["Satellite bus", "Ground station"],
+    "Acme Rockets": ["Launch pad", "Fuel mix", "Telemetry", "Heat shield", "Guidance",
+                     "Recovery barge", "Payload fairing", "Range safety"],
+    "Globex Orbital": ["Satellite bus", "Ground station", "Solar array", "Star tracker"],
 }
 
 
@@ -23,8 +28,14 @@ def _user(conn: Connection, email: str, name: str, *, operator: bool = False) ->
         return accounts.create_user(conn, email, name, operator=operator)
 
 
+def _credentials(conn: Connection, user: accounts.User) -> dict[str, str]:
+    password = secrets.token_urlsafe(9)
+    passwords.set_password(conn, user.id, password)
+    return {"token": accounts.create_token(conn, user.id), "password": password}
+
+
 def seed(conn: Connection) -> list[dict[str, str]]:
-    """Create what is missing; return each demo user with a new token."""
+    """Create what is missing; return each demo user with a new token and password."""
     out = []
     for org_name, project_names in ORGS.items():
         slug = org_name.split()[0].lower()
@@ -39,9 +50,12 @@ def seed(conn: Connection) -> list[dict[str, str]]:
             user = _user(conn, f"{person}@{slug}.example", person.capitalize())
             accounts.add_member(conn, org_id, user.id, role)
             out.append({"email": user.email, "role": role, "org_name": org_name, "org_id": str(org_id),
-                        "token": accounts.create_token(conn, user.id)})
+                        **_credentials(conn, user)})
+    # Acme's owner also belongs to Globex, as a plain member: the pages' organization switcher.
+    globex = accounts.find_organization_by_name(conn, "Globex Orbital")
+    accounts.add_member(conn, globex, accounts.find_user(conn, "anna@acme.example").id, "member")
     # An operator who belongs to no organization: sees /ops and /metrics, never tenant data.
     olga = _user(conn, "olga@ops.example", "Olga", operator=True)
     out.append({"email": olga.email, "role": "operator", "org_name": "-", "org_id": "-",
-                "token": accounts.create_token(conn, olga.id)})
+                **_credentials(conn, olga)})
     return out

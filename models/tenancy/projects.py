@@ -11,6 +11,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
+from models.tenancy.access import Membership, check_allowed
 
 Q = queries_beside(__file__)
 
@@ -58,3 +59,10 @@ class Projects:
     def created_by_job(self, job_id: UUID) -> list[Project]:
         rows = self._conn.execute(Q["created_by_job"], {"org": self._org, "job": job_id})
         return [Project(*row) for row in rows]
+
+
+def create_project(conn: Connection, membership: Membership, name: str, description: str = "") -> Project:
+    """A member adds a project by hand: only an ``active`` organization takes new data
+    (``organization_read_only``, ``organization_unavailable`` otherwise)."""
+    check_allowed(membership, org_states={"active"}, role="member")
+    return Projects(conn, membership.organization_id).create(name, description)

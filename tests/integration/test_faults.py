@@ -22,12 +22,6 @@ from tests.kit.stack import Stack
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 
 
-@pytest.fixture(scope="module")
-def lost_wakeups_app(stack: Stack):
-    """The web app as it behaves while Redis is unreachable: rows commit, wake-ups are lost."""
-    return stack.make_app(BROKER_URL=UNREACHABLE_BROKER)
-
-
 # ------------------------------------------------------------------------- fencing
 
 def test_stalled_worker_loses_its_lease_and_its_late_finish_changes_nothing(bare_stack: Stack):
@@ -99,20 +93,42 @@ def test_failing_kind_retries_with_growing_backoff_then_fails_with_a_safe_messag
 
 # ------------------------------------------------------------------------- broker and database
 
-def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(
-        stack: Stack, lost_wakeups_app, caplog):
+def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(bare_stack: Stack, caplog):
+    stack = bare_stack
+    stack.retire(*stack.processes)
+    # No lingering (LISTEN): only the broker's wake-ups and the sweeper's may start a job here.
+    worker = stack.start_worker(concurrency=1, SPACEJOBS_LINGER_SECONDS="0")
+    beat = stack.start_beat()
+    lost_wakeups = stack.make_app(BROKER_URL=UNREACHABLE_BROKER).test_client()
     org = stack.org()
     anna = stack.user(org, role="owner")
-    with caplog.at_level(logging.WARNING, logger="spacejobs.web"):
+    with caplog.at_level(logging.WARNING, logger="spacejobs.wakeups"):
         started = time.monotonic()
-        job = submit(lost_wakeups_app.test_client(), org, anna, "bench.noop")
+        job = submit(lost_wakeups, org, anna, "bench.noop")
         # The next submits do not even try the dead broker for a few seconds: they stay fast.
-        more = [submit(lost_wakeups_app.test_client(), org, anna, "bench.noop") for _ in range(3)]
+        more = [submit(lost_wakeups, org, anna, "bench.noop") for _ in range(3)]
         assert time.monotonic() - started < 5
     assert sum("wake-up not published" in r.getMessage() for r in caplog.records) == 1
     rows = [stack.wait_for(each["id"], "completed", timeout=20) for each in (job, *more)]
     # Only the sweeper could have signalled them; one re-signal drains every due job behind it.
     assert any(row["last_wakeup_at"] > row["created_at"] for row in rows)
+    stack.retire(worker, beat)
+
+
+def test_a_lingering_worker_starts_a_new_job_without_any_broker_message(bare_stack: Stack):
+    stack = bare_stack
+    stack.retire(*stack.processes)
+    worker = stack.start_worker(concurrency=1, SPACEJOBS_LINGER_SECONDS="30")
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    first = submit(stack.make_app().test_client(), org, anna, "bench.noop")
+    stack.wait_for(first["id"], "completed")  # the worker drained, and now listens
+    # No beat, and the web cannot reach the broker: only the insert's NOTIFY can start this one.
+    job = submit(stack.make_app(BROKER_URL=UNREACHABLE_BROKER).test_client(), org, anna,
+                 "bench.noop")
+    done = stack.wait_for(job["id"], "completed", timeout=10)
+    assert done["last_wakeup_at"] == done["created_at"]  # the sweeper never touched it
+    stack.retire(worker)
 
 
 def queue_length(stack: Stack) -> int:

@@ -33,7 +33,7 @@ def test_export_goes_queued_leased_completed_and_returns_only_its_orgs_projects(
         time.sleep(0.01)
     assert job["status"] == "completed"
     assert job["attempts"] == 1 and job["started_at"] and job["finished_at"]
-    assert job["progress"] == {"stage": "read projects", "done": 2, "total": 2}
+    assert job["progress"] == {"stage": "writing the file", "done": 2, "total": 2}
 
     result = client.get(job["links"]["result"], headers=anna.auth)
     assert result.status_code == 200
@@ -120,7 +120,7 @@ def test_events_stream_follows_status_and_progress_and_ends_at_a_terminal_state(
     events = read_events(response)  # returns only once the stream has ended
     statuses = [data["status"] for _, data in events]
     assert statuses[0] in ("queued", "leased") and statuses[-1] == "completed"
-    assert events[-1][1]["progress"] == {"stage": "read projects", "done": 1, "total": 1}
+    assert events[-1][1]["progress"] == {"stage": "writing the file", "done": 1, "total": 1}
     assert all(name in ("status", "progress") for name, _ in events)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -43,7 +44,7 @@ def claim(stack: Stack, worker: str = "w1"):
 
 def expire_lease(stack: Stack, job_id) -> None:
     # Test set-up through the owner role: make the lease run out without waiting for it.
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         conn.execute(text("UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = :id"),
                      {"id": job_id})
 
@@ -136,7 +137,7 @@ def test_sweeper_requeues_fails_or_cancels_expired_leases(stack_db: Stack):
     _, cancel = new_job(stack_db, "bench.sleep", params={"seconds": 1})
     leases = {claim(stack_db).id for _ in range(3)}
     assert leases == {retry.id, last.id, cancel.id}
-    with stack_db.as_owner() as conn:
+    with stack_db.admin() as conn:
         conn.execute(text("UPDATE jobs SET attempts = max_attempts WHERE id = :id"), {"id": last.id})
     with transaction(stack_db.app_db, organization_id=stack_db.job_row(cancel.id)["organization_id"]) as conn:
         assert store.request_cancel(conn, cancel.id, stack_db.job_row(cancel.id)["requested_by"]).status \
@@ -216,17 +217,22 @@ def test_cancel_queued_is_immediate_running_is_requested_finished_is_refused(sta
 def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stack):
     org, _ = new_job(stack_db)
     user = stack_db.job_row(_.id)["requested_by"]
-    with stack_db.as_owner() as conn:
+    with stack_db.admin() as conn:
         conn.execute(text(
             "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds,"
             " max_attempts, attempts, finished_at)"
             " SELECT :org, :user, 'bench.noop', 'completed', 30, 3, 1, now()"
             " FROM generate_series(1, 20000)"), {"org": org, "user": user})
         conn.execute(text("ANALYZE jobs"))
-    explain = text("EXPLAIN " + store.Q["claim_batch"].text)
-    with stack_db.worker_db.connect() as conn, conn.begin():
-        plan = "\n".join(r[0] for r in conn.execute(explain, {
-            "worker": "explain", "limit": 50, "skip_kinds": [], "only_kind": None}))
+    # The claim is claim_jobs()'s one statement: plan it as written in the schema, with values.
+    schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
+    body = schema[schema.index("CREATE FUNCTION claim_jobs("):]
+    statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\nEND $$;")]
+    for name, value in {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",
+                        "p_only_kind": "NULL::text"}.items():
+        statement = statement.replace(name, value)
+    with stack_db.admin() as conn:
+        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + statement)))
         conn.rollback()
     assert "jobs_claimable_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan

@@ -13,10 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from models.db.transaction import transaction
-from tests.conftest import submit
+from models.tenancy import passwords
+from tests.conftest import csrf_of, sign_in, submit
+from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 
 MARKER = "ZEBRA-MARKER-41d9"
+PASSWORD = "operator's long password"
 
 OPS_GET_URLS = ["/ops", "/ops/jobs", "/ops/workers", "/ops/api/overview", "/ops/api/jobs",
                 "/ops/api/workers", "/ops/api/audit", "/metrics"]
@@ -221,19 +224,23 @@ def test_operator_cancel_and_retry_as_new_job_are_audited(stack: Stack, client, 
     assert {("retry", failing["id"]), ("cancel", running["id"])} <= actions
 
 
-def test_dashboard_session_login_needs_an_operator_and_forms_need_csrf(stack: Stack, client, operator):
+def test_dashboard_sign_in_needs_an_operator_and_forms_need_csrf(stack: Stack, client, operator):
     org = stack.org()
-    owner = stack.user(org, role="owner")
+    owner = stack.user(org, role="owner", password=PASSWORD)
     with stack.make_app().test_client() as browser:
-        browser.post("/login", data={"token": owner.token})
+        sign_in(browser, owner)
         assert browser.get("/ops").status_code == 404
     browser = stack.make_app().test_client()
-    assert browser.post("/login", data={"token": "sj_wrong"}).status_code == 401
-    assert browser.post("/login", data={"token": operator.token}).status_code == 302
+    # An API token no longer opens a session: /login takes an email and a password.
+    assert browser.post("/login", data={"token": operator.token,
+                                        "csrf": csrf_of(browser.get("/login"))}).status_code == 401
+    with stack.admin() as conn:
+        passwords.set_password(conn, operator.id, PASSWORD)
+    sign_in(browser, TestUser(operator.id, operator.email, operator.token, PASSWORD))
     page = browser.get("/ops")
     assert page.status_code == 200 and b"Overview" in page.data
     assert browser.post("/ops/api/kinds/bench.noop/pause", data={"x": "1"}).status_code == 400
-    csrf = re.search(rb'name="csrf" value="([^"]+)"', page.data).group(1).decode()
+    csrf = csrf_of(page)
     assert browser.post("/ops/api/kinds/bench.noop/pause", data={"csrf": csrf}).status_code == 302
     assert browser.post("/ops/api/kinds/bench.noop/resume", data={"csrf": csrf}).status_code == 302
     # The session never opens the tenant API: only a bearer token does.

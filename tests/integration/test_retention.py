@@ -17,7 +17,7 @@ DAY = 86_400
 
 def old_job(stack: Stack, org, user, *, status: str, days: float, result=None) -> uuid.UUID:
     """A job that finished (or was created, if active) ``days`` ago, inserted as the owner."""
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         job_id = conn.execute(text(
             "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds, max_attempts,"
             " attempts, result, created_at, finished_at)"

@@ -132,7 +132,7 @@ def assert_same_404_as_missing(client, endpoint: Endpoint, user: TestUser, *, or
 
 
 def add_member(stack: Stack, org, user: TestUser, role: str) -> None:
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         accounts.add_member(conn, org, user.id, role)
 
 
@@ -428,7 +428,7 @@ def test_missing_or_bad_bearer_token_is_401(client, org_a: Tenant, endpoint: End
 def test_revoked_token_is_401(stack: Stack, client, org_a: Tenant):
     member = stack.user(org_a.id, role="member")
     assert client.get(f"{API}/me", headers=member.auth).status_code == 200
-    with stack.as_owner() as conn:
+    with stack.admin() as conn:
         conn.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE user_id = :user"),
                      {"user": member.id})
     answer = client.get(f"{API}/orgs/{org_a.id}/jobs", headers=member.auth)

@@ -6,11 +6,11 @@ import signal
 import time
 
 import pytest
+from sqlalchemy import text
 
 from models.db.transaction import transaction
 from tests.conftest import submit
-from tests.integration.leasing import claim_one, complete_one
-from tests.integration.test_job_store import expire_lease
+from tests.integration.leasing import complete_one
 from tests.kit.stack import Stack
 
 
@@ -35,17 +35,23 @@ def test_a_job_whose_lease_is_taken_stops_at_its_next_checkpoint_and_writes_noth
     org, anna = tenant
     job = submit(client, org, anna, "bench.sleep", {"seconds": 8})
     stack.wait_for(job["id"], "leased")
-    expire_lease(stack, job["id"])
-    with transaction(stack.worker_db, actor="worker:test") as conn:
-        thief = claim_one(conn, "test")
-    assert str(thief.id) == job["id"] and thief.attempt == 2
+    # A newer attempt takes the lease: expired and re-leased in one owner transaction, so that no
+    # worker process sees the expired lease in between and takes it first.
+    with stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET lease_until = now() - interval '1 second'"
+                          " WHERE id = :id"), {"id": job["id"]})
+        conn.execute(text("UPDATE jobs SET lease_token = gen_random_uuid(), attempts = attempts + 1,"
+                          " lease_until = now() + interval '60 seconds', leased_by = 'thief'"
+                          " WHERE id = :id"), {"id": job["id"]})
+    thief = stack.job_row(job["id"])
+    assert thief["attempts"] == 2
     # The worker's next heartbeat (every lease/3 = 3.3 s) finds the token gone.
     deadline = time.monotonic() + 10
     while "lease lost" not in "".join(p.output() for p in stack.processes):
         assert time.monotonic() < deadline, "the worker never noticed"
         time.sleep(0.1)
     with transaction(stack.worker_db) as conn:
-        assert complete_one(conn, thief.id, thief.lease_token, {"by": "thief"})
+        assert complete_one(conn, thief["id"], thief["lease_token"], {"by": "thief"})
     time.sleep(1)
     row = stack.job_row(job["id"])
     assert row["result"] == {"by": "thief"}
@@ -122,7 +128,8 @@ def test_sigterm_releases_an_unfinished_job_to_another_worker_at_once(bare_stack
     anna = stack.user(org, role="owner")
     client = stack.make_app().test_client()
     leaving = stack.start_worker(concurrency=1, SPACEJOBS_SHUTDOWN_GRACE="0.5")
-    job = submit(client, org, anna, "bench.sleep", {"seconds": 3})
+    # Long enough that the 0.5 s grace surely runs out first, however loaded the machine.
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 6})
     stack.wait_for(job["id"], "leased")
     staying = stack.start_worker(concurrency=1)
 

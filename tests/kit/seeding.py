@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from models.db.transaction import owner_transaction
-from models.tenancy import accounts
+from models.tenancy import accounts, passwords
 
 # What job_events would name as the actor; seeding touches no job, so it is only a label.
 ACTOR = "seeding"
@@ -28,6 +28,7 @@ class TestUser:
     id: uuid.UUID
     email: str
     token: str
+    password: str | None = None  # for the pages' sign-in, when a test asked for one
 
     @property
     def auth(self) -> dict[str, str]:
@@ -60,15 +61,18 @@ def organization(admin_db: Engine, name: str | None = None, state: str = "active
 
 
 def user(admin_db: Engine, org_id: uuid.UUID | None = None, role: str = "member", *,
-         email: str | None = None) -> TestUser:
-    """A user with a token; a member of ``org_id`` with ``role`` when given."""
+         email: str | None = None, password: str | None = None) -> TestUser:
+    """A user with a token; a member of ``org_id`` with ``role`` when given; a password for the
+    pages when asked (hashing one costs a tenth of a second, so only tests that sign in ask)."""
     email = email or f"u-{uuid.uuid4().hex[:10]}@example.test"
     with owner_transaction(admin_db, actor=ACTOR) as conn:
         made = accounts.create_user(conn, email)
         if org_id is not None:
             accounts.add_member(conn, org_id, made.id, role)
         token = accounts.create_token(conn, made.id)
-    return TestUser(made.id, email, token)
+        if password is not None:
+            passwords.set_password(conn, made.id, password)
+    return TestUser(made.id, email, token, password)
 
 
 def operator(admin_db: Engine) -> TestUser:

@@ -37,7 +37,19 @@ class Servers:
                 conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
             else:
                 conn.execute(f'CREATE DATABASE "{name}"')
-        return with_database(self.admin_url, name)
+        url = with_database(self.admin_url, name)
+        if template:
+            # What upgrade() does to a database that CREATE DATABASE does not copy (no TEMP).
+            from models.db.engine import make_engine
+            from models.db.migrate import secure_database
+
+            engine = make_engine(url, pool_size=1)
+            try:
+                with engine.begin() as admin:
+                    secure_database(admin)
+            finally:
+                engine.dispose()
+        return url
 
     def drop_database(self, name: str) -> None:
         # FORCE: a worker killed a moment ago may still hold a connection the server has not

@@ -35,9 +35,10 @@ from tests.kit.processes import (
 )
 from tests.kit.servers import Servers
 
-#: what the test suite's processes run with: its own job kinds, and a sweeper quick enough
+#: what the test suite's processes run with: its own and the demo job kinds, and a sweeper quick enough
 #: that a lost wake-up is noticed within a test's patience.
 TEST_PROCESS_SETTINGS = {
+    "SPACEJOBS_DEMO_KINDS": "1",
     "SPACEJOBS_EXTRA_KIND_MODULES": "tests.kinds",
     "SPACEJOBS_WAKEUP_GRACE": "1.5",
     "SPACEJOBS_SWEEP_INTERVAL": "0.5",
@@ -144,15 +145,17 @@ class Stack:
         return create_app(settings)
 
     # -- seeding through the owner role, as the CLI does ----------------------------------
-    def as_owner(self) -> contextlib.AbstractContextManager[Connection]:
-        """A transaction as the owner role, for set-up a test cannot do through the API."""
+    def admin(self) -> contextlib.AbstractContextManager[Connection]:
+        """A transaction as the owner role (through the admin connection), for set-up and
+        inspection no application role may do."""
         return owner_transaction(self.admin_db, actor=self.label)
 
     def org(self, name: str | None = None, state: str = "active") -> uuid.UUID:
         return seeding.organization(self.admin_db, name, state)
 
-    def user(self, org_id: uuid.UUID | None = None, role: str = "member") -> seeding.TestUser:
-        return seeding.user(self.admin_db, org_id, role)
+    def user(self, org_id: uuid.UUID | None = None, role: str = "member", *,
+             password: str | None = None) -> seeding.TestUser:
+        return seeding.user(self.admin_db, org_id, role, password=password)
 
     def operator(self) -> seeding.TestUser:
         return seeding.operator(self.admin_db)
@@ -166,9 +169,10 @@ class Stack:
     def remove_member(self, org_id: uuid.UUID, user_id: uuid.UUID) -> None:
         seeding.remove_member(self.admin_db, org_id, user_id)
 
-    # -- facts, as the worker role (job rows) and the operator role (events) --------------
+    # -- facts: job rows as the owner, events as the operator role ------------------------
     def job_row(self, job_id: str | uuid.UUID) -> dict[str, Any]:
-        with transaction(self.worker_db) as conn:
+        """The whole row, as the owner role: no application role may read all of it."""
+        with self.admin() as conn:
             return facts.job_row(conn, job_id)
 
     def events(self, job_id: str | uuid.UUID) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -73,8 +74,12 @@ def test_named_queries_are_all_loaded():
                  "fail_attempt", "release_batch", "request_cancel", "sweep_expired_leases",
                  "sweep_unsignalled", "lock_lease"):
         assert queries[name].strip(), name
-    assert queries["claim_batch"].count("FOR UPDATE SKIP LOCKED") == 2
-    assert "gen_random_uuid()" in queries["claim_batch"]  # a fresh token for every row
+    assert "claim_jobs(" in queries["claim_batch"]
+    schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
+    claim = schema[schema.index("CREATE FUNCTION claim_jobs("):]
+    claim = claim[:claim.index("END $$;")]
+    assert claim.count("FOR UPDATE SKIP LOCKED") == 2
+    assert "gen_random_uuid()" in claim  # a fresh token for every row
     assert "j.lease_token = done.token" in queries["complete_batch"]
 
 

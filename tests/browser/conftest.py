@@ -1,0 +1,82 @@
+"""Browser tests: Playwright (pytest-playwright) driving Debian's Chromium against the app served
+on a real port, with real worker processes behind it.
+
+They skip, saying why, only when Chromium cannot be found on a developer's machine; in CI (``CI``
+set to anything but ``0``/``false``) a missing browser fails them instead, so a green CI run
+always includes them. ``.ci/run`` installs Chromium with apt-get when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.serving import make_server
+
+from models.tenancy.demo import seed
+from tests.kit.stack import Stack
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def find_chromium() -> str:
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if found:
+        return found
+    reason = "Chromium not found (Debian: apt-get install -y chromium); the browser tests need it"
+    if in_ci():
+        pytest.fail(reason + " and CI must run them", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Debian's Chromium, headless, with nothing that would reach for the (closed) network."""
+    return {**browser_type_launch_args, "executable_path": find_chromium(), "headless": True,
+            "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
+    return {**browser_context_args, "viewport": {"width": 1180, "height": 760}, "accept_downloads": True}
+
+
+@dataclass
+class Live:
+    url: str
+    app: Any
+    demo: dict[str, dict[str, str]]  # demo users by email: password, org_id, role
+
+
+@pytest.fixture(scope="module")
+def live(stack: Stack) -> Iterator[Live]:
+    """The app on a real port (werkzeug, threaded: the events stream holds a thread while the
+    page fetches), the demo data seeded as `spacejobs demo` seeds it."""
+    with stack.admin() as conn:
+        demo = {user["email"]: user for user in seed(conn)}
+    app = stack.make_app(EVENTS_POLL_SECONDS=0.2, LOGIN_RATE_LIMIT_ACCOUNT="3 per minute")
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Live(f"http://127.0.0.1:{server.server_port}", app, demo)
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Screenshots of each state, kept as test artifacts under pytest's tmp dir."""
+    return tmp_path_factory.mktemp("screenshots")

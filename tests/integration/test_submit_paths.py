@@ -1,0 +1,153 @@
+"""Submitting from Python (in the caller's transaction) and in bulk over HTTP: what is written,
+what is refused, and when the wake-up goes out."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from models.db.engine import make_engine
+from models.errors import DuplicateJob, InvalidParams, RequesterNotMember, UnknownKind
+from models.jobs import service
+from tests.kit.stack import Stack
+
+
+@pytest.fixture(scope="module")
+def app_db(stack: Stack):
+    engine = make_engine(stack.app_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+def count_jobs(stack: Stack, org: uuid.UUID) -> int:
+    with stack.admin() as conn:
+        return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"),
+                            {"o": org}).scalar_one()
+
+
+def test_submit_in_the_callers_transaction_wakes_only_after_commit(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    seen: list[tuple[str, int]] = []
+
+    def wake(job_id: str | None) -> None:
+        # What another connection sees at the moment the wake-up goes out.
+        seen.append((job_id, count_jobs(stack, org)))
+
+    with app_db.begin() as conn:
+        job = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+                             wake=wake).job
+        assert seen == []  # not yet: the row is not committed
+    assert seen == [(str(job.id), 1)]
+    stack.wait_for(job.id, "completed")
+
+
+def test_a_rollback_after_submit_leaves_no_row_and_sends_nothing(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    seen: list[str | None] = []
+    with pytest.raises(RuntimeError), app_db.begin() as conn:
+        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+                       wake=seen.append)
+        raise RuntimeError("the caller changes its mind")
+    assert seen == [] and count_jobs(stack, org) == 0
+
+
+@pytest.mark.parametrize("kind, params, error", [
+    ("no.such.kind", {}, UnknownKind),
+    ("bench.sleep", {"seconds": 600}, InvalidParams),
+])
+def test_python_submit_refuses_like_the_api(stack: Stack, app_db, kind, params, error):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with pytest.raises(error), app_db.begin() as conn:
+        service.submit(conn, kind, params, organization_id=org, requested_by=anna.id)
+    assert count_jobs(stack, org) == 0
+
+
+def test_python_submit_checks_the_requesters_current_membership(stack: Stack, app_db):
+    org = stack.org()
+    stranger = stack.user(stack.org(), role="owner")
+    with pytest.raises(Exception) as refused, app_db.begin() as conn:
+        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=stranger.id)
+    assert not isinstance(refused.value, RequesterNotMember)  # a web refusal: not found
+    assert getattr(refused.value, "code", None) == "not_found"
+    assert count_jobs(stack, org) == 0
+
+
+def test_a_batch_is_accepted_whole_in_the_order_given(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"jobs": [{"kind": "bench.noop"}, {"kind": "bench.sleep", "params": {"seconds": 0}},
+                     {"kind": "bench.noop", "dedup_key": "nightly"}]}
+    answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json=body, headers=anna.auth)
+    assert answer.status_code == 202, answer.get_json()
+    jobs = answer.get_json()["jobs"]
+    assert [j["kind"] for j in jobs] == ["bench.noop", "bench.sleep", "bench.noop"]
+    assert all(j["status"] == "queued" and j["organization_id"] == str(org) for j in jobs)
+    for job in jobs:
+        stack.wait_for(job["id"], "completed")
+
+
+@pytest.mark.parametrize("jobs, status, code, index", [
+    ([{"kind": "bench.noop"}, {"kind": "bench.sleep", "params": {"seconds": -1}}],
+     400, "invalid_params", 1),
+    ([{"kind": "bench.noop"}, {"kind": "bench.noop"}, {"kind": "nope"}], 400, "unknown_kind", 2),
+    ([{"kind": "bench.noop", "dedup_key": "k"}, {"kind": "bench.noop", "dedup_key": "k"}],
+     409, "duplicate_job", 1),
+])
+def test_a_refused_batch_names_the_item_and_writes_nothing(stack: Stack, client, jobs, status,
+                                                           code, index):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json={"jobs": jobs}, headers=anna.auth)
+    assert answer.status_code == status
+    error = answer.get_json()["error"]
+    assert (error["code"], error["index"]) == (code, index)
+    assert count_jobs(stack, org) == 0
+
+
+def test_a_batch_meeting_an_active_duplicate_is_refused_whole(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    url = f"/api/v1/orgs/{org}/jobs"
+    with stack.workers_paused():
+        first = client.post(url, json={"kind": "bench.noop", "dedup_key": "daily"},
+                            headers=anna.auth).get_json()
+        answer = client.post(url + ":batch", headers=anna.auth, json={"jobs": [
+            {"kind": "bench.noop"}, {"kind": "bench.noop", "dedup_key": "daily"}]})
+        assert answer.status_code == 409
+        error = answer.get_json()["error"]
+        assert (error["code"], error["index"], error["job_id"]) == ("duplicate_job", 1, first["id"])
+        assert count_jobs(stack, org) == 1  # only the first submit's row
+
+
+@pytest.mark.parametrize("body", [
+    {"jobs": []},
+    {"jobs": [{"kind": "bench.noop"}] * 1001},
+    {"jobs": [{"kind": "bench.noop", "organization_id": str(uuid.uuid4())}]},
+    {"jobs": [{"kind": "bench.noop"}], "requested_by": str(uuid.uuid4())},
+])
+def test_a_malformed_batch_is_a_400(stack: Stack, client, body):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json=body, headers=anna.auth)
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "invalid_request"
+    assert count_jobs(stack, org) == 0
+
+
+def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with app_db.begin() as conn:
+        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+                       dedup_key="taken")
+        with pytest.raises(DuplicateJob) as refused:
+            service.submit_many(conn, [service.JobRequest("bench.noop"),
+                                       service.JobRequest("bench.noop", dedup_key="taken")],
+                                organization_id=org, requested_by=anna.id)
+        assert refused.value.details["index"] == 1
+        # The caller's own earlier write survives; none of the batch's rows do.
+    assert count_jobs(stack, org) == 1

@@ -1,0 +1,110 @@
+"""The pages' pure parts: what each state says, the password challenge, the next= guard, the
+events stream's ids, the demo banner."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from argon2 import PasswordHasher
+
+from models.jobs.records import Job, Status
+from models.tenancy.passwords import answer_challenge, hash_password
+from webapp.api import event_id
+from webapp.cli import banner
+from webapp.status import describe
+from webapp.ui import safe_next
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def job(**changes) -> Job:
+    base = Job(id=uuid.uuid4(), organization_id=uuid.uuid4(), requested_by=uuid.uuid4(),
+               kind="projects_export", status=Status.QUEUED, attempts=0, max_attempts=3,
+               progress=None, error_code=None, error_message=None, dedup_key=None, run_after=NOW,
+               created_at=NOW, updated_at=NOW, started_at=None, finished_at=None,
+               cancel_requested_at=None, leased_by=None, lease_until=None, result_expired_at=None)
+    return dataclasses.replace(base, **changes)
+
+
+def test_accepted_is_not_done():
+    shown = describe(job())
+    assert shown.headline == "Queued — accepted, not started yet" and shown.progress is None
+
+
+def test_running_shows_the_measured_stage_and_a_bar_only_with_a_measured_total():
+    assert describe(job(status=Status.LEASED, attempts=1)).headline == "Running — started"
+    unmeasured = describe(job(status=Status.LEASED, attempts=1, progress={"stage": "reading projects"}))
+    assert (unmeasured.headline, unmeasured.progress) == ("Running — reading projects", None)
+    measured = describe(job(status=Status.LEASED, attempts=1,
+                            progress={"stage": "writing the file", "done": 3, "total": 8}))
+    assert (measured.headline, measured.progress) == ("Running — writing the file 3/8", (3, 8))
+    empty = describe(job(status=Status.LEASED, attempts=1,
+                         progress={"stage": "writing the file", "done": 0, "total": 0}))
+    assert empty.progress is None  # no bar for a total of nothing
+
+
+def test_a_retry_is_the_same_job_not_a_new_one():
+    waiting = describe(job(status=Status.QUEUED, attempts=1, error_code="internal_error",
+                           error_message="The job failed because of an internal error."))
+    assert waiting.headline == "Retrying — attempt 2 of 3"
+    assert "the same job, with the same id" in waiting.detail
+    running = describe(job(status=Status.LEASED, attempts=2, progress={"stage": "s", "done": 1, "total": 2}))
+    assert running.headline == "Retrying — attempt 2 of 3" and running.progress == (1, 2)
+    assert running.detail.startswith("Running — s 1/2")
+
+
+def test_a_cancel_request_is_not_yet_a_cancellation():
+    asked = describe(job(status=Status.CANCEL_REQUESTED, attempts=1))
+    assert asked.headline == "Cancel requested" and "still running" in asked.detail
+    assert describe(job(status=Status.CANCELLED)).headline == "Cancelled"
+    assert describe(job(status=Status.COMPLETED, attempts=1)).headline == "Completed"
+
+
+@pytest.mark.parametrize(("code", "step"), [
+    ("internal_error", "Try again with a new job. If it fails again, contact support"),
+    ("lease_expired", "contact support and quote the request id"),
+    ("requester_not_member", "Ask a member of the organization to start it again."),
+    ("organization_read_only", "Ask an owner to make it active again"),
+])
+def test_a_failure_says_what_to_do_next(code, step):
+    shown = describe(job(status=Status.FAILED, attempts=3, error_code=code, error_message="It broke."))
+    assert shown.headline == "Failed" and shown.detail == "It broke." and step in shown.next_step
+
+
+def test_the_web_computes_the_same_argon2id_string_without_ever_holding_the_digest():
+    stored = hash_password("correct horse battery staple")
+    challenge = stored.rsplit("$", 1)[0]
+    assert answer_challenge(challenge, "correct horse battery staple") == stored
+    assert answer_challenge(challenge, "correct horse battery stapler") != stored
+    assert PasswordHasher().verify(stored, "correct horse battery staple")
+    assert answer_challenge("$argon2i$v=19$m=8,t=1,p=1$c2FsdHNhbHQ", "x") is None  # only argon2id
+
+
+@pytest.mark.parametrize(("target", "kept"), [
+    ("/orgs/1/jobs?status=failed", True), ("/", True), ("", False),
+    ("https://evil.example", False), ("//evil.example", False), ("/\\evil.example", False),
+    ("javascript:alert(1)", False), ("/ok\r\nSet-Cookie: x=1", False), ("evil.example/x", False),
+])
+def test_next_stays_on_this_site(target, kept):
+    assert (safe_next(target) == target) is kept
+
+
+def test_an_event_id_names_a_visible_state():
+    a = job(status=Status.LEASED, attempts=1, progress={"stage": "s", "done": 1, "total": 3})
+    assert event_id(a) == event_id(dataclasses.replace(a, updated_at=datetime.now(UTC)))  # a heartbeat
+    assert event_id(a) != event_id(dataclasses.replace(a, progress={"stage": "s", "done": 2, "total": 3}))
+    assert event_id(a).startswith("1.leased.")
+
+
+def test_the_demo_banner_says_where_to_click_and_gives_every_password():
+    users = [{"email": "anna@acme.example", "role": "owner", "org_name": "Acme", "org_id": "o1",
+              "token": "sj_t1", "password": "pw-anna"},
+             {"email": "olga@ops.example", "role": "operator", "org_name": "-", "org_id": "-",
+              "token": "sj_t2", "password": "pw-olga"}]
+    text = banner("http://127.0.0.1:5000", users)
+    assert "open http://127.0.0.1:5000/login and sign in as anna@acme.example" in text
+    assert "pw-anna" in text and "pw-olga" in text and "sj_t1" in text
+    assert 'press "Export projects"' in text

@@ -1,0 +1,84 @@
+"""What a person reads about a job: one sentence per state, in words (never colour alone).
+
+They must always understand what happened: accepted is not done; a retry is the same job, not
+a new one; a cancel request is not yet a cancellation; a failure says what to do next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.jobs.records import Job, Status
+
+LABELS = {
+    "projects_export": "Export projects",
+    "projects_import": "Import projects",
+    "demo.slow_export": "Slow export (demo)",
+}
+
+# What to do after a failure, by error code; anything else: try again, then contact support.
+NEXT_STEPS = {
+    "requester_not_member": "The person who started it is no longer a member. "
+                            "Ask a member of the organization to start it again.",
+    "insufficient_role": "Ask an admin or an owner of the organization to start it.",
+    "organization_read_only": "The organization is read-only. Ask an owner to make it active "
+                              "again, then start a new job.",
+    "organization_unavailable": "The organization is no longer available for this.",
+    "invalid_params": "Correct the file, then start a new import.",
+}
+TRY_AGAIN = "Try again with a new job. If it fails again, contact support and quote the request id."
+
+
+@dataclass(frozen=True)
+class Shown:
+    word: str  # a short status for tables
+    headline: str  # the state, as the live page shows it
+    detail: str | None = None
+    progress: tuple[int, int] | None = None  # (done, total): a bar only when a total was measured
+    next_step: str | None = None
+    tone: str = "neutral"  # a CSS class; the words above always say it all
+
+
+def label_of(kind: str) -> str:
+    return LABELS.get(kind, kind)
+
+
+def running_line(job: Job) -> tuple[str, tuple[int, int] | None]:
+    """``Running — <stage> <done>/<total>``, from what the job measured (nothing invented)."""
+    progress = job.progress or {}
+    stage, done, total = progress.get("stage"), progress.get("done"), progress.get("total")
+    if not stage:
+        return "Running — started", None
+    if isinstance(done, int) and isinstance(total, int) and total > 0:
+        return f"Running — {stage} {done}/{total}", (min(done, total), total)
+    if isinstance(done, int) and isinstance(total, int):
+        return f"Running — {stage} {done}/{total}", None
+    return f"Running — {stage}", None
+
+
+def describe(job: Job) -> Shown:
+    status = job.status
+    if status == Status.QUEUED and job.attempts == 0:
+        return Shown("Queued", "Queued — accepted, not started yet", tone="waiting")
+    if status == Status.QUEUED:
+        reason = f" ({job.error_message})" if job.error_message else ""
+        return Shown("Retrying", f"Retrying — attempt {job.attempts + 1} of {job.max_attempts}",
+                     f"Attempt {job.attempts} did not succeed{reason}. It will run again shortly: "
+                     "the same job, with the same id.", tone="waiting")
+    if status == Status.LEASED:
+        line, bar = running_line(job)
+        if job.attempts > 1:
+            return Shown("Retrying", f"Retrying — attempt {job.attempts} of {job.max_attempts}",
+                         line + " (the same job, with the same id)", bar, tone="running")
+        return Shown("Running", line, None, bar, tone="running")
+    if status == Status.CANCEL_REQUESTED:
+        line, _bar = running_line(job)  # no bar: the job is winding down, not getting on
+        return Shown("Cancel requested", "Cancel requested",
+                     "The job stops at its next safe point; until then it is still running "
+                     f"({line.removeprefix('Running — ')}).", tone="running")
+    if status == Status.CANCELLED:
+        return Shown("Cancelled", "Cancelled", "The job was stopped and will not run again.")
+    if status == Status.COMPLETED:
+        return Shown("Completed", "Completed", tone="good")
+    return Shown("Failed", "Failed", job.error_message or "The job failed.",
+                 next_step=NEXT_STEPS.get(job.error_code or "", TRY_AGAIN), tone="bad")
