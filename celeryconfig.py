@@ -37,6 +37,18 @@ result_backend = None
 worker_send_task_events = _settings.task_events
 task_send_sent_event = _settings.task_sent_events
 
+# Remote control is a mailbox every worker listens to on the broker: anyone who can publish to
+# Redis could send `shutdown`, `pool_shrink` or `rate_limit` to every worker. Off unless an
+# operator opts in (SPACEJOBS_REMOTE_CONTROL=1); task events, which Flower and `celery events`
+# read, are separate and stay on.
+worker_enable_remote_control = _settings.remote_control
+# Celery's consumer with one guard: wake-ups reserved on a lost broker connection are not put
+# back, which is where a Redis restart used to kill the worker (tasks/consumer.py).
+worker_consumer = "tasks.consumer:WakeupConsumer"
+# Only acks_late tasks are cancelled on a connection loss, and there are none: Celery 6's
+# default, set now so that every reconnect does not log a deprecation warning.
+worker_cancel_long_running_tasks_on_connection_loss = True
+
 task_default_queue = _settings.queue
 # Sweeps get a queue of their own, which workers read alongside the wake-ups (the Redis
 # transport alternates between a consumer's queues): behind a backlog of wake-ups in one queue

@@ -38,7 +38,15 @@ class Settings(BaseSettings):
     operator_database_url: str | None = Field(
         None, description="explicit URL for the dashboard role `space_operator` (default: derived)")
     db_role_password: SecretStr | None = Field(
-        None, description="set on the login roles by `db upgrade`, used in derived URLs")
+        None, description="set on the login roles by `db upgrade`, used in derived URLs "
+                          "(each role's own password below takes precedence)")
+    app_db_password: SecretStr | None = Field(
+        None, description="`space_app`'s own password: set by `db upgrade`, used in its derived URL")
+    worker_db_password: SecretStr | None = Field(
+        None, description="`space_worker`'s own password: set by `db upgrade`, used in its derived URL")
+    operator_db_password: SecretStr | None = Field(
+        None, description="`space_operator`'s own password: set by `db upgrade`, used in its "
+                          "derived URL")
 
     # -- queue and worker ------------------------------------------------------------------
     queue: str = Field("spacejobs", description="the Celery queue of wake-ups (sweeps use "
@@ -100,6 +108,10 @@ class Settings(BaseSettings):
     task_events: bool = Field(True, description="Celery task events for Flower")
     task_sent_events: bool = Field(
         False, description="the \"task-sent\" event; it costs every wake-up a second publish")
+    remote_control: bool = Field(
+        False, description="Celery remote control (`celery control`, `celery inspect`, Flower's "
+                           "worker actions) through the broker; off, a broker client cannot stop "
+                           "or reconfigure workers")
 
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")

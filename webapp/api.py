@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from flask import Blueprint, Response, current_app, jsonify, request, stream_with_context, url_for
+from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -24,7 +24,7 @@ from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
-from webapp.jobs import list_page, start_job, start_jobs
+from webapp.jobs import list_page, submit_in, submit_many_in
 from webapp.limits import limiter
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -146,13 +146,16 @@ def create_project(org: str) -> ResponseReturnValue:
 
 @api.post("/orgs/<org>/jobs")
 def submit_job(org: str) -> ResponseReturnValue:
-    user = current_user()  # 401 before anything else: validation must not tell strangers what exists
-    body = parse_body(SubmitJob)
-    idempotency_key = request.headers.get("Idempotency-Key")
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
-        raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
-    job, created = start_job(org, user, body.kind, body.params, dedup_key=body.dedup_key,
-                             idempotency_key=idempotency_key, run_after=body.run_after)
+    # ONE transaction, opened by the statement that authenticates (401) and finds the
+    # membership (404): only then is the body validated, so strangers learn nothing of kinds.
+    with org_transaction(org) as (conn, membership):
+        body = parse_body(SubmitJob)
+        idempotency_key = request.headers.get("Idempotency-Key")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
+            raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
+        job, created = submit_in(conn, membership, g.user, body.kind, body.params,
+                                 dedup_key=body.dedup_key, idempotency_key=idempotency_key,
+                                 run_after=body.run_after)
     response = jsonify(job_json(job))
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
@@ -164,10 +167,10 @@ def submit_job(org: str) -> ResponseReturnValue:
 @api.post("/orgs/<org>/jobs:batch")
 def submit_jobs(org: str) -> ResponseReturnValue:
     """1 to 1,000 jobs in one request and one statement, all or nothing."""
-    user = current_user()
-    body = parse_body(SubmitBatch)
-    jobs = start_jobs(org, user, [service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after)
-                                  for j in body.jobs])
+    with org_transaction(org) as (conn, membership):
+        body = parse_body(SubmitBatch)
+        jobs = submit_many_in(conn, membership, g.user, [
+            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs])
     return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
 
 

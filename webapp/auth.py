@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from flask import current_app, g, request, session
 from sqlalchemy import Connection, Engine
 
-from models.db.transaction import transaction
+from models.db.transaction import opened, transaction
 from models.errors import InvalidRequest, NotFound, Unauthorized
 from models.tenancy import sessions
-from models.tenancy.access import Membership, require_membership
-from models.tenancy.accounts import User, authenticate
+from models.tenancy.access import Membership, current_member, require_membership
+from models.tenancy.accounts import User, authenticate, principal
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -163,8 +163,18 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
     a deleted organization gets 409 ``organization_unavailable``. The user's own memberships
     are in scope too (``app.user_id``), for the organization switcher.
     """
-    user = user or current_user()
     org_id = parse_id(org)
+    token = bearer_token() if user is None and "user" not in g else None
+    if token is not None:
+        # One statement authenticates the token, finds the membership and scopes the
+        # transaction to what it found (models.tenancy.accounts.principal).
+        with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
+            if found is None:
+                raise Unauthorized()
+            remember(found[0], "token")
+            yield conn, current_member(found[1])
+        return
+    user = user or current_user()
     with transaction(engine(), organization_id=org_id, user_id=user.id,
                      actor=f"user:{user.id}") as conn:
         yield conn, require_membership(conn, org_id, user.id)

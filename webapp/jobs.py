@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from models.errors import InvalidRequest
 from models.jobs import service, store
 from models.jobs.records import ALL_STATUSES, Job
+from models.tenancy.access import Membership
 from models.tenancy.accounts import User
 from webapp.auth import org_transaction
 
@@ -31,18 +32,31 @@ def start_job(
     raw_params: Any,
     *,
     dedup_key: str | None = None,
+) -> tuple[Job, bool]:
+    """For the pages: a transaction of its own around :func:`submit_in`."""
+    with org_transaction(org, user) as (conn, membership):
+        return submit_in(conn, membership, user, kind_name, raw_params, dedup_key=dedup_key)
+
+
+def submit_in(
+    conn: Connection,
+    membership: Membership,
+    user: User,
+    kind_name: str,
+    raw_params: Any,
+    *,
+    dedup_key: str | None = None,
     idempotency_key: str | None = None,
     run_after: datetime | None = None,
 ) -> tuple[Job, bool]:
-    """In ONE transaction: membership and organization state checked, the row (+ event)
-    inserted (models.jobs.service.submit); the wake-up goes out after COMMIT. Returns
-    ``(job, created)``."""
-    with org_transaction(org, user) as (conn, membership):
-        submitted = service.submit(
-            conn, kind_name, raw_params, organization_id=membership.organization_id,
-            requested_by=user.id, dedup_key=dedup_key, idempotency_key=idempotency_key,
-            run_after=run_after, request_id=g.request_id,
-            wake=current_app.extensions["spacejobs.wakeups"].wake)
+    """In the request's ONE transaction (membership already checked): the kind's rules checked
+    and the row (+ event) inserted by models.jobs.service.submit; the wake-up goes out after
+    COMMIT. Returns ``(job, created)``."""
+    submitted = service.submit(
+        conn, kind_name, raw_params, organization_id=membership.organization_id,
+        requested_by=user.id, dedup_key=dedup_key, idempotency_key=idempotency_key,
+        run_after=run_after, request_id=g.request_id,
+        wake=current_app.extensions["spacejobs.wakeups"].wake)
     job = submitted.job
     log.info("job submitted" if submitted.created else "job submit replayed",
              extra={"request_id": g.request_id, "job_id": str(job.id), "kind": job.kind,
@@ -50,12 +64,12 @@ def start_job(
     return job, submitted.created
 
 
-def start_jobs(org: str, user: User, requests: list[service.JobRequest]) -> list[Job]:
-    """Many jobs, all or nothing (models.jobs.service.submit_many)."""
-    with org_transaction(org, user) as (conn, membership):
-        jobs = service.submit_many(
-            conn, requests, organization_id=membership.organization_id, requested_by=user.id,
-            request_id=g.request_id, wake=current_app.extensions["spacejobs.wakeups"].wake)
+def submit_many_in(conn: Connection, membership: Membership, user: User,
+                   requests: list[service.JobRequest]) -> list[Job]:
+    """Many jobs, all or nothing (models.jobs.service.submit_many), in the request's transaction."""
+    jobs = service.submit_many(
+        conn, requests, organization_id=membership.organization_id, requested_by=user.id,
+        request_id=g.request_id, wake=current_app.extensions["spacejobs.wakeups"].wake)
     log.info("%d jobs submitted", len(jobs), extra={
         "request_id": g.request_id, "organization_id": str(membership.organization_id)})
     return jobs

@@ -22,11 +22,13 @@ class AfterCommitConnection(psycopg.Connection):
     when the transaction belongs to the caller. SQLAlchemy commits through ``commit()`` here,
     and hands the connection back to its pool through ``rollback()``."""
 
-    after_commit: list[Callable[[], None]]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.after_commit: list[Callable[[], None]] = []
 
     def commit(self) -> None:
         super().commit()
-        callbacks, self.after_commit = getattr(self, "after_commit", []), []
+        callbacks, self.after_commit = self.after_commit, []
         for callback in callbacks:
             try:
                 callback()

@@ -30,7 +30,7 @@ from sqlalchemy import Connection, text
 
 from models.db.engine import make_engine
 from models.db.queries import queries_beside
-from models.settings import get_settings
+from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_password
 
 Q = queries_beside(__file__)
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -74,9 +74,8 @@ def alembic_config(conn: Connection) -> Config:
 
 
 def ensure_roles(conn: Connection) -> None:
-    password = get_settings().db_role_password
-    conn.execute(Q["pass_role_password"],
-                 {"password": password.get_secret_value() if password else ""})
+    conn.execute(Q["pass_role_passwords"],
+                 {role: role_password(role) or "" for role in (APP_ROLE, WORKER_ROLE, OPERATOR_ROLE)})
     conn.execute(Q["ensure_roles"])
     conn.execute(Q["grant_schema"])
     secure_database(conn)

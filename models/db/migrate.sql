@@ -5,12 +5,12 @@ SELECT pg_advisory_xact_lock(1538056373)
 -- ensure_roles --
 -- Cluster-wide objects an owner role may not create, so they come first, as the admin.
 -- Idempotent, and it tolerates a concurrent creator on another host. None of the roles may
--- bypass row-level security, and none is a superuser. The password (if any) arrives as a
--- transaction-local setting because a DO block takes no parameters.
+-- bypass row-level security, and none is a superuser. Each login role's password (if any)
+-- arrives as a transaction-local setting because a DO block takes no parameters.
 DO $$
 DECLARE
     r record;
-    password text := nullif(current_setting('spacejobs.role_password', true), '');
+    password text;
 BEGIN
     FOR r IN SELECT * FROM (VALUES ('space_owner', false), ('space_app', true),
                                    ('space_worker', true), ('space_operator', true)) AS t (name, login)
@@ -19,8 +19,15 @@ BEGIN
             EXECUTE format('CREATE ROLE %I', r.name);
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END;
-        EXECUTE format('ALTER ROLE %I %s NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB',
-                       r.name, CASE WHEN r.login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        -- Only when something is off: roles are cluster-wide, and two databases migrating at
+        -- once (their advisory locks are per database) must not both rewrite the same role.
+        IF EXISTS (SELECT 1 FROM pg_roles
+                   WHERE rolname = r.name AND (rolsuper OR rolbypassrls OR rolcreaterole
+                                               OR rolcreatedb OR rolcanlogin <> r.login)) THEN
+            EXECUTE format('ALTER ROLE %I %s NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB',
+                           r.name, CASE WHEN r.login THEN 'LOGIN' ELSE 'NOLOGIN' END);
+        END IF;
+        password := nullif(current_setting('spacejobs.password_' || r.name, true), '');
         IF r.login AND password IS NOT NULL THEN
             EXECUTE format('ALTER ROLE %I PASSWORD %L', r.name, password);
         END IF;
@@ -42,8 +49,10 @@ DO $$ BEGIN
     EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
 END $$
 
--- pass_role_password --
-SELECT set_config('spacejobs.role_password', :password, true)
+-- pass_role_passwords --
+SELECT set_config('spacejobs.password_space_app', :space_app, true),
+       set_config('spacejobs.password_space_worker', :space_worker, true),
+       set_config('spacejobs.password_space_operator', :space_operator, true)
 
 -- set_owner_role --
 SET LOCAL ROLE space_owner

@@ -7,6 +7,7 @@ workers and the dashboard each connect as their own role.
 
 from __future__ import annotations
 
+from pydantic import SecretStr
 from sqlalchemy.engine import URL, make_url
 
 from models.db.engine import driver_url
@@ -30,19 +31,35 @@ def role_url(role: str, base_url: str | None = None) -> str:
     """URL for an application role: its own setting if given, else derived from ``DATABASE_URL``.
 
     The derived URL keeps host, port, database and options, swaps the user, and uses
-    ``SPACEJOBS_DB_ROLE_PASSWORD`` (set on the roles by ``db upgrade``) when there is one.
+    the role's password (set on it by ``db upgrade``, see ``role_password``) when there is one.
     """
-    settings = get_settings()
-    explicit = {
-        APP_ROLE: settings.app_database_url,
-        WORKER_ROLE: settings.worker_database_url,
-        OPERATOR_ROLE: settings.operator_database_url,
-    }.get(role)
+    explicit, _ = _own_settings(role)
     if base_url is None and explicit:
         return driver_url(explicit)
     base = make_url(driver_url(base_url or admin_url()))
-    password = settings.db_role_password.get_secret_value() if settings.db_role_password else None
     # Never the admin's password: the role has its own (or none, with trust/peer auth).
-    url = URL.create(base.drivername, username=role, password=password or None,
+    url = URL.create(base.drivername, username=role, password=role_password(role),
                      host=base.host, port=base.port, database=base.database, query=base.query)
     return url.render_as_string(hide_password=False)
+
+
+def role_password(role: str) -> str | None:
+    """The password ``db upgrade`` sets on a login role: its own setting, else the shared one.
+
+    Separate passwords let each deployed service hold only its own role's secret.
+    """
+    _, own = _own_settings(role)
+    secret = own or get_settings().db_role_password
+    if secret is None:
+        return None
+    return secret.get_secret_value() or None
+
+
+def _own_settings(role: str) -> tuple[str | None, SecretStr | None]:
+    """A login role's own URL and password settings (both unset for any other role)."""
+    settings = get_settings()
+    return {
+        APP_ROLE: (settings.app_database_url, settings.app_db_password),
+        WORKER_ROLE: (settings.worker_database_url, settings.worker_db_password),
+        OPERATOR_ROLE: (settings.operator_database_url, settings.operator_db_password),
+    }.get(role, (None, None))

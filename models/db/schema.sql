@@ -230,6 +230,21 @@ CREATE TABLE web_sessions (
 -- "Sign this user out everywhere" (set-password, sign-out) and the per-user clean-up at sign-in.
 CREATE INDEX web_sessions_user_idx ON web_sessions (user_id);
 
+-- The API's principal: a bearer token, its user and that user's membership in the URL's
+-- organization, in the one statement that opens a request's transaction (it also scopes it). The
+-- web role reads api_tokens only through this function: never a list of token hashes.
+CREATE FUNCTION api_principal(p_token_hash bytea, p_organization_id uuid)
+RETURNS TABLE (user_id uuid, email text, name text, is_operator boolean,
+               organization_id uuid, organization_name text, organization_state text, role text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT u.id, u.email, u.name, u.is_operator, o.id, o.name, o.state, m.role
+    FROM api_tokens t
+    JOIN users u ON u.id = t.user_id
+    LEFT JOIN memberships m ON m.user_id = u.id AND m.organization_id = p_organization_id
+    LEFT JOIN organizations o ON o.id = m.organization_id
+    WHERE t.token_hash = p_token_hash AND t.revoked_at IS NULL
+$$;
+
 -- =============================================================================================
 -- Operations: worker presence, kind controls, operator audit, metric counters
 -- =============================================================================================
@@ -825,7 +840,7 @@ CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USIN
 
 -- space_app: the web. Tenant data through the policies above; kind controls and the audit log
 -- are the operators' actions, which the web performs after @operator_only.
-GRANT SELECT ON organizations, users, api_tokens, memberships TO space_app;
+GRANT SELECT ON organizations, users, memberships TO space_app;
 GRANT SELECT, INSERT ON projects TO space_app;
 -- Jobs: read (never the lease token), ask to cancel; written only through submit_job(s)().
 GRANT SELECT (id, organization_id, requested_by, kind, status, params, lease_until, leased_by,
@@ -891,6 +906,8 @@ REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[])
     TO space_app, space_worker;
+REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
@@ -900,3 +917,5 @@ GRANT EXECUTE ON FUNCTION login_challenge(text), check_login(text, text) TO spac
 -- space_app, web sessions: The web starts, touches, ends and cleans up sessions; it may change nothing else of a row.
 GRANT SELECT, INSERT, DELETE ON web_sessions TO space_app;
 GRANT UPDATE (last_seen_at, revoked_at) ON web_sessions TO space_app;
+REVOKE ALL ON FUNCTION api_principal(bytea, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION api_principal(bytea, uuid) TO space_app;

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from models.db.engine import AfterCommitConnection
 from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
 
 Q = queries_beside(__file__)
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -29,9 +33,36 @@ def transaction(
     actor: str | None = None,
 ) -> Iterator[Connection]:
     """One transaction, scoped to a tenant and a user when given; commits unless it raises."""
-    with engine.begin() as conn:
+    def first(conn: Connection) -> None:
         scope(conn, organization_id=organization_id, user_id=user_id, actor=actor)
+
+    with opened(engine, first) as (conn, _):
         yield conn
+
+
+@contextmanager
+def opened(engine: Engine, first: Callable[[Connection], T]) -> Iterator[tuple[Connection, T]]:
+    """A transaction whose first statement is ``first(conn)`` (for a request, the one that
+    authenticates and scopes it); yields the connection and what ``first`` returned, and
+    commits unless the block raises.
+
+    That first statement is tried on a second connection when the first one turns out to be
+    dead: a pooled connection whose backend was just terminated or restarted may not have said
+    so yet when the pool's checkout looked at it. Nothing has run at that point, so trying again
+    is safe; any later failure is the caller's to see.
+    """
+    for attempt in (1, 2):
+        conn = engine.connect()
+        try:
+            trans = conn.begin()
+            result = first(conn)
+            break
+        except DBAPIError as error:
+            conn.close()
+            if attempt == 2 or not error.connection_invalidated:
+                raise
+    with conn, trans:
+        yield conn, result
 
 
 def scope(

@@ -51,7 +51,11 @@ def require_membership(conn: Connection, organization_id: UUID | str, user_id: U
     still be read; operations that need a live organization refuse through
     :func:`check_allowed`.
     """
-    membership = find_membership(conn, organization_id, user_id)
+    return current_member(find_membership(conn, organization_id, user_id))
+
+
+def current_member(membership: Membership | None) -> Membership:
+    """:func:`require_membership`'s rule, for a membership already read."""
     if membership is None:
         raise NotFound()
     if membership.organization_state == "deleted":

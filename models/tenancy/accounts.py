@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
 from models.errors import InvalidRequest, NotFound
-from models.tenancy.access import ORG_STATES, ROLE_RANK
+from models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
 
 Q = queries_beside(__file__)
 
@@ -123,10 +123,28 @@ def list_tokens(conn: Connection, user_id: UUID) -> list[dict[str, object]]:
     return [dict(row) for row in conn.execute(Q["list_tokens"], {"user": user_id}).mappings()]
 
 
-def authenticate(conn: Connection, token: str) -> User | None:
+def principal(conn: Connection, token: str, organization_id: UUID | None = None
+              ) -> tuple[User, Membership | None] | None:
+    """The user behind an API token, and their membership in ``organization_id`` (None when they
+    are not a member); None for an unknown or revoked token. One statement, which also scopes
+    the caller's transaction to that user and (for a member) that organization."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    row = conn.execute(Q["authenticate"], {"hash": hash_token(token)}).one_or_none()
+    row = conn.execute(Q["principal"], {"hash": hash_token(token),
+                                        "org": organization_id}).one_or_none()
+    if row is None:
+        return None
+    user = User(row.user_id, row.email, row.name, row.is_operator)
+    membership = (Membership(row.organization_id, row.user_id, row.role, row.organization_state,
+                             row.organization_name) if row.role is not None else None)
+    return user, membership
+
+
+def authenticate(conn: Connection, token: str) -> User | None:
+    """The user behind an API token; None for an unknown or revoked one. Scopes nothing."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    row = conn.execute(Q["token_user"], {"hash": hash_token(token)}).one_or_none()
     return User(*row) if row else None
 
 

@@ -51,10 +51,21 @@ SELECT id, created_at, revoked_at FROM api_tokens WHERE user_id = :user ORDER BY
 -- names_of --
 SELECT id, name, email FROM users WHERE id = ANY(CAST(:ids AS uuid[]))
 
--- authenticate --
-SELECT u.id, u.email, u.name, u.is_operator
-FROM api_tokens t JOIN users u ON u.id = t.user_id
-WHERE t.token_hash = :hash AND t.revoked_at IS NULL
+-- principal --
+-- A bearer token's user and their membership in the organization (NULLs when they are not a
+-- member, or when no organization is named), through api_principal() (the web role may not read
+-- api_tokens). It scopes the transaction to what it found, never to what the request says: the
+-- organization only when the user is a member of it.
+SELECT p.user_id, p.email, p.name, p.is_operator, p.organization_id, p.organization_name,
+       p.organization_state, p.role,
+       set_config('app.organization_id', coalesce(p.organization_id::text, ''), true),
+       set_config('app.user_id', p.user_id::text, true),
+       set_config('app.actor', 'user:' || p.user_id, true)
+FROM api_principal(:hash, CAST(:org AS uuid)) AS p
+
+-- token_user --
+-- The same lookup, scoping nothing (a long response re-checks its token mid-transaction).
+SELECT user_id, email, name, is_operator FROM api_principal(:hash, NULL)
 
 -- memberships_of --
 -- The user's own memberships across organizations (needs app.user_id in scope).

@@ -92,5 +92,10 @@ def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):
     monkeypatch.setenv("SPACEJOBS_DB_ROLE_PASSWORD", "pw")
     reload_settings()
     assert role_url("space_app", base).startswith("postgresql+psycopg://space_app:pw@db.example:5433/")
+    # A role's own password wins, so a service can be given only its own role's secret.
+    monkeypatch.setenv("SPACEJOBS_WORKER_DB_PASSWORD", "worker-only")
+    reload_settings()
+    assert role_url("space_worker", base).startswith("postgresql+psycopg://space_worker:worker-only@")
+    assert role_url("space_app", base).startswith("postgresql+psycopg://space_app:pw@")
     monkeypatch.undo()
     reload_settings()

@@ -164,3 +164,7 @@ GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, 
     ON jobs TO space_worker;
 GRANT SELECT ON job_events TO space_worker;
 GRANT INSERT ON job_diagnostics TO space_worker;
+
+-- Trigger functions run as triggers, never called: nobody needs EXECUTE on them.
+REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
