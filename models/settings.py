@@ -113,6 +113,10 @@ class Settings(BaseSettings):
                            "worker actions) through the broker; off, a broker client cannot stop "
                            "or reconfigure workers")
 
+    periodic_jobs: str = Field(
+        "[]", description="periodic jobs, a JSON list of {name, kind, organization_id, "
+                          "requested_by, params?, schedule?} (README, \"Periodic jobs\")")
+
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
     demo_kinds: bool = Field(

@@ -1,4 +1,4 @@
-"""Celery beat that runs the sweep itself, instead of sending it to the workers as a message.
+"""Celery beat that runs the sweep itself, and submits the periodic jobs.
 
 Lost wake-ups and expired leases are recovered only by sweeps, so a sweep must never wait
 behind jobs: sent as a message, it waited for a free pool process, and in a 2,000-job chaos run
@@ -7,17 +7,26 @@ sweep needs nothing but beat and PostgreSQL. Several beats on several hosts may 
 batch of the sweep is taken with FOR UPDATE SKIP LOCKED, so two sweeps never handle one row.
 Sweeps run one after another in beat's own loop, so a slow sweep delays the next instead of
 overlapping it.
+
+Periodic jobs (models/jobs/periodic.py) are submitted from the same loop, at most once per
+period by this beat; the period's Idempotency-Key makes it once per period across all beats.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from celery.beat import PersistentScheduler, ScheduleEntry
+from pydantic import TypeAdapter
 
-from tasks import sweeper
+from models.db.transaction import transaction
+from models.jobs import periodic
+from models.kinds import load_kinds
+from models.settings import get_settings
+from tasks import sweeper, worker_process
 from tasks.wakeups import SWEEP_TASK, WakeupPublisher
 
 log = logging.getLogger("spacejobs.beat")
@@ -25,6 +34,38 @@ log = logging.getLogger("spacejobs.beat")
 
 class SweepingScheduler(PersistentScheduler):
     _publisher: WakeupPublisher | None = None
+    _periodic: list[periodic.Periodic] | None = None
+    _submitted: dict[str, datetime]
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        load_kinds()
+        entries = TypeAdapter(list[periodic.PeriodicEntry]).validate_json(
+            get_settings().periodic_jobs)
+        self._periodic = periodic.resolve(entries)  # a bad entry stops beat at once, loudly
+        self._submitted = {}
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        self.submit_periodic(datetime.now(UTC))
+        return super().tick(*args, **kwargs)
+
+    def submit_periodic(self, now: datetime) -> None:
+        for job in self._periodic or ():
+            period = job.schedule.period(now)
+            if self._submitted.get(job.entry.name) == period:
+                continue
+            try:
+                with transaction(worker_process.engine(), actor="beat") as conn:
+                    submitted = periodic.submit_period(conn, job, period,
+                                                       wake=self.publisher().wake)
+            except Exception:
+                log.exception("periodic job %s not submitted; the next tick tries again",
+                              job.entry.name)
+                continue
+            self._submitted[job.entry.name] = period
+            log.info("periodic job %s for %s: %s", job.entry.name, period.isoformat(),
+                     "submitted" if submitted.created else "already submitted by another beat",
+                     extra={"job_id": str(submitted.job.id), "kind": job.entry.kind})
 
     def apply_async(self, entry: ScheduleEntry, producer: Any = None, advance: bool = True,
                     **kwargs: Any) -> Any:

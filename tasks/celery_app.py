@@ -30,7 +30,7 @@ log = logging.getLogger("spacejobs.tasks")
 # through the same publisher as the web's, counted in this process's buffer.
 publisher = WakeupPublisher(counters=worker_process.COUNTERS, celery=app)
 # A task that submits jobs (models.jobs.service) wakes workers through the same publisher.
-service.configure(publisher.wake)
+service.configure(wake=publisher.wake)
 
 
 def _publish_quietly(job_id: str | None = None, *, countdown: float | None = None) -> None:
@@ -51,6 +51,8 @@ def make_runner() -> Runner:
         count=lambda name, kind: worker_process.COUNTERS.add(name, kind),
         linger=settings.linger_seconds,
         wait_for_work=worker_process.wait_for_work,
+        fan_out=publisher.wake,
+        ring=worker_process.RING,
     )
 
 

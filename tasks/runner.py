@@ -24,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
@@ -47,6 +47,8 @@ log = logging.getLogger("spacejobs.runner")
 
 #: a completed job's result may wait this long for the next claim before it is flushed alone
 FLUSH_AFTER = 0.005
+#: pauses before claiming again when a claim found only jobs other claims had locked
+CONTENDED_RETRIES = (0.005, 0.02, 0.05)
 
 
 class Outcome(StrEnum):
@@ -88,7 +90,8 @@ class Leases(JobRuntime, Protocol):
     """What the runner needs of the store (models.jobs.leases.WorkerLeases, or a fake)."""
 
     def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
-                         controls: list[Any] | None = None) -> FinishReport: ...
+                         controls: list[Any] | None = None,
+                         after_organization: UUID = ...) -> FinishReport: ...
 
     def fail(self, job: LeasedJob, failure: Failure) -> Status | None: ...
 
@@ -118,6 +121,14 @@ class Stats:
         self.running = 0
         self.processed = 0
         self.failed = 0
+
+
+class Ring:
+    """Where this process's next claim starts its turn among the organizations (kept across
+    wake-ups, so every organization with due work gets served in turn)."""
+
+    def __init__(self) -> None:
+        self.after = UUID(int=0)
 
 
 class BatchSize:
@@ -162,6 +173,9 @@ class Runner:
     #: after a trip through the broker
     linger: float = 0.0
     wait_for_work: Callable[[float], bool] = lambda seconds: False
+    #: tell another process there is work (a coalesced wake-up), once per drain that finds more
+    fan_out: Callable[[], object] = lambda: None
+    ring: Ring = field(default_factory=Ring)
 
     def drain(self, limit: int) -> int:
         """Drain, then linger for new work and drain again, until the linger passes idle, the
@@ -182,6 +196,7 @@ class Runner:
         self._pending_since = 0.0
         held: deque[LeasedJob] = deque()
         ran = 0
+        fanned_out = False
         try:
             while True:
                 if not held:
@@ -189,8 +204,20 @@ class Runner:
                     if not self._pending and not want:
                         break
                     held.extend(self._flush(claim=want))
+                    for pause in CONTENDED_RETRIES:
+                        if held or not self._more_due or self.stop_requested():
+                            break
+                        # Jobs were due but locked by concurrent claims for a moment: look
+                        # again shortly rather than go idle while they wait.
+                        time.sleep(pause)
+                        held.extend(self._flush(claim=want))
                     if not held:
                         break
+                    if self._more_due and not fanned_out:
+                        # More is due than we took. Wake-ups are coalesced, so the other idle
+                        # processes hear of it only from us.
+                        self.fan_out()
+                        fanned_out = True
                 if self.stop_requested():
                     break  # the held jobs are given back below, unstarted
                 job = held.popleft()
@@ -301,7 +328,8 @@ class Runner:
         pending, self._pending = self._pending, []
         try:
             report = self.leases.finish_and_claim(pending, claim=claim,
-                                                  controls=self.controls() if claim else None)
+                                                  controls=self.controls() if claim else None,
+                                                  after_organization=self.ring.after)
         except Exception:
             # The results stay uncommitted: their leases expire and the jobs run again.
             for item in pending:
@@ -319,6 +347,9 @@ class Runner:
                         extra=job.log_context)
             self._end(job, Outcome.STALE_FINISH, seconds[job.id])
         self.keeper.hold(report.leased)
+        self._more_due = report.more_due
+        if claim:
+            self.ring.after = report.next_organization
         return report.leased
 
     def _end(self, job: LeasedJob, outcome: Outcome, seconds: float = 0.0) -> None:

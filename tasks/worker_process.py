@@ -19,7 +19,7 @@ from models.jobs.leases import WorkerLeases
 from models.ops.counters import BufferedCounters
 from tasks import shutdown
 from tasks.heartbeat import LeaseKeeper
-from tasks.runner import Stats
+from tasks.runner import Ring, Stats
 
 log = logging.getLogger("spacejobs.worker")
 
@@ -36,6 +36,8 @@ _controls: tuple[float, list[Any]] | None = None
 CONTROLS_TTL = 1.0
 
 STATS = Stats()
+#: this process's turn among the organizations, kept from one wake-up to the next
+RING = Ring()
 
 
 def worker_name() -> str:
@@ -101,6 +103,7 @@ def _forget_parent() -> None:
         _engine.dispose(close=False)  # the parent's sockets are not ours to close
     _engine = _leases = _keeper = _controls = _listener = None
     STATS.__init__()  # presence holds a reference to this object: reset it in place
+    RING.__init__()
 
 
 os.register_at_fork(after_in_child=_forget_parent)

@@ -36,7 +36,9 @@ CREATE TABLE organizations (
     state       text NOT NULL DEFAULT 'active'
                 CHECK (state IN ('active', 'read_only', 'deleting', 'deleted')),
     created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- Its share of each claim when several organizations have work (claim_jobs), 1 to 100.
+    claim_weight smallint NOT NULL DEFAULT 1 CHECK (claim_weight BETWEEN 1 AND 100)
 );
 
 CREATE TABLE users (
@@ -124,6 +126,8 @@ CREATE TABLE jobs (
     -- The job an operator's retry copied (ops/actions.sql); NULL once retention deleted it.
     -- Last because revision 0003 added it: both install paths keep the same column order.
     retry_of             uuid REFERENCES jobs (id) ON DELETE SET NULL,
+    -- Taken first within its organization (claim_jobs); -10 to 10.
+    priority             smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN -10 AND 10),
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
            (lease_token IS NOT NULL AND lease_until IS NOT NULL))
@@ -133,6 +137,10 @@ CREATE TABLE jobs (
 -- not the millions of finished rows behind them.
 CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
 CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_until) WHERE status IN ('leased', 'cancel_requested');
+-- claim_jobs: an organization's queued jobs in the order they are taken, and (its leading
+-- column) the organizations that have any, found one index probe each.
+CREATE INDEX jobs_fair_claim_idx ON jobs (organization_id, priority DESC, run_after, created_at)
+    WHERE status = 'queued';
 -- Tenant listing, newest first, with keyset pagination.
 CREATE INDEX jobs_org_created_idx ON jobs (organization_id, created_at DESC, id DESC);
 -- Retention walks finished rows by age: whole jobs (this one), results still held (the next).
@@ -504,6 +512,16 @@ BEGIN
     ) AS m (name, label, value, wanted)
     WHERE m.wanted
     GROUP BY m.name, t.kind, m.label;
+
+    -- Jobs that just ended, for whoever waits on them (models/jobs/waiting.py): their ids, at
+    -- most 200 to a notification (a payload holds 8,000 bytes). Delivered at COMMIT, like the
+    -- row itself; a waiter re-reads the row, the truth, in any case.
+    PERFORM pg_notify('spacejobs_finished', chunk.ids)
+    FROM (SELECT string_agg(e.id::text, ',') AS ids
+          FROM (SELECT n.id, (row_number() OVER ()) / 200 AS part
+                FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                WHERE n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status) e
+          GROUP BY e.part) AS chunk;
     RETURN NULL;
 END $$;
 
@@ -539,34 +557,91 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
 $$;
 
--- The claim: up to p_limit due jobs in ONE statement, each with its own fresh random lease token.
--- Queued jobs through jobs_claimable_idx, leases that ran out while attempts remain through
--- jobs_lease_expiry_idx (cancel_requested is not re-claimed: an expired cancel request ends
--- cancelled); SKIP LOCKED lets concurrent claimers pass each other without waiting. A function,
--- because it is the one place a worker reads params: those of the jobs it leases, no others.
-CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text)
+-- The claim: up to p_limit due jobs in ONE statement, each with its own fresh random lease token,
+-- fair between organizations: they are taken in turn around a ring (the caller remembers where
+-- its last claim stopped), each a share of the batch in proportion to its weight, and within an
+-- organization higher priority first. Every step reads an index (jobs_fair_claim_idx; leases
+-- that ran out, jobs_lease_expiry_idx); SKIP LOCKED lets concurrent claimers pass each other.
+-- A function, because it is the one place a worker reads params: those of the jobs it leases.
+CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text,
+                           p_after_organization uuid)
 RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
                attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
-               request_id text)
+               request_id text, more_due boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     RETURN QUERY
-    WITH expired AS (
+    WITH RECURSIVE
+    -- The ring of organizations with queued jobs, from just after p_after_organization round to
+    -- it again: a loose index scan, one probe per organization. At least 32 of them even for a
+    -- small batch, so that concurrent claimers whose first organizations' jobs are locked by
+    -- each other (SKIP LOCKED) still find the next ones'.
+    after_cursor (org, n) AS (
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > p_after_organization
+                ORDER BY q.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > a.org
+                ORDER BY q.organization_id LIMIT 1), a.n + 1
+        FROM after_cursor a WHERE a.org IS NOT NULL AND a.n < greatest(p_limit, 32)
+    ), from_start (org, n) AS (
+        SELECT (SELECT q.organization_id FROM jobs q WHERE q.status = 'queued'
+                ORDER BY q.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > f.org
+                ORDER BY q.organization_id LIMIT 1), f.n + 1
+        FROM from_start f
+        WHERE f.org IS NOT NULL AND f.org < p_after_organization AND f.n < greatest(p_limit, 32)
+    ), ring AS (
+        SELECT r.org, r.position FROM (
+            SELECT a.org, a.n AS position FROM after_cursor a WHERE a.org IS NOT NULL
+            UNION ALL
+            SELECT f.org, greatest(p_limit, 32) + f.n FROM from_start f
+            WHERE f.org IS NOT NULL AND f.org <= p_after_organization
+        ) AS r
+        ORDER BY r.position
+        LIMIT greatest(p_limit, 32)
+    ), shares AS (
+        -- Each organization's share of the batch, in proportion to its weight (at least one).
+        SELECT r.org, r.position, o.claim_weight AS weight,
+               ceil(p_limit * o.claim_weight::numeric / sum(o.claim_weight) OVER ())::integer
+                   AS share
+        FROM ring r JOIN organizations o ON o.id = r.org
+    ), queued AS (
+        SELECT s.position, s.weight, c.id, c.priority, c.run_after, c.created_at
+        FROM shares s CROSS JOIN LATERAL (
+            SELECT q.id, q.priority, q.run_after, q.created_at FROM jobs q
+            WHERE q.organization_id = s.org AND q.status = 'queued' AND q.run_after <= now()
+              AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+            ORDER BY q.priority DESC, q.run_after, q.created_at
+            LIMIT s.share
+            FOR UPDATE OF q SKIP LOCKED
+        ) AS c
+    ), interleaved AS (
+        -- Round by round: each organization's next job(s), a weight of 2 taking two per round.
+        SELECT i.id FROM (
+            SELECT q.id, q.position,
+                   row_number() OVER (PARTITION BY q.position
+                                      ORDER BY q.priority DESC, q.run_after, q.created_at)
+                       ::numeric / q.weight AS round
+            FROM queued q
+        ) AS i
+        ORDER BY i.round, i.position
+        LIMIT p_limit
+    ), expired AS (
+        -- A lease that ran out while attempts remain is claimable at once (the sweeper would
+        -- otherwise requeue it a little later); cancel_requested is not: an expired cancel
+        -- request ends cancelled, never retried.
         SELECT e.id FROM jobs e
         WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
           AND e.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR e.kind = p_only_kind)
         ORDER BY e.lease_until
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
-    ), queued AS (
-        SELECT q.id FROM jobs q
-        WHERE q.status = 'queued' AND q.run_after <= now()
-          AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
-        ORDER BY q.run_after, q.created_at
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
     ), chosen AS (
-        SELECT c.id FROM (SELECT x.id FROM expired x UNION ALL SELECT y.id FROM queued y) AS c
+        SELECT c.id FROM (SELECT x.id FROM expired x UNION ALL SELECT y.id FROM interleaved y) AS c
         LIMIT p_limit
     )
     UPDATE jobs j
@@ -575,7 +650,22 @@ BEGIN
         attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
     WHERE j.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
     RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
-              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id;
+              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id,
+              -- whether more was due than this claim took (as of its start): the claimer then
+              -- tells another process, since wake-ups are coalesced
+              (SELECT count(*) > p_limit FROM (
+                  SELECT 1 FROM jobs m WHERE m.status = 'queued' AND m.run_after <= now()
+                  LIMIT p_limit + 1) AS due);
+    IF NOT FOUND THEN
+        -- Nothing taken: one row with no job says whether jobs were due all the same (locked
+        -- by concurrent claimers for a moment), so the caller may try again instead of idling.
+        RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
+                            NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
+                            EXISTS (SELECT 1 FROM jobs m
+                                    WHERE m.status = 'queued' AND m.run_after <= now()
+                                      AND m.kind <> ALL (p_skip_kinds)
+                                      AND (p_only_kind IS NULL OR m.kind = p_only_kind));
+    END IF;
 END $$;
 
 -- =============================================================================================
@@ -908,8 +998,8 @@ GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], te
     TO space_app, space_worker;
 REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
-REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;
+REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_login(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION login_challenge(text), check_login(text, text) TO space_app;

@@ -45,6 +45,10 @@ class FinishReport:
     #: a newer attempt owns these jobs: their results were discarded
     stale: list[LeasedJob] = field(default_factory=list)
     leased: list[LeasedJob] = field(default_factory=list)
+    #: more jobs were due than this claim took
+    more_due: bool = False
+    #: where the next claim's turn among the organizations starts
+    next_organization: UUID = store.NO_ORGANIZATION
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ class WorkerLeases:
 
     # -- the hot path --------------------------------------------------------------------
     def finish_and_claim(
-        self, finished: Sequence[Finished], *, claim: int, controls: list[Any] | None = None
+        self, finished: Sequence[Finished], *, claim: int, controls: list[Any] | None = None,
+        after_organization: UUID = store.NO_ORGANIZATION,
     ) -> FinishReport:
         """ONE transaction: commit the finished jobs (the requesters' standing re-checked in one
         query, then one fenced UPDATE), then lease up to ``claim`` more."""
@@ -93,7 +98,10 @@ class WorkerLeases:
                 for item in allowed:
                     (report.completed if item.job.id in done else report.stale).append(item.job)
             if claim > 0:
-                report.leased = store.claim_batch(conn, self.worker, limit=claim, controls=controls)
+                leased = store.claim_batch(conn, self.worker, limit=claim, controls=controls,
+                                           after_organization=after_organization)
+                report.leased, report.more_due = leased, leased.more_due
+                report.next_organization = leased.next_organization
         return report
 
     def claim_controls(self) -> list[Any]:

@@ -18,18 +18,20 @@ Domain errors (models.errors) say what was refused; nothing has been written whe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
-from models.db.transaction import after_commit
-from models.errors import DomainError, DuplicateJob, InvalidRequest
-from models.jobs import store
-from models.jobs.records import Job
+from models.db.engine import libpq_url
+from models.db.transaction import after_commit, scope, transaction
+from models.errors import DomainError, DuplicateJob, InvalidRequest, NotFound
+from models.jobs import store, waiting
+from models.jobs.records import Job, Status
 from models.kinds import JobKind, get_kind
 
 #: how many jobs one bulk submit may carry
@@ -37,14 +39,24 @@ MAX_BATCH = 1000
 
 Wake = Callable[[str | None], object]
 _wake: Wake | None = None
+_engine: Engine | None = None
 
 
-def configure(wake: Wake | None) -> None:
-    """Who sends the wake-up after a submit commits: the web and the workers install their
-    publisher (tasks.wakeups.WakeupPublisher.wake) at start-up. Without one, jobs still run:
-    lingering workers hear the insert's NOTIFY and the sweeper re-signals due jobs."""
-    global _wake
-    _wake = wake
+def configure(*, wake: Wake | None = None, engine: Engine | None = None) -> None:
+    """Set up the API for this process.
+
+    ``wake``: who sends the wake-up after a submit commits (tasks.wakeups.WakeupPublisher.wake;
+    the web and the workers install theirs at start-up). Without one, jobs still run: lingering
+    workers hear the insert's NOTIFY and the sweeper re-signals due jobs.
+    ``engine``: the engine :func:`wait` reads with, as the web role (space_app), from
+    models.db.engine.make_engine. The API acts as the web does: the worker role may not read
+    results.
+    """
+    global _wake, _engine
+    if wake is not None:
+        _wake = wake
+    if engine is not None:
+        _engine = engine
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,68 @@ def submit_many(
     savepoint.commit()
     _wake_after_commit(conn, str(written[0].id), wake)  # type: ignore[union-attr]
     return written  # type: ignore[return-value]
+
+
+def get(conn: Connection, job_id: UUID, *, organization_id: UUID) -> Job | None:
+    """The job, or None (also for another organization's job: tenants never see each other's)."""
+    scope(conn, organization_id=organization_id)
+    return store.get(conn, job_id)
+
+
+def cancel(conn: Connection, job_id: UUID, *, organization_id: UUID, user_id: UUID) -> Job:
+    """A queued job is cancelled at once; a running one is asked to stop (cancel_requested) and
+    stops at its next safe point. JobFinished for a job that had already ended, NotFound for
+    one that is not the organization's."""
+    scope(conn, organization_id=organization_id, user_id=user_id, actor=f"user:{user_id}")
+    return store.request_cancel(conn, job_id, user_id)
+
+
+def running(conn: Connection, *, organization_id: UUID, kind: str | None = None) -> list[Job]:
+    """The organization's jobs someone runs now, oldest first (optionally of one kind)."""
+    scope(conn, organization_id=organization_id)
+    return store.running(conn, organization_id, kind=kind)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A job that ended, and its result (None unless it completed with an inline result)."""
+
+    job: Job
+    result: Any
+
+
+def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
+         engine: Engine | None = None) -> Outcome:
+    """Block until the job has ended, at most ``timeout`` seconds; TimeoutError after that.
+
+    No polling: the finish NOTIFYs (models/jobs/waiting.py), and the row is read again only when
+    it says so (and every few seconds, in case a notification was lost). Each read is its own
+    short transaction, so no transaction stays open while waiting; any thread may wait (a Flask
+    view, a Celery task).
+    """
+    engine = engine or _engine
+    if engine is None:
+        raise RuntimeError("wait() needs an engine: service.configure(engine=...) or engine=")
+    finishes = waiting.listener(libpq_url(engine.url.render_as_string(hide_password=False)))
+    deadline = time.monotonic() + timeout
+    finishes.ready(timeout)
+    announced = finishes.register(job_id)
+    try:
+        while True:
+            with transaction(engine, organization_id=organization_id) as conn:
+                found = store.get_result(conn, job_id)
+            if found is None:
+                raise NotFound()
+            job, result = found
+            if job.finished:
+                return Outcome(job, result if job.status == Status.COMPLETED else None)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"job {job_id} is still {job.status} after {timeout} s")
+            announced.wait(min(left, waiting.RECHECK))
+            announced.clear()
+    finally:
+        finishes.forget(job_id, announced)
 
 
 def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None

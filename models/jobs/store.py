@@ -165,6 +165,11 @@ def list_for_org(
     return [Job.from_row(row) for row in rows]
 
 
+def running(conn: Connection, organization_id: UUID, *, kind: str | None = None) -> list[Job]:
+    rows = conn.execute(Q["running"], {"organization_id": organization_id, "kind": kind}).mappings()
+    return [Job.from_row(row) for row in rows]
+
+
 def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID) -> Job:
     """queued → cancelled at once; leased → cancel_requested. Terminal → JobFinished."""
     row = conn.execute(Q["request_cancel"], {"id": str(job_id), "user_id": user_id}).mappings()
@@ -196,9 +201,13 @@ class Standing:
     organization_state: str
 
 
+NO_ORGANIZATION = UUID(int=0)
+
+
 def claim_batch(
-    conn: Connection, worker: str, *, limit: int, controls: list[Any] | None = None
-) -> list[LeasedJob]:
+    conn: Connection, worker: str, *, limit: int, controls: list[Any] | None = None,
+    after_organization: UUID = NO_ORGANIZATION,
+) -> Claimed:
     """Lease up to ``limit`` due jobs (or jobs whose lease expired), each with its own token.
 
     Paused kinds are skipped. A kind with a concurrency limit is claimed under a per-kind
@@ -212,30 +221,56 @@ def claim_batch(
     paused = [c.kind for c in controls if c.paused]
     limited = {c.kind: c.concurrency_limit for c in controls
                if not c.paused and c.concurrency_limit is not None}
-    leased: list[LeasedJob] = []
+    leased = Claimed()
     for kind, cap in limited.items():
         if len(leased) >= limit:
             break
         conn.execute(Q["lock_kind"], {"kind": kind})
         room = cap - conn.execute(Q["count_running"], {"kind": kind}).scalar_one()
         if room > 0:
-            leased += _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind)
+            leased += _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind,
+                             after_organization=after_organization)
     if len(leased) < limit:
-        leased += _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited))
+        rest = _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited),
+                      after_organization=after_organization)
+        leased += rest
+        leased.more_due, leased.next_organization = rest.more_due, rest.next_organization
     return leased
 
 
+class Claimed(list[LeasedJob]):
+    """The jobs a claim leased, whether more were due than it took, and where the next claim's
+    turn among the organizations starts."""
+
+    more_due: bool = False
+    next_organization: UUID = UUID(int=0)
+
+
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
-           only_kind: str | None = None) -> list[LeasedJob]:
-    rows = conn.execute(Q["claim_batch"], {"worker": worker, "limit": limit, "skip_kinds": skip or [],
-                                           "only_kind": only_kind})
-    return [
+           only_kind: str | None = None, after_organization: UUID) -> Claimed:
+    answer = conn.execute(Q["claim_batch"], {
+        "worker": worker, "limit": limit, "skip_kinds": skip or [], "only_kind": only_kind,
+        "after_organization": after_organization}).all()
+    rows = [row for row in answer if row.id is not None]  # an empty claim answers one row
+    claimed = Claimed(
         LeasedJob(id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
                   kind=row.kind, params=row.params, attempt=row.attempts,
                   max_attempts=row.max_attempts, lease_token=row.lease_token,
                   lease_seconds=row.lease_seconds, request_id=row.request_id)
-        for row in rows
-    ]
+        for row in rows)
+    claimed.more_due = any(row.more_due for row in answer)
+    claimed.next_organization = next_in_ring(after_organization,
+                                             {job.organization_id for job in claimed})
+    return claimed
+
+
+def next_in_ring(after: UUID, served: set[UUID]) -> UUID:
+    """Where the next claim starts: after the last organization this one served, going round
+    the ring of organization ids from ``after`` (so every organization gets its turn)."""
+    if not served:
+        return after
+    later = [org for org in served if org > after]
+    return max(later) if later else max(served)
 
 
 def extend_leases(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dict[UUID, Status]:

@@ -30,10 +30,12 @@ WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup
 
 -- claim_batch --
 -- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease
--- token (see claim_jobs() in the schema: queued jobs through jobs_claimable_idx, leases that ran
--- out through jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A
--- function, because it is the one place a worker reads a job's params: only its own leases'.
-SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text))
+-- token, the organizations taken in turn from just after :after_organization (see claim_jobs()
+-- in the schema: fair shares through jobs_fair_claim_idx, leases that ran out through
+-- jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A function,
+-- because it is the one place a worker reads a job's params: only its own leases'.
+SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text),
+                         CAST(:after_organization AS uuid))
 
 -- extend_leases --
 -- Heartbeat, one statement for every lease a worker process holds. A row missing from the
@@ -186,6 +188,16 @@ WHERE organization_id = :organization_id
        OR (created_at, id) < (CAST(:before_created AS timestamptz), CAST(:before_id AS uuid)))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit
+
+-- running --
+-- An organization's jobs that someone is running now (a cancel asked for still runs), oldest
+-- lease first, through jobs_lease_expiry_idx.
+SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs
+WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+ORDER BY started_at, id
 
 -- record_diagnostics --
 INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class, traceback)

@@ -31,6 +31,7 @@ def job_kind(
     retry_on_timeout: bool = False,
     dedupable: bool = True,
     params: type[Params] = NoParams,
+    schedule: str | None = None,
 ) -> Callable[[RunFunction], RunFunction]:
     """Register a job kind. The decorated function is ``run(ctx, params) -> result``."""
     if not set(org_states) <= set(ORG_STATES):
@@ -51,6 +52,7 @@ def job_kind(
         retry_on_timeout=retry_on_timeout,
         dedupable=dedupable,
         params=params,
+        schedule=schedule,
     )
 
     def register(run: RunFunction) -> RunFunction:

@@ -38,6 +38,8 @@ class KindRules:
     retry_on_timeout: bool
     dedupable: bool
     params: type[Params]
+    #: when it runs by itself (models/jobs/periodic.py): cron, or "every <n><s|m|h|d>"
+    schedule: str | None = None
 
     @property
     def lease_seconds(self) -> int:

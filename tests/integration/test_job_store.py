@@ -102,8 +102,8 @@ def test_a_finished_jobs_result_cannot_be_rewritten(stack_db: Stack):
 
 def test_concurrent_claims_skip_each_others_rows_without_waiting(stack_db: Stack):
     drain_queue(stack_db)
-    _, a = new_job(stack_db)
-    _, b = new_job(stack_db)
+    org, a = new_job(stack_db)
+    _, b = new_job(stack_db, org=org)
     with stack_db.worker_db.connect() as one, stack_db.worker_db.connect() as two, one.begin(), two.begin():
         two.execute(text("SET LOCAL lock_timeout = '1s'"))
         first = claim_one(one, "one")       # row lock held until commit
@@ -227,14 +227,15 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
     # The claim is claim_jobs()'s one statement: plan it as written in the schema, with values.
     schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
     body = schema[schema.index("CREATE FUNCTION claim_jobs("):]
-    statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\nEND $$;")]
+    statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\n    IF NOT FOUND")]
     for name, value in {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",
-                        "p_only_kind": "NULL::text"}.items():
+                        "p_only_kind": "NULL::text",
+                        "p_after_organization": "'00000000-0000-0000-0000-000000000000'::uuid"}.items():
         statement = statement.replace(name, value)
     with stack_db.admin() as conn:
         plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + statement)))
         conn.rollback()
-    assert "jobs_claimable_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
+    assert "jobs_fair_claim_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
 
 

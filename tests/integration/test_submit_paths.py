@@ -3,13 +3,15 @@ what is refused, and when the wake-up goes out."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
 
 from models.db.engine import make_engine
-from models.errors import DuplicateJob, InvalidParams, RequesterNotMember, UnknownKind
+from models.errors import DuplicateJob, InvalidParams, NotFound, RequesterNotMember, UnknownKind
 from models.jobs import service
 from tests.kit.stack import Stack
 
@@ -151,3 +153,48 @@ def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, a
         assert refused.value.details["index"] == 1
         # The caller's own earlier write survives; none of the batch's rows do.
     assert count_jobs(stack, org) == 1
+
+
+# ------------------------------------------------------------------------- get, cancel, running, wait
+
+def test_wait_returns_the_finished_job_and_its_result_soon_after_the_finish(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with app_db.begin() as conn:
+        job = service.submit(conn, "bench.sleep", {"seconds": 0.5}, organization_id=org,
+                             requested_by=anna.id).job
+    outcome = service.wait(job.id, 20, organization_id=org, engine=app_db)
+    returned = datetime.now(UTC)
+    assert outcome.job.status == "completed" and outcome.result == {"slept": 0.5}
+    # The finish's COMMIT notifies; the waiter re-reads the row and returns.
+    assert (returned - outcome.job.finished_at).total_seconds() < 0.25
+
+
+def test_wait_times_out_and_does_not_see_other_organizations(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with stack.workers_paused(), app_db.begin() as conn:
+        job = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id).job
+    with stack.workers_paused():
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            service.wait(job.id, 0.5, organization_id=org, engine=app_db)
+        assert 0.5 <= time.monotonic() - started < 2
+    with pytest.raises(NotFound):
+        service.wait(job.id, 1, organization_id=stack.org(), engine=app_db)
+
+
+def test_get_running_and_cancel_from_python(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with app_db.begin() as conn:
+        job = service.submit(conn, "bench.sleep", {"seconds": 10}, organization_id=org,
+                             requested_by=anna.id).job
+    stack.wait_for(job.id, "leased")
+    with app_db.begin() as conn:
+        assert [j.id for j in service.running(conn, organization_id=org)] == [job.id]
+        assert service.running(conn, organization_id=org, kind="bench.noop") == []
+        assert service.get(conn, job.id, organization_id=stack.org()) is None  # another tenant
+        asked = service.cancel(conn, job.id, organization_id=org, user_id=anna.id)
+    assert asked.status == "cancel_requested"
+    assert service.wait(job.id, 20, organization_id=org, engine=app_db).job.status == "cancelled"

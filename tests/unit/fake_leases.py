@@ -65,7 +65,8 @@ class FakeLeases:
 
     # -- WorkerLeases ----------------------------------------------------------------------
     def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
-                         controls: list[Any] | None = None) -> FinishReport:
+                         controls: list[Any] | None = None,
+                         after_organization: UUID | None = None) -> FinishReport:
         self._call(f"finish_and_claim({len(finished)}, claim={claim})")
         report = FinishReport()
         for item in finished:
@@ -82,7 +83,9 @@ class FakeLeases:
                 continue
             row.status, row.result, row.lease_token = Status.COMPLETED, item.result, None
             report.completed.append(item.job)
-        for row in [r for r in self.rows.values() if r.status == Status.QUEUED][:claim]:
+        due = [r for r in self.rows.values() if r.status == Status.QUEUED]
+        report.more_due = claim > 0 and len(due) > claim
+        for row in due[:claim]:
             row.status, row.lease_token = Status.LEASED, uuid.uuid4()
             row.attempts += 1
             report.leased.append(LeasedJob(

@@ -86,7 +86,9 @@ class Harness:
         self.runner = Runner(
             leases=self.leases, keeper=self.keeper, stats=self.stats, batch=BatchSize(maximum),
             controls=lambda: [], publish_wake=self._wake, stop_requested=lambda: self.stop,
-            release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)))
+            release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)),
+            fan_out=lambda: self.fanned_out.append(True))
+        self.fanned_out: list[bool] = []
         self.kills = 0
 
     def _wake(self, job_id: str | None = None, *, countdown: float | None = None) -> None:
@@ -276,6 +278,18 @@ def test_finishes_are_committed_with_the_next_claim_and_batches_grow():
                           "finish_and_claim(2, claim=4)", "finish_and_claim(4, claim=8)",
                           "finish_and_claim(8, claim=16)"]
     assert len(claims) == 5
+
+
+def test_a_full_batch_tells_one_more_process_once_and_a_lone_job_tells_nobody():
+    h = Harness()
+    h.leases.add("unit.ok")
+    h.drain()
+    assert h.fanned_out == []  # the claim asked for 1 and found 1, then found nothing more...
+    h = Harness()
+    for _ in range(10):
+        h.leases.add("unit.ok")
+    h.drain()
+    assert h.fanned_out == [True]  # ...but a backlog is shared, once per drain
 
 
 def test_a_drain_stopped_by_its_limit_wakes_another_to_go_on():

@@ -11,7 +11,7 @@
 CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text)
 RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
                attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
-               request_id text)
+               request_id text, more_due boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     RETURN QUERY
@@ -39,7 +39,12 @@ BEGIN
         attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
     WHERE j.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
     RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
-              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id;
+              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id,
+              -- whether more was due than this claim took (as of its start): the claimer then
+              -- tells another process, since wake-ups are coalesced
+              (SELECT count(*) > p_limit FROM (
+                  SELECT 1 FROM jobs m WHERE m.status = 'queued' AND m.run_after <= now()
+                  LIMIT p_limit + 1) AS due);
 END $$;
 REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text) TO space_worker;

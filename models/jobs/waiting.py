@@ -1,0 +1,110 @@
+"""Waiting for jobs to end without polling: one LISTEN per process, shared by every waiter.
+
+A finishing job NOTIFYs ``spacejobs_finished`` with its id at COMMIT (jobs_after_update() in the
+schema). A process keeps one listening connection and one thread that hands each id to whoever
+waits for it. The row stays the truth: a waiter reads it before it waits (a job that ended
+before the LISTEN began is seen there), after each notification, and every ``RECHECK`` seconds
+in case a notification was lost with a broken connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import defaultdict
+from uuid import UUID
+
+import psycopg
+
+log = logging.getLogger("spacejobs.waiting")
+
+CHANNEL = "spacejobs_finished"
+#: the longest a waiter goes without reading the row itself
+RECHECK = 5.0
+
+
+class FinishListener:
+    """One per process and database: a thread that LISTENs and wakes the waiters of each id."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._waiters: dict[UUID, list[threading.Event]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="finish-listener", daemon=True)
+        self._thread.start()
+
+    def register(self, job_id: UUID) -> threading.Event:
+        """An event set when ``job_id`` is announced finished; call :meth:`forget` when done."""
+        event = threading.Event()
+        with self._lock:
+            self._waiters[job_id].append(event)
+        return event
+
+    def forget(self, job_id: UUID, event: threading.Event) -> None:
+        with self._lock:
+            events = self._waiters.get(job_id, [])
+            if event in events:
+                events.remove(event)
+            if not events:
+                self._waiters.pop(job_id, None)
+
+    def ready(self, timeout: float) -> bool:
+        """Whether the LISTEN is in place (so that a finish from now on is announced)."""
+        return self._ready.wait(timeout)
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True,
+                                     application_name="spacejobs-wait") as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._ready.set()
+                    self._wake_everyone()  # anything missed while reconnecting: re-read
+                    for notice in conn.notifies():
+                        self._announce(notice.payload)
+            except psycopg.Error:
+                log.warning("listening for finished jobs failed; waiters re-read their jobs")
+            self._ready.clear()
+            self._wake_everyone()
+            threading.Event().wait(1.0)
+
+    def _announce(self, payload: str) -> None:
+        with self._lock:
+            for text in payload.split(","):
+                try:
+                    job_id = UUID(text)
+                except ValueError:
+                    continue
+                for event in self._waiters.get(job_id, ()):
+                    event.set()
+
+    def _wake_everyone(self) -> None:
+        with self._lock:
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+
+
+_listeners: dict[str, FinishListener] = {}
+_listeners_lock = threading.Lock()
+
+
+def listener(conninfo: str) -> FinishListener:
+    """This process's listener for the database at ``conninfo`` (started on first use)."""
+    with _listeners_lock:
+        found = _listeners.get(conninfo)
+        if found is None:
+            found = _listeners[conninfo] = FinishListener(conninfo)
+        return found
+
+
+def _forget_parent() -> None:
+    # A forked child has no listening thread: it starts its own on first use.
+    global _listeners_lock
+    _listeners.clear()
+    _listeners_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent)
