@@ -8,7 +8,7 @@ import time
 
 from sqlalchemy import text
 
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 
 def test_two_beats_create_each_periodic_job_once(bare_stack: Stack):

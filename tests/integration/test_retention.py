@@ -9,8 +9,8 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.jobs import store
-from tests.conftest import Stack
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
 
 DAY = 86_400
 
