@@ -168,7 +168,8 @@ def python_report(stacks: Path, top: int = 30) -> str:
 def statements_report(db_url: str, jobs: int, seconds: float) -> str:
     with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT calls, rows, total_exec_time, mean_exec_time, "
+            "SELECT calls, rows, total_exec_time, mean_exec_time,"
+            "       shared_blks_hit + shared_blks_read, wal_records, jit_functions,"
             "       regexp_replace(query, '\\s+', ' ', 'g')"
             " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
             " WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT 25").fetchall()
@@ -180,9 +181,17 @@ def statements_report(db_url: str, jobs: int, seconds: float) -> str:
     lines = [f"drain of {jobs} bench.noop jobs: {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s",
              f"statements executed: {calls} ({calls / jobs:.1f} per job); commits in this database"
              f" (including the set-up): {commits} ({commits / jobs:.2f} per job)", "",
-             f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8}  statement"]
-    for call_count, row_count, total, mean, query in rows:
-        lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}  {query[:150]}")
+             "Buffers and WAL records per row the statement returned or changed (per job, for the"
+             " claim and the finish): counted by PostgreSQL, so steady on a busy machine where the"
+             " times are not.", "",
+             "jit: functions LLVM compiled for the statement, all calls together (0 is what OLTP"
+             " statements want: compiling costs more than they run).", "",
+             f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8} {'blks/row':>8} {'wal/row':>8}"
+             f" {'jit':>5}  statement"]
+    for call_count, row_count, total, mean, blocks, wal, jit, query in rows:
+        per_row = max(row_count, 1)
+        lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}"
+                     f" {blocks / per_row:>8.1f} {wal / per_row:>8.1f} {jit:>5}  {query[:150]}")
     return "\n".join(lines) + "\n"
 
 
