@@ -643,9 +643,9 @@ BEGIN
                    AS share
         FROM ring r JOIN organizations o ON o.id = r.org
     ), queued AS (
-        SELECT s.position, s.weight, c.id, c.priority, c.run_after, c.created_at
+        SELECT s.position, s.weight, c.ctid, c.priority, c.run_after, c.created_at
         FROM shares s CROSS JOIN LATERAL (
-            SELECT q.id, q.priority, q.run_after, q.created_at FROM jobs q
+            SELECT q.ctid, q.priority, q.run_after, q.created_at FROM jobs q
             WHERE q.organization_id = s.org AND q.status = 'queued' AND q.run_after <= now()
               AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
             ORDER BY q.priority DESC, q.run_after, q.created_at
@@ -654,8 +654,8 @@ BEGIN
         ) AS c
     ), interleaved AS (
         -- Round by round: each organization's next job(s), a weight of 2 taking two per round.
-        SELECT i.id FROM (
-            SELECT q.id, q.position,
+        SELECT i.ctid FROM (
+            SELECT q.ctid, q.position,
                    row_number() OVER (PARTITION BY q.position
                                       ORDER BY q.priority DESC, q.run_after, q.created_at)
                        ::numeric / q.weight AS round
@@ -667,21 +667,24 @@ BEGIN
         -- A lease that ran out while attempts remain is claimable at once (the sweeper would
         -- otherwise requeue it a little later); cancel_requested is not: an expired cancel
         -- request ends cancelled, never retried.
-        SELECT e.id FROM jobs e
+        SELECT e.ctid FROM jobs e
         WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
           AND e.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR e.kind = p_only_kind)
         ORDER BY e.lease_until
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), chosen AS (
-        SELECT c.id FROM (SELECT x.id FROM expired x UNION ALL SELECT y.id FROM interleaved y) AS c
+        SELECT c.ctid FROM (SELECT x.ctid FROM expired x UNION ALL SELECT y.ctid FROM interleaved y)
+            AS c
         LIMIT p_limit
     )
     UPDATE jobs j
     SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
         lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
         attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
-    WHERE j.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
+    -- By the row versions the CTEs locked (FOR UPDATE: nobody else can move them before this
+    -- UPDATE), a TID scan: no second probe of jobs_pkey per job (revision 0017).
+    WHERE j.ctid = ANY (ARRAY(SELECT chosen.ctid FROM chosen))
     RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
               j.max_attempts, j.lease_token, j.lease_seconds, j.request_id,
               -- whether more was due than this claim took (as of its start): the claimer then
