@@ -6,8 +6,8 @@
 The server must load pg_stat_statements (``shared_preload_libraries``) and the URL must be a
 superuser's (it creates the extension and reads every role's statements); a private PostgreSQL
 on another port is the easy way (see docs/perf/README.md). It fills one organization with N
-``bench.noop`` jobs, starts one worker (``-c 2``, prefork) under ``py-spy record --subprocesses``,
-wakes it, waits until every job is finished, and writes into ``--out``:
+``bench.noop`` jobs, starts one worker (``-c 2``, prefork),
+attaches py-spy once it is ready, wakes it, waits until every job is finished, and writes into ``--out``:
 
 - ``stacks.txt``: py-spy's collapsed stacks of the worker's processes during the drain (load
   it in speedscope.app or flamegraph.pl), and ``python.txt``: the functions with the most
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     db_url = with_database(args.server, name)
-    spy = None
+    spy = worker = None
     try:
         upgrade(db_url)
         admin = make_engine(db_url, pool_size=1)
@@ -80,15 +80,26 @@ def main(argv: list[str] | None = None) -> int:
         for variable in ("SPACEJOBS_APP_DATABASE_URL", "SPACEJOBS_WORKER_DATABASE_URL"):
             env.pop(variable, None)
         spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
-        log = (args.out / "worker.log").open("wb")
+        log_path = args.out / "worker.log"
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
+             "INFO", "-c", str(args.concurrency), "-Q", queue, "-n", f"profile-{queue}@%h",
+             "--without-mingle", "--without-gossip"],
+            env=env, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        # The worker's start-up (imports, forking the pool) is not what we profile: attach once
+        # it says it is ready.
+        deadline = time.monotonic() + 120
+        while " ready." not in log_path.read_text(errors="replace"):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the worker did not start; see worker.log")
+            time.sleep(0.1)
         spy = subprocess.Popen(
             [spy_bin, "record", "--subprocesses", "--rate", str(args.rate), "--nonblocking",
-             "-o", str(args.out / "stacks.txt"), "-f", "raw", "--",
-             sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
-             "WARNING", "-c", str(args.concurrency), "-Q", queue, "-n", f"profile-{queue}@%h",
-             "--without-mingle", "--without-gossip"],
-            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        time.sleep(6)  # the worker's start-up is not what we profile
+             "-o", str(args.out / "stacks.txt"), "-f", "raw", "--pid", str(worker.pid)],
+            stdout=subprocess.DEVNULL, stderr=(args.out / "py-spy.log").open("wb"),
+            start_new_session=True)
+        time.sleep(1)  # py-spy attaches to every process of the group
         from tasks.wakeups import WakeupPublisher
 
         publisher = WakeupPublisher(args.redis, queue)
@@ -104,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 if time.monotonic() - started > max(120, args.jobs / 20):
                     raise SystemExit(f"only {done}/{args.jobs} finished")
-                if spy.poll() is not None:
+                if worker.poll() is not None:
                     raise SystemExit("the worker exited; see worker.log")
                 time.sleep(0.2)
                 publisher.wake()
@@ -112,14 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
         spy.wait(timeout=60)
         spy = None
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+        worker = None
         (args.out / "python.txt").write_text(python_report(args.out / "stacks.txt"))
         report = statements_report(db_url, args.jobs, seconds)
         (args.out / "statements.txt").write_text(report)
         print(report)
         return 0
     finally:
-        if spy is not None:
-            os.killpg(spy.pid, signal.SIGKILL)
+        for process in (spy, worker):
+            if process is not None:
+                os.killpg(process.pid, signal.SIGKILL)
         with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

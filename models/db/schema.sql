@@ -161,11 +161,13 @@ CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
--- Written only by the jobs_after_insert and jobs_after_update triggers below.
+-- Written only by the jobs_after_insert and jobs_after_update triggers below, from a jobs row in
+-- the same statement, and deleted with their job by jobs_after_delete/jobs_after_truncate: no
+-- foreign keys, whose per-row checks cost the hot path and could never fail (revision 0015).
 CREATE TABLE job_events (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    job_id           uuid NOT NULL,
+    organization_id  uuid NOT NULL,
     from_status      text,
     to_status        text NOT NULL,
     attempt          integer NOT NULL,
@@ -535,6 +537,28 @@ END $$;
 CREATE TRIGGER jobs_after_update AFTER UPDATE ON jobs
     REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_update();
+
+-- A job's events go with it: retention, an organization's deletion (cascading to its jobs), TRUNCATE.
+CREATE FUNCTION jobs_after_delete() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    DELETE FROM job_events e USING gone_jobs g WHERE e.job_id = g.id;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_after_delete AFTER DELETE ON jobs
+    REFERENCING OLD TABLE AS gone_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_delete();
+
+CREATE FUNCTION jobs_after_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    TRUNCATE job_events;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_after_truncate AFTER TRUNCATE ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_truncate();
 
 -- The requester's standing for jobs the caller holds the lease of: the membership role and the
 -- organization's state, read as the owner (the worker role may not read memberships across
@@ -1068,6 +1092,8 @@ GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], te
     TO space_app, space_worker;
 REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobs_after_delete() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobs_after_truncate() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;

@@ -20,7 +20,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from models.tenancy.demo import seed
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

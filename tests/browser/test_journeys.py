@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from models.tenancy.demo import ORGS
 from tests.browser.conftest import Live
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 pytestmark = pytest.mark.browser
 PASSWORD = "a long and careful password"

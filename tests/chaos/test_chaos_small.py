@@ -1,43 +1,66 @@
-"""A small chaos run (bench/chaos.py): one worker SIGKILLed, Redis and PostgreSQL restarted under
-running workers, a few cancels, and still every accepted job ends exactly once.
+"""A small chaos run (``python -m bench.chaos``): one worker SIGKILLed, Redis and PostgreSQL
+restarted under running workers, a stalled worker, a few cancels, and still every accepted job
+ends exactly once.
 
-It starts its own private PostgreSQL and Redis whatever DATABASE_URL / REDIS_URL say, because
-it restarts them; the session's servers (tests/conftest.py) are not used.
+The run is the benchmark's own command line, as a person would start it, and the test reads
+its printed report: the invariant lines (``ok`` / ``FAIL``) and the fault counts. It starts its
+own private PostgreSQL and Redis whatever DATABASE_URL / REDIS_URL say, because it restarts
+them; the session's servers (tests/conftest.py) are not used.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 
-from bench.chaos import run_chaos
+from tests.kit.processes import REPO_ROOT
+
+SMALL_RUN = [
+    "--jobs", "300", "--workers", "3", "--concurrency", "2", "--max-kills", "1",
+    "--kill-every", "2.0", "--cancel-fraction", "0.05", "--max-sleep", "0.2", "--outage", "2.0",
+    # Slow enough that both restarts fall well inside the submissions, fast enough for ~1 min.
+    "--rate", "10", "--seed", "7", "--timeout", "120",
+]
+# The promises to users. Not among them: "workers and beat ride out restarts", which this
+# short run cannot always show (the worker frozen at half-way may still be frozen through the
+# PostgreSQL restart and find no work left once it resumes), so it is not asserted here.
+PROMISES = [
+    "no job lost",
+    "every accepted job terminal",
+    "no job finished twice",
+    "nothing still leased",
+    "event chains consistent",  # each job's events form one chain ending in its status
+    "cancels keep their word",  # only jobs someone cancelled are cancelled
+    "run completed",
+]
+INVARIANT_LINE = re.compile(r"^(ok  |FAIL) ([^:]+): (.*)$", re.MULTILINE)
+
+
+def figure(report: str, name: str) -> str:
+    found = re.search(rf"^{re.escape(name)}\s+: (.*)$", report, re.MULTILINE)
+    assert found, f"no {name!r} line in the report"
+    return found.group(1)
 
 
 @pytest.mark.slow
 def test_small_chaos_run_loses_nothing_and_finishes_nothing_twice() -> None:
-    report = run_chaos(
-        jobs=300,
-        workers=3,
-        concurrency=2,
-        max_kills=1,
-        kill_every=2.0,
-        cancel_fraction=0.05,
-        max_sleep=0.2,
-        outage=2.0,
-        # Slow enough that both restarts fall well inside the submissions, fast enough for ~1 min.
-        rate=10,
-        seed=7,
-        timeout=120,
-    )
-    print(report.render())  # shown by pytest on failure, and with -s
+    run = subprocess.run([sys.executable, "-m", "bench.chaos", *SMALL_RUN], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=400, check=False)
+    report = run.stdout
+    print(report, run.stderr[-3000:], sep="\n")  # shown by pytest on failure, and with -s
 
-    assert report.error is None, report.error
-    assert (report.kills, report.redis_restarts, report.pg_restarts) == (1, 1, 1)
-    assert report.accepted > 0
-    assert report.lost == 0
-    assert report.finished_twice == 0
-    assert report.still_leased == 0
-    assert report.completed + report.cancelled + report.failed == report.accepted
-    # Deterministic database facts too: each job's events form one chain ending in its status,
-    # and only jobs someone cancelled are cancelled.
-    assert report.broken_event_chains == 0 and report.status_disagrees_with_events == 0
-    assert report.cancelled_unasked == 0 and report.cancel_answer_contradicted == 0
+    # 0: every invariant held; 1: one failed (judged below); anything else: it did not run.
+    assert run.returncode in (0, 1), run.returncode
+    verdicts = {name: (mark == "ok  ", detail) for mark, name, detail in INVARIANT_LINE.findall(report)}
+    for promise in PROMISES:
+        assert promise in verdicts, f"no {promise!r} line in the report"
+        held, detail = verdicts[promise]
+        assert held, f"{promise}: {detail}"
+
+    assert figure(report, "kills").startswith("1 SIGKILLs")
+    assert figure(report, "server restarts") == "1 Redis, 1 PostgreSQL"
+    accepted = int(re.search(r"(\d+) accepted", figure(report, "submits")).group(1))
+    assert accepted > 0

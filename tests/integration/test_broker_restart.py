@@ -22,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import PrivateRedis
 from tasks.wakeups import WakeupPublisher
-from tests.conftest import Proc, Servers, Stack, submit
+from tests.conftest import submit
+from tests.kit.private_servers import RestartableRedis
+from tests.kit.processes import LoggedProcess
+from tests.kit.servers import Servers
+from tests.kit.stack import Stack, running_stack
 
 OUTAGE = 2.0
 
@@ -32,14 +35,11 @@ OUTAGE = 2.0
 @pytest.fixture()
 def fresh_stack(servers: Servers, tmp_path: Path) -> Iterator[Stack]:
     """A database and queue of this test alone: no earlier job may keep a process busy."""
-    built = Stack(servers, tmp_path)
-    try:
+    with running_stack(servers, tmp_path) as built:
         yield built
-    finally:
-        built.stop()
 
 
-def _wait_for_count(proc: Proc, needle: str, count: int, timeout: float) -> None:
+def _wait_for_count(proc: LoggedProcess, needle: str, count: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while proc.output().count(needle) < count:
         assert "Unrecoverable error" not in proc.output(), proc.output()[-6000:]
@@ -55,7 +55,7 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 5) -> None:
         time.sleep(0.01)
 
 
-def _freeze_with_brpop_pending(worker: Proc, server: PrivateRedis, timeout: float = 10) -> None:
+def _freeze_with_brpop_pending(worker: LoggedProcess, server: RestartableRedis, timeout: float = 10) -> None:
     """SIGSTOP the worker's main process (its pool runs on) at a moment its BRPOP is in flight:
     Redis shows that connection blocked while the process cannot read the reply."""
     deadline = time.monotonic() + timeout
@@ -70,7 +70,7 @@ def _freeze_with_brpop_pending(worker: Proc, server: PrivateRedis, timeout: floa
 
 @pytest.mark.parametrize("remote_control", ["0", "1"], ids=["default", "remote-control-opted-in"])
 def test_worker_reconnects_after_a_redis_restart_while_a_wakeup_waits(
-        fresh_stack: Stack, private_redis: PrivateRedis, remote_control: str) -> None:
+        fresh_stack: Stack, private_redis: RestartableRedis, remote_control: str) -> None:
     stack = fresh_stack
     worker = stack.start_worker(concurrency=2, REDIS_URL=private_redis.url,
                                 SPACEJOBS_REMOTE_CONTROL=remote_control)

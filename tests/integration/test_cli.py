@@ -10,11 +10,12 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import ROOT, Stack
+from tests.kit.processes import REPO_ROOT
+from tests.kit.stack import Stack
 
 
 def spacejobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=ROOT, env=stack.env(),
+    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=REPO_ROOT, env=stack.env(),
                           input=stdin, capture_output=True, text=True, timeout=60)
 
 

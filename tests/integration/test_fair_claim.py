@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.jobs import store
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 
 def flood(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int, *, priority: int = 0) -> None:

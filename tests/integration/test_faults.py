@@ -10,13 +10,14 @@ import time
 
 import psycopg
 import pytest
-import redis
 from sqlalchemy import text
 
 from models.db.engine import libpq_url
 from models.db.transaction import transaction
-from tests.conftest import Stack, submit
+from tests.conftest import submit
 from tests.kinds import SECRET_MARKER
+from tests.kit import broker
+from tests.kit.stack import Stack
 
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 
@@ -67,11 +68,8 @@ def test_failing_kind_retries_with_growing_backoff_then_fails_with_a_safe_messag
     assert [e["to_status"] for e in events] == [
         "queued", "leased", "queued", "leased", "queued", "leased", "failed"]
 
-    with transaction(stack.operator_db) as conn:
-        times = conn.execute(text("SELECT to_status, at FROM job_events WHERE job_id = :id ORDER BY id"),
-                             {"id": job["id"]}).all()
-    requeued = [at for status, at in times[1:] if status == "queued"]
-    releases = [at for status, at in times[1:] if status == "leased"][1:]
+    requeued = [e["at"] for e in events[1:] if e["to_status"] == "queued"]
+    releases = [e["at"] for e in events[1:] if e["to_status"] == "leased"][1:]
     waits = [(leased - queued).total_seconds() for queued, leased in zip(requeued, releases, strict=True)]
     # backoff 0.4 s doubling, jittered within [half, full]: ≥0.2 s then ≥0.4 s
     assert waits[0] >= 0.19 and waits[1] >= 0.39, waits
@@ -134,16 +132,11 @@ def test_a_lingering_worker_starts_a_new_job_without_any_broker_message(bare_sta
 
 
 def queue_length(stack: Stack) -> int:
-    if stack.redis_url.startswith("redis+socket://"):
-        client = redis.Redis(unix_socket_path=stack.redis_url[len("redis+socket://"):])
-    else:
-        client = redis.Redis.from_url(stack.redis_url)
-    return client.llen(stack.queue)
+    return broker.queue_length(stack.redis_url, stack.queue)
 
 
 def job_count(stack: Stack, org) -> int:
-    with transaction(stack.worker_db) as conn:
-        return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"), {"o": org}).scalar()
+    return sum(stack.job_counts(org).values())
 
 
 def test_database_unreachable_at_submit_is_503_with_no_row_and_no_wakeup(stack: Stack):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 
 def test_export_goes_queued_leased_completed_and_returns_only_its_orgs_projects(stack: Stack, client):

@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import make_engine
 from models.db.transaction import scope, transaction
 from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.jobs import store
@@ -17,15 +16,14 @@ from models.jobs.context import JobContext
 from models.jobs.leases import WorkerLeases
 from models.jobs.records import Job
 from models.kinds import get_kind, load_kinds
-from tests.conftest import Stack
 from tests.integration.leasing import claim_one, complete_one, release_one
+from tests.kit.stack import Stack
 
 load_kinds()
 
 
 @pytest.fixture(scope="module")
 def stack_db(bare_stack: Stack) -> Stack:
-    bare_stack.app_db = make_engine(bare_stack.app_url, pool_size=2)
     return bare_stack
 
 

@@ -25,8 +25,8 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.leases import Finished, WorkerLeases
 from models.kinds import get_kind, load_kinds
-from tests.conftest import Stack
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
 
 load_kinds()
 

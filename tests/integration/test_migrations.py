@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from models.db.engine import make_engine
 from models.db.migrate import MIGRATIONS, upgrade
 from models.db.queries import queries_beside
-from tests.conftest import Servers
+from tests.kit.servers import Servers
 
 CATALOG = queries_beside(__file__)
 # section -> object -> its printed lines

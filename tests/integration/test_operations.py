@@ -14,7 +14,9 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.tenancy import passwords
-from tests.conftest import Stack, TestUser, csrf_of, sign_in, submit
+from tests.conftest import csrf_of, sign_in, submit
+from tests.kit.seeding import TestUser
+from tests.kit.stack import Stack
 
 MARKER = "ZEBRA-MARKER-41d9"
 PASSWORD = "operator's long password"

@@ -9,7 +9,8 @@ from sqlalchemy.engine import make_url
 
 from models.db.engine import libpq_url
 from models.db.roles import WORKER_ROLE, role_url
-from tests.conftest import Stack, submit
+from tests.conftest import submit
+from tests.kit.stack import Stack
 from tests.netproxy import Partition
 
 

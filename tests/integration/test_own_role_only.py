@@ -3,7 +3,8 @@ worker role's URL (no DATABASE_URL, no admin password)."""
 
 from __future__ import annotations
 
-from tests.conftest import Stack, submit
+from tests.conftest import submit
+from tests.kit.stack import Stack
 
 
 def test_worker_and_beat_need_no_admin_url(bare_stack: Stack) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.exc import ProgrammingError
 from models.db.engine import make_engine
 from models.db.transaction import transaction
 from models.tenancy import passwords, sessions
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 PASSWORD = "correct horse battery staple"
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.conftest import Stack, csrf_of, sign_in, submit
+from tests.conftest import csrf_of, sign_in, submit
+from tests.kit.stack import Stack
 
 PASSWORD = "correct horse battery staple"
 HTML = {"Accept": "text/html"}

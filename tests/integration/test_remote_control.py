@@ -15,15 +15,17 @@ import time
 import pytest
 from celery import Celery
 
-from bench.chaos import PrivateRedis
 from tasks.wakeups import WakeupPublisher
-from tests.conftest import ROOT, Stack, submit
+from tests.conftest import submit
+from tests.kit.private_servers import RestartableRedis
+from tests.kit.processes import REPO_ROOT
+from tests.kit.stack import Stack
 
 
-def _celery(stack: Stack, redis: PrivateRedis, *args: str) -> subprocess.CompletedProcess[str]:
+def _celery(stack: Stack, redis: RestartableRedis, *args: str) -> subprocess.CompletedProcess[str]:
     """The `celery` command line, as an operator (or an attacker with the broker URL) runs it."""
     return subprocess.run([sys.executable, "-m", "celery", "-A", "tasks.celery_app", *args],
-                          env=stack.env(REDIS_URL=redis.url), cwd=ROOT, capture_output=True,
+                          env=stack.env(REDIS_URL=redis.url), cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
 
 
@@ -52,7 +54,7 @@ class _EventListener(threading.Thread):
 
 
 def test_by_default_a_broadcast_shutdown_does_not_stop_the_worker_and_events_still_flow(
-        bare_stack: Stack, private_redis: PrivateRedis) -> None:
+        bare_stack: Stack, private_redis: RestartableRedis) -> None:
     stack = bare_stack
     events = _EventListener(private_redis.url)
     events.start()
@@ -84,7 +86,7 @@ def test_by_default_a_broadcast_shutdown_does_not_stop_the_worker_and_events_sti
 
 @pytest.mark.parametrize("command", [("inspect", "ping"), ("control", "shutdown")])
 def test_an_operator_who_opts_in_gets_remote_control_back(
-        bare_stack: Stack, private_redis: PrivateRedis, command: tuple[str, str]) -> None:
+        bare_stack: Stack, private_redis: RestartableRedis, command: tuple[str, str]) -> None:
     """The positive control: the same commands reach a worker that opted in."""
     stack = bare_stack
     worker = stack.start_worker(concurrency=1, REDIS_URL=private_redis.url,

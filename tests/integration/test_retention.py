@@ -9,8 +9,8 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.jobs import store
-from tests.conftest import Stack
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
 
 DAY = 86_400
 
@@ -50,10 +50,38 @@ def test_old_finished_jobs_go_with_their_events_and_active_jobs_stay(bare_stack:
     kept_recent = old_job(stack, org, user.id, status="completed", days=2)
     kept_active = old_job(stack, org, user.id, status="queued", days=400)
 
+    assert all(stack.events(j) for j in gone)
     assert purge(stack)["jobs_deleted"] == 3
     assert not any(exists(stack, j) for j in gone)
+    assert not any(stack.events(j) for j in gone)  # no foreign key: a trigger takes them along
     assert exists(stack, kept_recent) and exists(stack, kept_active)
+    assert stack.events(kept_recent) and stack.events(kept_active)
     assert purge(stack)["jobs_deleted"] == 0
+
+
+def test_a_deleted_organization_leaves_no_event_behind(bare_stack: Stack):
+    """Organizations cascade to their jobs; the jobs' events follow by trigger (revision 0015)."""
+    stack = bare_stack
+    org, other = stack.org(), stack.org()
+    jobs = [old_job(stack, org, stack.user(org).id, status="completed", days=1) for _ in range(3)]
+    kept = old_job(stack, other, stack.user(other).id, status="queued", days=0)
+    with stack.admin() as conn:
+        conn.execute(text("DELETE FROM organizations WHERE id = :org"), {"org": org})
+        orphans = conn.execute(text(
+            "SELECT count(*) FROM job_events e WHERE NOT EXISTS"
+            " (SELECT 1 FROM jobs j WHERE j.id = e.job_id)")).scalar_one()
+    assert orphans == 0
+    assert not any(stack.events(j) for j in jobs)
+    assert stack.events(kept)
+
+
+def test_truncating_jobs_truncates_their_events(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    old_job(stack, org, stack.user(org).id, status="queued", days=0)
+    with stack.admin() as conn:
+        conn.execute(text("TRUNCATE jobs CASCADE"))
+        assert conn.execute(text("SELECT count(*) FROM job_events")).scalar_one() == 0
 
 
 def test_purge_is_bounded_per_call(bare_stack: Stack):

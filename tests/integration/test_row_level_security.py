@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -22,8 +21,8 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.kinds import get_kind, load_kinds
 from models.tenancy.projects import Projects
-from tests.conftest import Stack
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
 
 load_kinds()
 
@@ -58,10 +57,8 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def roles(bare_stack: Stack) -> Iterator[Roles]:
-    found = Roles(app=make_engine(bare_stack.app_url, pool_size=2),
-                  worker=make_engine(bare_stack.worker_url, pool_size=2),
-                  operator=make_engine(bare_stack.operator_url, pool_size=2))
+def roles(bare_stack: Stack) -> Roles:
+    found = Roles(app=bare_stack.app_db, worker=bare_stack.worker_db, operator=bare_stack.operator_db)
     # The point of this module: none of these connections is a superuser.
     for engine, role in ((found.app, APP_ROLE), (found.worker, WORKER_ROLE),
                          (found.operator, OPERATOR_ROLE)):
@@ -70,9 +67,7 @@ def roles(bare_stack: Stack) -> Iterator[Roles]:
                 "SELECT current_user, session_user, r.rolsuper, r.rolbypassrls"
                 " FROM pg_roles r WHERE r.rolname = current_user")).one()
         assert tuple(row) == (role, role, False, False)
-    yield found
-    for engine in (found.app, found.worker, found.operator):
-        engine.dispose()
+    return found
 
 
 def submit(app: Engine, org: uuid.UUID, user: uuid.UUID, kind: str = "bench.noop") -> str:

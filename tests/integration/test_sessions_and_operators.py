@@ -17,8 +17,11 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.tenancy import accounts, passwords
-from tests.conftest import ROOT, Stack, TestUser, csrf_of, sign_in, submit
+from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.test_job_lifecycle import read_events
+from tests.kit.processes import REPO_ROOT
+from tests.kit.seeding import TestUser
+from tests.kit.stack import Stack
 
 PASSWORD = "correct horse battery staple"
 HTML = {"Accept": "text/html"}
@@ -42,7 +45,7 @@ def kind_paused(stack: Stack, kind: str) -> bool:
 
 def cli(stack: Stack, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "webapp.cli", *args], input=stdin, text=True,
-                          capture_output=True, env=stack.env(), cwd=ROOT, timeout=60)
+                          capture_output=True, env=stack.env(), cwd=REPO_ROOT, timeout=60)
 
 
 # ----------------------------------------------------------------------------- /ops: 404 for every method

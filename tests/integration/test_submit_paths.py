@@ -13,7 +13,7 @@ from sqlalchemy import text
 from models.db.engine import make_engine
 from models.errors import DuplicateJob, InvalidParams, NotFound, RequesterNotMember, UnknownKind
 from models.jobs import service
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.tenancy import accounts
-from tests.conftest import Stack
+from tests.kit.stack import Stack
 
 if TYPE_CHECKING:
-    from tests.conftest import TestUser
+    from tests.kit.seeding import TestUser
 
 API = "/api/v1"
 

