@@ -50,19 +50,19 @@ from sqlalchemy.engine import make_url
 from bench.throughput import (
     KIND,
     BenchError,
-    Proc,
-    Run,
-    _exit_on_signal,
     _log,
-    owner,
+    latencies,
     paced,
     percentile,
     phase_rows,
     seed_tenant,
     wait_finished,
-    worker_argv,
 )
 from models.db.engine import libpq_url
+from tests.kit import broker
+from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv, clean_up_on_signals
+from tests.kit.servers import Servers
+from tests.kit.stack import Stack
 
 PREFIX = "sjh"  # namespaces sjh<pid>-<n>, bridge sjb<pid>, host-side veths sjv<pid>h<n>
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
@@ -191,7 +191,10 @@ def _free_port() -> int:
 
 
 @dataclass
-class Servers:
+class PrivateCluster:
+    """A PostgreSQL cluster (Debian's binaries, run as ``postgres``) and a redis-server of this
+    run alone, listening on ``addresses``."""
+
     directory: Path
     addresses: list[str]
     subnet: str
@@ -200,6 +203,7 @@ class Servers:
     redis_proc: subprocess.Popen[bytes] | None = None
     pg_started: bool = False
     version: str = ""
+    pg_ctl: str = ""
 
     @property
     def pgdata(self) -> Path:
@@ -207,7 +211,7 @@ class Servers:
 
     def start(self) -> None:
         bindir = Path(sh("pg_config", "--bindir").stdout.strip())
-        self._pg_ctl = str(bindir / "pg_ctl")
+        self.pg_ctl = str(bindir / "pg_ctl")
         self.directory.chmod(0o755)
         self.pgdata.mkdir()
         shutil.chown(self.pgdata, "postgres", "postgres")
@@ -218,7 +222,7 @@ class Servers:
             hba.write(f"host all all {self.subnet} trust\n")
         options = (f"-c listen_addresses='{','.join(self.addresses)}' -p {self.pg_port} "
                    f"-k {self.pgdata}")
-        sh(*as_postgres, self._pg_ctl, "-D", str(self.pgdata), "-o", options,
+        sh(*as_postgres, self.pg_ctl, "-D", str(self.pgdata), "-o", options,
            "-l", str(self.pgdata / "server.log"), "-w", "-t", "60", "start")
         self.pg_started = True
         binary = shutil.which("redis-server")
@@ -257,7 +261,7 @@ class Servers:
             self.redis_proc.wait(timeout=10)
         if self.pg_started:
             # Its data is deleted next: nothing to flush.
-            sh("runuser", "-u", "postgres", "--", self._pg_ctl, "-D", str(self.pgdata),
+            sh("runuser", "-u", "postgres", "--", self.pg_ctl, "-D", str(self.pgdata),
                "-m", "immediate", "-w", "stop", check=False)
             self.pg_started = False
 
@@ -308,37 +312,35 @@ class Figures:
     invariants: list[tuple[str, bool, str]]
 
 
-def run_placement(run: Run, placement: Placement, args: argparse.Namespace,
+def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
                   round_number: int) -> Figures:
-    from models.db.roles import APP_ROLE, role_url
     from models.db.transaction import transaction
     from models.jobs import service
     from tasks.wakeups import WakeupPublisher
 
-    workers: list[Proc] = []
+    workers: list[LoggedProcess] = []
     try:
         for n, host in enumerate(placement.hosts):
-            argv = worker_argv("tasks.celery_app", run.queue, f"{placement.name}{n}")
-            argv[argv.index("-c") + 1] = str(args.concurrency)
-            env = run.env(DATABASE_URL=on_host(run.db_url, host.server),
-                          REDIS_URL=on_host(run.redis_url, host.server))
-            workers.append(run.processes.start(f"{placement.name}-{n}", host.prefix + argv, env,
-                                               ready="ready."))
+            name = f"{placement.name}-{round_number}-{n}"
+            argv = celery_worker_argv("tasks.celery_app", stack.queue, name, args.concurrency)
+            env = stack.env(DATABASE_URL=on_host(stack.admin_url, host.server),
+                            REDIS_URL=on_host(stack.redis_url, host.server))
+            workers.append(stack.processes.start(name, host.prefix + argv, env, ready=WORKER_READY))
         round_trip = " / ".join(
             subprocess.run([*host.prefix, sys.executable, "-c", ROUND_TRIP,
-                            libpq_url(on_host(run.db_url, host.server))],
+                            libpq_url(on_host(stack.admin_url, host.server))],
                            capture_output=True, text=True, check=True).stdout.strip()
             for host in placement.hosts)
 
-        app_db = run.engine(role_url(APP_ROLE, run.db_url), pool_size=1)
-        publisher = WakeupPublisher(run.redis_url, run.queue)
+        app_db = stack.app_db
+        publisher = WakeupPublisher(stack.redis_url, stack.queue)
         checks = []
 
         # Drain: the workers are frozen while M jobs go in, then all start on a full queue.
-        tenant = seed_tenant(run.admin, f"{placement.name}-{round_number}-drain")
+        tenant = seed_tenant(stack, f"{placement.name}-{round_number}-drain")
         _log(f"{placement.name}: drain of {args.jobs} jobs by {len(workers)} workers")
         for proc in workers:
-            os.killpg(proc.popen.pid, signal.SIGSTOP)
+            proc.signal_group(signal.SIGSTOP)
         try:
             for start in range(0, args.jobs, service.MAX_BATCH):
                 size = min(service.MAX_BATCH, args.jobs - start)
@@ -349,15 +351,15 @@ def run_placement(run: Run, placement: Placement, args: argparse.Namespace,
                                         requested_by=tenant.user_id, wake=publisher.wake)
         finally:
             for proc in workers:
-                os.killpg(proc.popen.pid, signal.SIGCONT)
-        wait_finished(run, tenant.organization_id, args.jobs, timeout=max(120, args.jobs / 20))
-        rows = phase_rows(run.admin, tenant.organization_id)
+                proc.signal_group(signal.SIGCONT)
+        wait_finished(stack, tenant.organization_id, args.jobs, timeout=max(120, args.jobs / 20))
+        rows = phase_rows(stack, tenant.organization_id)
         drain = args.jobs / (rows.last_finished - rows.first_started).total_seconds()
         ok, detail = rows.invariants(args.jobs)
         checks.append((f"{placement.name} {round_number} drain", ok, detail))
 
         # Latency: paced submits to idle (lingering) workers, each its own transaction.
-        tenant = seed_tenant(run.admin, f"{placement.name}-{round_number}-latency")
+        tenant = seed_tenant(stack, f"{placement.name}-{round_number}-latency")
         count = max(2, round(args.rate * args.latency_seconds))
         _log(f"{placement.name}: latency, {count} jobs at {args.rate:g}/s")
 
@@ -368,30 +370,25 @@ def run_placement(run: Run, placement: Placement, args: argparse.Namespace,
                                requested_by=tenant.user_id, wake=publisher.wake)
 
         paced(args.rate, count, submit_one)
-        wait_finished(run, tenant.organization_id, count, timeout=120)
-        with owner(run.admin) as conn:
-            values = [1000 * float(v) for v in conn.execute(text(
-                "SELECT extract(epoch FROM finished_at - created_at) FROM jobs"
-                " WHERE organization_id = :org AND status = 'completed'"),
-                {"org": tenant.organization_id}).scalars()]
-        ok, detail = phase_rows(run.admin, tenant.organization_id).invariants(count)
+        wait_finished(stack, tenant.organization_id, count, timeout=120)
+        values = [1000 * v for v in latencies(stack, tenant.organization_id)]
+        ok, detail = phase_rows(stack, tenant.organization_id).invariants(count)
         checks.append((f"{placement.name} {round_number} latency", ok, detail))
 
         # Where the workers' connections really came from, as PostgreSQL saw them.
-        with run.admin.connect() as conn:
+        with stack.admin_db.connect() as conn:
             seen = conn.execute(text(
                 "SELECT DISTINCT host(client_addr) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND application_name LIKE 'spacejobs-%'"
-                " AND application_name NOT LIKE 'spacejobs-bench%'")).scalars().all()
+                " WHERE datname = current_database() AND (application_name LIKE 'spacejobs-worker:%'"
+                " OR application_name LIKE 'spacejobs-listen:%')")).scalars().all()
         wanted = {host.source for host in placement.hosts}
         checks.append((f"{placement.name} {round_number} addresses", set(seen) == wanted,
                        f"worker connections from {', '.join(sorted(seen))}"))
         return Figures(placement.name, round_number, drain, percentile(values, 50),
                        percentile(values, 95), round_trip, ", ".join(sorted(seen)), checks)
     finally:
-        for proc in workers:
-            run.processes.stop(proc)
-        run.purge(run.queue)
+        stack.processes.stop(*workers)
+        broker.purge_queue(stack.redis_url, stack.queue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,29 +462,29 @@ def main(argv: list[str] | None = None) -> int:
 
     reload_settings()
     load_kinds()
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _exit_on_signal)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    clean_up_on_signals()
     load_at_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     tmp = Path(tempfile.mkdtemp(prefix="spacejobs-hosts-"))
     tmp.chmod(0o711)  # the private cluster runs as postgres, below it
     network = Network(args.hosts, args.delay_ms)
+    cluster: PrivateCluster | None = None
     servers: Servers | None = None
-    run: Run | None = None
+    stack: Stack | None = None
     figures: list[Figures] = []
     complete = False
     try:
         remove_stale()
         _log(f"creating {args.hosts} network namespaces")
         network.create()
-        servers = Servers(tmp / "servers", ["127.0.0.1", network.host_address], str(network.subnet))
-        servers.directory.mkdir()
+        cluster = PrivateCluster(tmp / "servers", ["127.0.0.1", network.host_address],
+                                 str(network.subnet))
+        cluster.directory.mkdir()
         _log(f"starting PostgreSQL and Redis on 127.0.0.1 and {network.host_address}")
-        servers.start()
-        run = Run(servers.admin_url("127.0.0.1"), servers.redis_url("127.0.0.1"),
-                  "private", tmp)
-        run.create_database()
-        run.engine(run.db_url)  # engines[0]: the admin engine the phases inspect with
+        cluster.start()
+        servers = Servers(cluster.admin_url("127.0.0.1"), cluster.redis_url("127.0.0.1"),
+                          "private cluster")
+        # The workers need nothing of the test suite's settings: no beat, no extra kinds.
+        stack = Stack(servers, tmp, label="hosts", process_settings={})
         loopback = Placement("loopback", [Host([], "127.0.0.1", "127.0.0.1")] * args.hosts)
         apart = Placement("namespaces", [Host(network.exec_prefix(n), network.host_address,
                                               network.address(n)) for n in range(args.hosts)])
@@ -495,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             # Alternate which goes first, so a machine that gets busier does not favour one.
             for placement in (loopback, apart) if number % 2 == 0 else (apart, loopback):
                 _log(f"round {number + 1} of {args.rounds}")
-                figures.append(run_placement(run, placement, args, number + 1))
+                figures.append(run_placement(stack, placement, args, number + 1))
         complete = True
     except KeyboardInterrupt:
         _log("interrupted")
@@ -505,17 +502,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # let the cleanup finish
-        if run is not None:
-            run.processes.stop_all()
-            for engine in run.engines:
-                engine.dispose()
-        if servers is not None:
-            servers.stop()
-        network.destroy()
+        for step in (stack.stop if stack else None, servers.close if servers else None,
+                     cluster.stop if cluster else None, network.destroy):
+            try:
+                if step is not None:
+                    step()
+            except Exception as exc:
+                _log(f"cleanup: {type(exc).__name__}: {exc}")
         shutil.rmtree(tmp, ignore_errors=True)
         if figures:
             header = [
-                ("machine", f"{os.cpu_count()} CPUs; PostgreSQL {servers.version if servers else '?'}"
+                ("machine", f"{os.cpu_count()} CPUs; PostgreSQL {cluster.version if cluster else '?'}"
                             " (private cluster), redis-server (private), all on this machine"),
                 ("network", f"{args.hosts} namespaces on {network.subnet}, bridge address "
                             f"{network.host_address}; {network.delay_note}"),

@@ -44,7 +44,8 @@ from models.db.transaction import opened, scope, transaction
 from models.jobs import service, waiting
 from models.settings import reload_settings
 from models.tenancy.projects import Projects
-from tests.conftest import Stack, submit
+from tests.conftest import submit
+from tests.kit.stack import Stack
 
 POOL_SIZE = 2
 ADMIN_USER = "sj_bouncer_admin"  # the pooler's own console (SHOW POOLS, SHOW STATS)
