@@ -60,7 +60,13 @@ from bench.throughput import (
 )
 from models.db.engine import libpq_url
 from tests.kit import broker
-from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv, clean_up_on_signals
+from tests.kit.processes import (
+    WORKER_READY,
+    LoggedProcess,
+    celery_worker_argv,
+    clean_up_on_signals,
+    until_stopped,
+)
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
@@ -473,35 +479,29 @@ def main(argv: list[str] | None = None) -> int:
     figures: list[Figures] = []
     complete = False
     try:
-        remove_stale()
-        _log(f"creating {args.hosts} network namespaces")
-        network.create()
-        cluster = PrivateCluster(tmp / "servers", ["127.0.0.1", network.host_address],
-                                 str(network.subnet))
-        cluster.directory.mkdir()
-        _log(f"starting PostgreSQL and Redis on 127.0.0.1 and {network.host_address}")
-        cluster.start()
-        servers = Servers(cluster.admin_url("127.0.0.1"), cluster.redis_url("127.0.0.1"),
-                          "private cluster")
-        # The workers need nothing of the test suite's settings: no beat, no extra kinds.
-        stack = Stack(servers, tmp, label="hosts", process_settings={})
-        loopback = Placement("loopback", [Host([], "127.0.0.1", "127.0.0.1")] * args.hosts)
-        apart = Placement("namespaces", [Host(network.exec_prefix(n), network.host_address,
-                                              network.address(n)) for n in range(args.hosts)])
-        for number in range(args.rounds):
-            # Alternate which goes first, so a machine that gets busier does not favour one.
-            for placement in (loopback, apart) if number % 2 == 0 else (apart, loopback):
-                _log(f"round {number + 1} of {args.rounds}")
-                figures.append(run_placement(stack, placement, args, number + 1))
-        complete = True
-    except KeyboardInterrupt:
-        _log("interrupted")
-    except SystemExit:
-        _log("terminated by a signal")
-        raise
+        with until_stopped(_log):
+            remove_stale()
+            _log(f"creating {args.hosts} network namespaces")
+            network.create()
+            cluster = PrivateCluster(tmp / "servers", ["127.0.0.1", network.host_address],
+                                     str(network.subnet))
+            cluster.directory.mkdir()
+            _log(f"starting PostgreSQL and Redis on 127.0.0.1 and {network.host_address}")
+            cluster.start()
+            servers = Servers(cluster.admin_url("127.0.0.1"), cluster.redis_url("127.0.0.1"),
+                              "private cluster")
+            # The workers need nothing of the test suite's settings: no beat, no extra kinds.
+            stack = Stack(servers, tmp, label="hosts", process_settings={})
+            loopback = Placement("loopback", [Host([], "127.0.0.1", "127.0.0.1")] * args.hosts)
+            apart = Placement("namespaces", [Host(network.exec_prefix(n), network.host_address,
+                                                  network.address(n)) for n in range(args.hosts)])
+            for number in range(args.rounds):
+                # Alternate which goes first, so a machine that gets busier does not favour one.
+                for placement in (loopback, apart) if number % 2 == 0 else (apart, loopback):
+                    _log(f"round {number + 1} of {args.rounds}")
+                    figures.append(run_placement(stack, placement, args, number + 1))
+            complete = True
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)  # let the cleanup finish
         for step in (stack.stop if stack else None, servers.close if servers else None,
                      cluster.stop if cluster else None, network.destroy):
             try:

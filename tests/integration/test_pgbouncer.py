@@ -45,31 +45,18 @@ from models.jobs import service, waiting
 from models.settings import reload_settings
 from models.tenancy.projects import Projects
 from tests.conftest import submit
+from tests.kit.programs import find_program
 from tests.kit.stack import Stack
 
 POOL_SIZE = 2
 ADMIN_USER = "sj_bouncer_admin"  # the pooler's own console (SHOW POOLS, SHOW STATS)
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def find_pgbouncer() -> str:
-    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
-    if found:
-        return found
-    reason = "pgbouncer not found (Debian: apt-get install -y pgbouncer); these tests need it"
-    if in_ci():
-        pytest.fail(reason + " and CI must run them", pytrace=False)
-    pytest.skip(reason)
-
-
 class PgBouncer:
     """A private pgbouncer in front of one PostgreSQL server, on its own port."""
 
     def __init__(self, server_url: str, role_urls: list[str]) -> None:
-        self.binary = find_pgbouncer()
+        self.binary = find_program("pgbouncer", needed_by="the PgBouncer tests")
         self.dir = Path(tempfile.mkdtemp(prefix="sj-pgbouncer-"))
         server = conninfo_to_dict(libpq_url(server_url))
         self.port = _free_port()
