@@ -47,6 +47,18 @@ class Settings(BaseSettings):
     operator_db_password: SecretStr | None = Field(
         None, description="`space_operator`'s own password: set by `db upgrade`, used in its "
                           "derived URL")
+    db_pooler: Literal["none", "transaction"] = Field(
+        "none", description="`transaction` when the role URLs lead through a transaction-mode "
+                            "pooler such as PgBouncer: no prepared statements, the web's "
+                            "statement timeout set in each transaction instead of at connect, "
+                            "and LISTEN only through `SPACEJOBS_LISTEN_DATABASE_URL` "
+                            "(docs/scaling.md)")
+    listen_database_url: str | None = Field(
+        None, description="a direct server (no pooler) for LISTEN (worker linger, `service.wait`): "
+                          "its host, port and database, with each process's own role and "
+                          "password (default: the process's own URL; with "
+                          "`SPACEJOBS_DB_POOLER=transaction` and this unset, no LISTEN: linger "
+                          "is off and `wait` re-reads the job every 5 s)")
 
     # -- queue and worker ------------------------------------------------------------------
     queue: str = Field("spacejobs", description="the Celery queue of wake-ups (sweeps use "

@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine
 
-from models.db.engine import libpq_url, make_engine
-from models.db.roles import WORKER_ROLE, role_url
+from models.db.engine import make_engine
+from models.db.roles import WORKER_ROLE, listen_url, role_url
 from models.jobs.leases import WorkerLeases
 from models.ops.counters import BufferedCounters
 from tasks import shutdown
@@ -78,12 +78,16 @@ def controls() -> list[Any]:
 
 def wait_for_work(seconds: float) -> bool:
     """Wait for a job to be inserted (a NOTIFY), at most ``seconds``; False when none came, the
-    worker is stopping, or the database cannot be reached (the broker's wake-ups still come)."""
+    worker is stopping, the database cannot be reached (the broker's wake-ups still come), or
+    this process may not LISTEN (behind a transaction-mode pooler with no direct URL: no linger)."""
     global _listener
     deadline = time.monotonic() + seconds
+    url = listen_url(role_url(WORKER_ROLE))
+    if url is None:
+        return False
     try:
         if _listener is None:
-            _listener = psycopg.connect(libpq_url(role_url(WORKER_ROLE)), autocommit=True,
+            _listener = psycopg.connect(url, autocommit=True,
                                         application_name=f"spacejobs-listen:{worker_name()}")
             _listener.execute(f"LISTEN {JOBS_CHANNEL}")
         while (left := deadline - time.monotonic()) > 0 and not shutdown.stop_requested():

@@ -13,7 +13,13 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
+from models.settings import get_settings
+
 log = logging.getLogger("spacejobs.db")
+
+#: the execution option that carries an engine's statement timeout behind a transaction-mode
+#: pooler, where ``models.db.transaction`` sets it in each transaction (see make_engine)
+LOCAL_STATEMENT_TIMEOUT = "spacejobs_local_statement_timeout_ms"
 
 
 class AfterCommitConnection(psycopg.Connection):
@@ -69,9 +75,22 @@ def make_engine(
     ``statement_timeout_ms`` bounds every statement, so a web request never hangs on a locked
     or overloaded database: it answers 503 instead. ``hide_parameters``: a statement that fails
     is logged (operators' tracebacks) without its parameters, which may hold tenant data.
+
+    Behind a transaction-mode pooler (``SPACEJOBS_DB_POOLER=transaction``) each transaction of
+    a client may run on another server connection, shared with other clients. So: no prepared
+    statements (psycopg prepares a statement on its fifth run, on one server connection; the
+    next run finds it missing, or its name taken by another client's), and the statement
+    timeout is set inside each transaction, because PgBouncer refuses the startup ``options``
+    and a session-level SET would stay behind for whoever gets the server connection next.
     """
+    pooled = get_settings().db_pooler == "transaction"
     connect_args: dict[str, object] = {"application_name": application_name, "connect_timeout": 5}
-    if statement_timeout_ms:
+    execution_options: dict[str, object] = {}
+    if pooled:
+        connect_args["prepare_threshold"] = None
+    if statement_timeout_ms and pooled:
+        execution_options[LOCAL_STATEMENT_TIMEOUT] = int(statement_timeout_ms)
+    elif statement_timeout_ms:
         connect_args["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
     engine = create_engine(
         driver_url(url),
@@ -80,6 +99,7 @@ def make_engine(
         pool_recycle=1800,
         hide_parameters=True,
         connect_args=connect_args,
+        execution_options=execution_options,
     )
     event.listen(engine, "checkout", _refuse_dead_connection)
     event.listen(engine, "do_connect", _connect_with_after_commit)

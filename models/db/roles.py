@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import SecretStr
 from sqlalchemy.engine import URL, make_url
 
-from models.db.engine import driver_url
+from models.db.engine import driver_url, libpq_url
 from models.settings import get_settings
 
 OWNER_ROLE = "space_owner"
@@ -41,6 +41,26 @@ def role_url(role: str, base_url: str | None = None) -> str:
     url = URL.create(base.drivername, username=role, password=role_password(role),
                      host=base.host, port=base.port, database=base.database, query=base.query)
     return url.render_as_string(hide_password=False)
+
+
+def listen_url(url: str) -> str | None:
+    """Where a process that connects with ``url`` LISTENs (libpq form), or None: not at all.
+
+    A LISTEN must stay on its own server connection for as long as it listens, which a
+    transaction-mode pooler cannot give: through PgBouncer it hears nothing, and the LISTEN
+    stays behind on a server connection that other clients then share. So behind such a
+    pooler only ``SPACEJOBS_LISTEN_DATABASE_URL`` (a direct server) is used; without it the
+    callers do without (the worker's linger is off, ``service.wait`` re-reads the row).
+    """
+    settings = get_settings()
+    if settings.listen_database_url:
+        direct = make_url(driver_url(settings.listen_database_url))
+        own = make_url(driver_url(url))
+        return libpq_url(own.set(host=direct.host, port=direct.port, database=direct.database,
+                                 query=direct.query).render_as_string(hide_password=False))
+    if settings.db_pooler == "transaction":
+        return None
+    return libpq_url(url)
 
 
 def role_password(role: str) -> str | None:

@@ -15,7 +15,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import AfterCommitConnection
+from models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection
 from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
 
@@ -43,8 +43,8 @@ def transaction(
 @contextmanager
 def opened(engine: Engine, first: Callable[[Connection], T]) -> Iterator[tuple[Connection, T]]:
     """A transaction whose first statement is ``first(conn)`` (for a request, the one that
-    authenticates and scopes it); yields the connection and what ``first`` returned, and
-    commits unless the block raises.
+    authenticates and scopes it; behind a pooler, the statement timeout goes first); yields
+    the connection and what ``first`` returned, and commits unless the block raises.
 
     That first statement is tried on a second connection when the first one turns out to be
     dead: a pooled connection whose backend was just terminated or restarted may not have said
@@ -55,6 +55,7 @@ def opened(engine: Engine, first: Callable[[Connection], T]) -> Iterator[tuple[C
         conn = engine.connect()
         try:
             trans = conn.begin()
+            _bound_statements(conn)
             result = first(conn)
             break
         except DBAPIError as error:
@@ -63,6 +64,14 @@ def opened(engine: Engine, first: Callable[[Connection], T]) -> Iterator[tuple[C
                 raise
     with conn, trans:
         yield conn, result
+
+
+def _bound_statements(conn: Connection) -> None:
+    """Behind a transaction-mode pooler the engine's statement timeout is this transaction's
+    own (models.db.engine.make_engine says why): one more round trip, web only."""
+    timeout_ms = conn.get_execution_options().get(LOCAL_STATEMENT_TIMEOUT)
+    if timeout_ms:
+        conn.execute(Q["statement_timeout"], {"ms": str(timeout_ms)})
 
 
 def scope(

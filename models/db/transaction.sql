@@ -7,3 +7,9 @@ SELECT set_config('app.organization_id', :org, true),
 
 -- set_role_space_owner --
 SET LOCAL ROLE space_owner
+
+-- statement_timeout --
+-- Behind a transaction-mode pooler only: a direct connection carries the timeout in its startup
+-- options, which PgBouncer refuses; transaction-local, so it never outlives this transaction on
+-- a server connection that other clients share.
+SELECT set_config('statement_timeout', :ms, true)

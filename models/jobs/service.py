@@ -27,7 +27,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine
 
-from models.db.engine import libpq_url
+from models.db.roles import listen_url
 from models.db.transaction import after_commit, scope, transaction
 from models.errors import DomainError, DuplicateJob, InvalidRequest, NotFound
 from models.jobs import store, waiting
@@ -183,12 +183,13 @@ def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
     No polling: the finish NOTIFYs (models/jobs/waiting.py), and the row is read again only when
     it says so (and every few seconds, in case a notification was lost). Each read is its own
     short transaction, so no transaction stays open while waiting; any thread may wait (a Flask
-    view, a Celery task).
+    view, a Celery task). Behind a transaction-mode pooler without a direct URL to LISTEN on
+    (models.db.roles.listen_url), it re-reads the row every ``waiting.RECHECK`` seconds.
     """
     engine = engine or _engine
     if engine is None:
         raise RuntimeError("wait() needs an engine: service.configure(engine=...) or engine=")
-    finishes = waiting.listener(libpq_url(engine.url.render_as_string(hide_password=False)))
+    finishes = waiting.listener(listen_url(engine.url.render_as_string(hide_password=False)))
     deadline = time.monotonic() + timeout
     finishes.ready(timeout)
     announced = finishes.register(job_id)

@@ -87,12 +87,29 @@ class FinishListener:
                     event.set()
 
 
+class Unheard:
+    """The listener of a process that may not LISTEN (behind a transaction-mode pooler with no
+    direct URL): nothing is announced, so each waiter re-reads its job every ``RECHECK``."""
+
+    def register(self, job_id: UUID) -> threading.Event:
+        return threading.Event()
+
+    def forget(self, job_id: UUID, event: threading.Event) -> None:
+        pass
+
+    def ready(self, timeout: float) -> bool:
+        return False
+
+
 _listeners: dict[str, FinishListener] = {}
 _listeners_lock = threading.Lock()
 
 
-def listener(conninfo: str) -> FinishListener:
-    """This process's listener for the database at ``conninfo`` (started on first use)."""
+def listener(conninfo: str | None) -> FinishListener | Unheard:
+    """This process's listener for the database at ``conninfo`` (started on first use); None:
+    this process may not LISTEN (models.db.roles.listen_url)."""
+    if conninfo is None:
+        return Unheard()
     with _listeners_lock:
         found = _listeners.get(conninfo)
         if found is None:

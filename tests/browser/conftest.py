@@ -8,8 +8,6 @@ always includes them. ``.ci/run`` installs Chromium with apt-get when it is miss
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,24 +18,15 @@ import pytest
 from werkzeug.serving import make_server
 
 from models.tenancy.demo import seed
+from tests.kit.programs import find_program
 from tests.kit.stack import Stack
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 def find_chromium() -> str:
-    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if found:
-        return found
-    reason = "Chromium not found (Debian: apt-get install -y chromium); the browser tests need it"
-    if in_ci():
-        pytest.fail(reason + " and CI must run them", pytrace=False)
-    pytest.skip(reason)
+    return find_program("chromium", needed_by="the browser tests")
 
 
 @pytest.fixture(scope="session")

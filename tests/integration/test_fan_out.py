@@ -3,7 +3,6 @@ every child has ended, cancellation reaching the children, and a worker killed h
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -115,8 +114,7 @@ def test_a_fan_out_survives_its_worker_killed_half_way(bare_stack: Stack):
     while sum(c["status"] == "completed" for c in children(stack, job["id"])) < 2:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    first.signal_group(signal.SIGKILL)  # parent and children die mid-way
-    stack.processes.remove(first)
+    stack.retire(first)  # SIGKILL to the whole group: parent and children die mid-way
     stack.start_worker(concurrency=2)
     done = stack.wait_for(job["id"], "completed", timeout=90)
     assert [p["n"] for p in done["result"]["parts"]] == list(range(8))

@@ -5,6 +5,7 @@ facts they read, written once.
   ones); create, clone and drop databases; one template database migrated once.
 - ``private_servers``: a PostgreSQL and a Redis of one run's own, which it may restart.
 - ``processes``: a process with its log, in its own session so its whole group can be signalled.
+- ``programs``: Debian programs some tests drive (Chromium, pgbouncer), or a skip.
 - ``broker``: the Redis side (a redis-py client for kombu's URLs, queue length, purge).
 - ``seeding``: organizations, users, members, tokens and operators, through the owner role.
 - ``facts``: what the database says about jobs, read as an application role.

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,3 +194,20 @@ def clean_up_on_signals() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_system_exit)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def until_stopped(log: Callable[[str], None]) -> Iterator[None]:
+    """A benchmark's body: Ctrl-C ends it early (logged, not raised, so the report of what ran
+    still prints), SIGTERM and SIGHUP end it too (re-raised after the cleanup). Signals are
+    ignored from the moment the body ends, so that the cleanup after it runs to the end."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        log("interrupted")
+    except SystemExit:
+        log("terminated by a signal")
+        raise
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)

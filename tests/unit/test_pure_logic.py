@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from models import errors
-from models.db.roles import role_url
+from models.db.roles import listen_url, role_url
 from models.errors import InvalidParams, UnknownKind
 from models.jobs import store
 from models.jobs.records import Job
@@ -98,5 +98,25 @@ def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):
     reload_settings()
     assert role_url("space_worker", base).startswith("postgresql+psycopg://space_worker:worker-only@")
     assert role_url("space_app", base).startswith("postgresql+psycopg://space_app:pw@")
+    monkeypatch.undo()
+    reload_settings()
+
+
+def test_listen_url_is_direct_and_never_through_a_transaction_pooler(monkeypatch):
+    pooled = "postgresql+psycopg://space_worker:pw@pgbouncer.internal:6432/space"
+    for name in ("SPACEJOBS_DB_POOLER", "SPACEJOBS_LISTEN_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    reload_settings()
+    assert listen_url(pooled) == "postgresql://space_worker:pw@pgbouncer.internal:6432/space"
+    # Through the pooler a LISTEN hears nothing and stays behind on a shared server connection.
+    monkeypatch.setenv("SPACEJOBS_DB_POOLER", "transaction")
+    reload_settings()
+    assert listen_url(pooled) is None
+    # A direct server: its address and database, the process's own role and password.
+    monkeypatch.setenv("SPACEJOBS_LISTEN_DATABASE_URL",
+                       "postgresql://ignored:other@db.internal:5432/space?sslmode=require")
+    reload_settings()
+    assert (listen_url(pooled)
+            == "postgresql://space_worker:pw@db.internal:5432/space?sslmode=require")
     monkeypatch.undo()
     reload_settings()

