@@ -52,6 +52,8 @@ def make_runner() -> Runner:
         linger=settings.linger_seconds,
         wait_for_work=worker_process.wait_for_work,
         fan_out=publisher.wake,
+        results=worker_process.results(),
+        inline_max_bytes=settings.result_inline_max_bytes,
     )
 
 

@@ -35,6 +35,7 @@ from models.db.engine import libpq_url, make_engine, with_database
 from models.db.migrate import secure_database, upgrade
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
+from models.results.store import LocalResultStore
 from models.settings import reload_settings
 from models.tenancy import accounts, passwords
 
@@ -44,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
+# Never the developer's own results directory: each stack has its own (Stack.results_dir).
+os.environ["SPACEJOBS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="spacejobs-test-results-")
 reload_settings()
 
 
@@ -113,6 +116,8 @@ class Stack:
         self.worker_db: Engine = make_engine(self.worker_url, pool_size=2)
         self.operator_db: Engine = make_engine(self.operator_url, pool_size=1)
         self.processes: list[Proc] = []
+        # The local results store this stack's web, workers and beat share.
+        self.results_dir = tmp / "results"
 
     # -- processes ------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -126,6 +131,7 @@ class Stack:
             SPACEJOBS_EXTRA_KIND_MODULES="tests.kinds",
             SPACEJOBS_WAKEUP_GRACE="1.5",
             SPACEJOBS_SWEEP_INTERVAL="0.5",
+            SPACEJOBS_RESULTS_DIR=str(self.results_dir),
             PYTHONPATH=str(ROOT),
         )
         env.update(extra)
@@ -174,9 +180,13 @@ class Stack:
         from webapp import create_app
 
         settings = {"TESTING": True, "DATABASE_URL": self.app_url, "BROKER_URL": self.redis_url,
-                    "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://"}
+                    "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://",
+                    "RESULTS_STORE": self.results()}
         settings.update(config)
         return create_app(settings)
+
+    def results(self) -> LocalResultStore:
+        return LocalResultStore(self.results_dir)
 
     # -- seeding through the owner role, as the CLI does ----------------------------------
     def admin(self) -> contextlib.AbstractContextManager[Any]:
