@@ -25,7 +25,7 @@ from models.results.s3 import S3ResultStore
 from models.results.store import new_key
 from models.results.sweep import sweep_orphans
 from models.tenancy.projects import Projects
-from tests.conftest import Proc, Stack, TestUser, sign_in, submit
+from tests.conftest import Proc, Stack, TestUser, csrf_of, sign_in, submit
 from tests.integration.leasing import claim_one
 from tests.s3server import CREDENTIALS, REGION, new_bucket, s3_client, s3_server
 
@@ -170,6 +170,28 @@ def test_the_archive_goes_through_an_s3_bucket_when_the_settings_say_so(bare_sta
         with zipfile.ZipFile(io.BytesIO(answer.data)) as archive:
             assert len(archive.namelist()) == 4  # three projects and the manifest
         stack.retire(s3)
+
+
+def test_a_person_starts_the_archive_from_the_jobs_page_and_downloads_the_zip(
+        bare_stack: Stack, worker: Proc):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner", password="anna's long password")
+    seed_projects(stack, org, 2)
+    pages = stack.make_app().test_client()
+    sign_in(pages, anna)
+    jobs = pages.get(f"/orgs/{org}/jobs")
+    assert "Archive projects (ZIP)" in jobs.get_data(as_text=True)
+    started = pages.post(f"/orgs/{org}/jobs", data={"kind": "projects_archive", "csrf": csrf_of(jobs)})
+    assert started.status_code == 302
+    job_id = started.headers["Location"].rstrip("/").rsplit("/", 1)[1]
+    stack.wait_for(job_id, "completed")
+    page = pages.get(f"/orgs/{org}/jobs/{job_id}").get_data(as_text=True)
+    assert "Download the result" in page
+    download = pages.get(f"/orgs/{org}/jobs/{job_id}/download")
+    assert download.status_code == 200 and download.mimetype == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(download.data)) as archive:
+        assert len(archive.namelist()) == 3
 
 
 # ------------------------------------------------------------------------- who may download
