@@ -236,15 +236,22 @@ def test_a_download_is_refused_to_a_removed_member_another_organization_and_a_lo
 
 # ------------------------------------------------------------------------- no file left behind
 
-def test_a_stale_finish_leaves_no_file_behind(bare_stack: Stack):
-    stack = bare_stack
+def first_attempt_with_its_file(stack: Stack, *, stall_seconds: float) -> tuple[Proc, dict, str]:
+    """A worker of its own running test.stall_file's first attempt, stalled after writing its
+    file: (the worker, the job, the file's key)."""
     org = stack.org()
     anna = stack.user(org, role="owner")
-    client = stack.make_app().test_client()
     first = stack.start_worker(concurrency=1)
-    job = submit(client, org, anna, "test.stall_file", {"seconds": 4})
+    job = submit(stack.make_app().test_client(), org, anna, "test.stall_file",
+                 {"seconds": stall_seconds})
     wait_until(lambda: files_of(stack, job["id"]), what="the first attempt's file")
-    [stale_file] = files_of(stack, job["id"])
+    [written] = files_of(stack, job["id"])
+    return first, job, written
+
+
+def test_a_stale_finish_leaves_no_file_behind(bare_stack: Stack):
+    stack = bare_stack
+    first, job, stale_file = first_attempt_with_its_file(stack, stall_seconds=4)
     first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the 2 s lease runs out
     try:
         time.sleep(2.5)
@@ -265,13 +272,7 @@ def test_a_stale_finish_leaves_no_file_behind(bare_stack: Stack):
 def test_a_worker_killed_between_its_write_and_its_finish_leaves_an_orphan_the_sweep_removes(
         bare_stack: Stack):
     stack = bare_stack
-    org = stack.org()
-    anna = stack.user(org, role="owner")
-    client = stack.make_app().test_client()
-    first = stack.start_worker(concurrency=1)
-    job = submit(client, org, anna, "test.stall_file", {"seconds": 30})
-    wait_until(lambda: files_of(stack, job["id"]), what="the first attempt's file")
-    [orphan] = files_of(stack, job["id"])
+    first, job, orphan = first_attempt_with_its_file(stack, stall_seconds=30)
     stack.retire(first)  # SIGKILL: no finish, no clean-up
     second = stack.start_worker(concurrency=1)
     beat = stack.start_beat(SPACEJOBS_RESULTS_ORPHAN_GRACE="0", SPACEJOBS_RESULTS_SWEEP_INTERVAL="0.5")

@@ -133,6 +133,23 @@ class Harness:
     def files(self) -> list[str]:
         return [found.key for found in self.results.list()]
 
+    def before_each_finish(self, act: Any) -> None:
+        """Run ``act(finished)`` just before the batched finish commits (when it has any)."""
+        original = self.leases.finish_and_claim
+
+        def acting_first(finished: Any, **kwargs: Any) -> Any:
+            if finished:
+                act(finished)
+            return original(finished, **kwargs)
+
+        self.leases.finish_and_claim = acting_first  # type: ignore[method-assign]
+
+    def steal_before_the_finish(self) -> None:
+        self.before_each_finish(lambda finished: [self.leases.steal(f.job.id) for f in finished])
+
+    def remove_member_before_the_finish(self, job: Any) -> None:
+        self.before_each_finish(lambda finished: self.leases.members.pop(job))
+
 
 @pytest.fixture(autouse=True)
 def _forget_seen() -> None:
@@ -227,14 +244,7 @@ def test_a_lease_lost_to_a_newer_attempt_writes_nothing():
 def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
     h = Harness()
     job = h.leases.add("unit.ok")
-    original = h.leases.finish_and_claim
-
-    def steal_before_the_flush(finished: Any, **kwargs: Any) -> Any:
-        for item in finished:
-            h.leases.steal(item.job.id)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = steal_before_the_flush  # type: ignore[method-assign]
+    h.steal_before_the_finish()
     h.drain()
     assert h.leases.rows[job].result is None
     assert h.counted == [(STALE_FINISHES, "unit.ok")]
@@ -244,14 +254,7 @@ def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
 def test_a_requester_removed_before_the_finish_fails_the_job_instead_of_completing_it():
     h = Harness()
     job = h.leases.add("unit.ok")
-    original = h.leases.finish_and_claim
-
-    def remove_member_first(finished: Any, **kwargs: Any) -> Any:
-        if finished:
-            h.leases.members.pop(job)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = remove_member_first  # type: ignore[method-assign]
+    h.remove_member_before_the_finish(job)
     h.drain()
     row = h.leases.rows[job]
     assert (row.status, row.error_code, row.result) == (Status.FAILED, "requester_not_member", None)
@@ -450,16 +453,11 @@ def test_a_large_json_result_goes_to_the_store_and_a_small_one_stays_inline():
 def test_a_stale_finish_deletes_its_file():
     h = Harness()
     job = h.leases.add("unit.file")
-    original = h.leases.finish_and_claim
-
-    def steal_before_the_flush(finished: Any, **kwargs: Any) -> Any:
-        for item in finished:
-            assert h.files() == [item.result_ref]  # written before the finish
-            h.leases.steal(item.job.id)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = steal_before_the_flush  # type: ignore[method-assign]
+    written: list[list[str]] = []
+    h.before_each_finish(lambda finished: written.append(h.files()))
+    h.steal_before_the_finish()
     h.drain()
+    assert [len(files) for files in written] == [1]  # the file was there before the finish
     assert h.leases.rows[job].result_ref is None
     assert h.files() == []
     assert h.counted == [(STALE_FINISHES, "unit.file")]
@@ -468,14 +466,7 @@ def test_a_stale_finish_deletes_its_file():
 def test_a_finish_refused_for_a_removed_requester_deletes_its_file():
     h = Harness()
     job = h.leases.add("unit.file")
-    original = h.leases.finish_and_claim
-
-    def remove_member_first(finished: Any, **kwargs: Any) -> Any:
-        if finished:
-            h.leases.members.pop(job)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = remove_member_first  # type: ignore[method-assign]
+    h.remove_member_before_the_finish(job)
     h.drain()
     assert h.leases.status(job) == Status.FAILED and h.files() == []
 
