@@ -35,6 +35,10 @@ RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonex
 
 COPY --from=build /opt/venv /opt/venv
 
+# The local results store (SPACEJOBS_RESULTS_DIR): compose mounts one volume here in web, worker
+# and beat; a new named volume takes this folder's owner, so the user above can write it.
+RUN mkdir -p /var/lib/spacejobs/results && chown spacejobs:spacejobs /var/lib/spacejobs/results
+
 # An empty, root-owned working directory: `python -m celery` (what `spacejobs worker`/`beat`
 # exec) puts the cwd first on sys.path, so the installed packages are the only ones it finds.
 WORKDIR /app

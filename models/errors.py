@@ -88,6 +88,12 @@ class ResultExpired(DomainError):
     message = "The job's result is past its retention period and was deleted."
 
 
+class ResultMissing(DomainError):
+    code = "result_missing"
+    message = ("The job's result file is missing from the results store. Start a new job for a "
+               "fresh result; if it happens again, contact support.")
+
+
 class JobFinished(DomainError):
     code = "job_finished"
     message = "The job has already finished."

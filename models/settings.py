@@ -86,6 +86,27 @@ class Settings(BaseSettings):
     keep_results_days: float = Field(7, gt=0, description="retention of results")
     keep_events_days: float = Field(30, gt=0, description="retention of job events")
 
+    # -- results store ---------------------------------------------------------------------
+    results_store: Literal["local", "s3"] = Field(
+        "local", description="where results too large for the job row go: `local` (a directory) "
+                             "or `s3` (an S3-compatible bucket; needs the `s3` extra)")
+    results_dir: str = Field(
+        "~/.local/share/spacejobs/results",
+        description="the local results store: a directory web, workers and beat all reach "
+                    "(a shared filesystem for several hosts)")
+    result_inline_max_bytes: int = Field(
+        256 * 1024, ge=0, description="a JSON result larger than this (encoded) goes to the store")
+    results_orphan_grace: float = Field(
+        3600, ge=0, description="seconds a stored file no job row references is kept before the "
+                                "orphan sweep deletes it")
+    results_sweep_interval: float = Field(
+        600, gt=0, description="seconds between orphan sweeps of the results store (beat)")
+    s3_bucket: str | None = Field(None, description="the bucket of the `s3` results store")
+    s3_prefix: str = Field("", description="a key prefix inside that bucket")
+    s3_endpoint_url: str | None = Field(
+        None, description="an S3-compatible endpoint (MinIO, Ceph...); unset: AWS")
+    s3_region: str | None = Field(None, description="the bucket's region")
+
     # -- web -------------------------------------------------------------------------------
     web_statement_timeout_ms: int = Field(
         5000, ge=1, description="bound on every web statement (then 503)")

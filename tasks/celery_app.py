@@ -53,6 +53,8 @@ def make_runner() -> Runner:
         wait_for_work=worker_process.wait_for_work,
         fan_out=publisher.wake,
         ring=worker_process.RING,
+        results=worker_process.results(),
+        inline_max_bytes=settings.result_inline_max_bytes,
     )
 
 

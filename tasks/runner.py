@@ -16,6 +16,9 @@ module sequences it:
 - **One heartbeat per process** (:class:`~tasks.heartbeat.LeaseKeeper`) keeps every held lease
   alive in one statement per tick.
 - **What an exception means** is the small table :data:`ON_EXCEPTION`.
+- **Large results are files written before the finish** (models.results.attempt): a finish
+  that is stale or refused deletes its file once the report says so; an attempt that raised
+  deletes its files at once.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
 from models.kinds import JobKind, get_kind
 from models.ops import counters
+from models.results.attempt import DEFAULT_INLINE_MAX_BYTES, AttemptResults, delete_quietly
+from models.results.store import ResultStore
 
 log = logging.getLogger("spacejobs.runner")
 
@@ -176,6 +181,9 @@ class Runner:
     #: tell another process there is work (a coalesced wake-up), once per drain that finds more
     fan_out: Callable[[], object] = lambda: None
     ring: Ring = field(default_factory=Ring)
+    #: where large results go (None: every result stays inline, and storing a file fails)
+    results: ResultStore | None = None
+    inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
 
     def drain(self, limit: int) -> int:
         """Drain, then linger for new work and drain again, until the linger passes idle, the
@@ -258,21 +266,23 @@ class Runner:
             return None
         started = self.clock()
         rules = kind.rules
+        results = AttemptResults(self.results, job, inline_max_bytes=self.inline_max_bytes)
         ctx = JobContext(self.leases, job, rules, flags=flags,
                          deadline=started + rules.time_limit if rules.time_limit else None,
-                         should_release=self.release_due)
+                         should_release=self.release_due, results=results)
         self.keeper.running(job, rules, started)
         self.stats.running = 1
         try:
-            result = kind.run(ctx, kind.parse_params(job.params))
+            result, ref = results.settle(kind.run(ctx, kind.parse_params(job.params)))
         except Exception as exc:
+            results.discard()  # no finish will reference them
             outcome = self._after_exception(job, rules, exc, context)
             self._end(job, outcome, self.clock() - started)
             return None
         finally:
             self.keeper.idle()
             self.stats.running = 0
-        return Finished(job, rules, result, self.clock() - started)
+        return Finished(job, rules, result, self.clock() - started, result_ref=ref)
 
     # -- the ends of an attempt ------------------------------------------------------------
     def _after_exception(self, job: LeasedJob, rules: Any, exc: Exception,
@@ -331,11 +341,17 @@ class Runner:
                                                   controls=self.controls() if claim else None,
                                                   after_organization=self.ring.after)
         except Exception:
-            # The results stay uncommitted: their leases expire and the jobs run again.
+            # The results stay uncommitted: their leases expire and the jobs run again. Their
+            # files stay too: the commit may have happened before the connection broke, and
+            # only the orphan sweep, which asks the rows, can tell.
             for item in pending:
                 self._end(item.job, Outcome.CRASHED, item.seconds)
             raise
         seconds = {f.job.id: f.seconds for f in pending}
+        refs = {f.job.id: f.result_ref for f in pending if f.result_ref}
+        for job in [*report.stale, *(job for job, _refusal in report.refused)]:
+            if job.id in refs:  # not recorded: nothing will ever serve its file
+                delete_quietly(self.results, refs[job.id], job.log_context)
         for job in report.completed:
             self._end(job, Outcome.COMPLETED, seconds[job.id])
         for job, refusal in report.refused:

@@ -4,12 +4,15 @@ FOR UPDATE SKIP LOCKED, so two sweepers never handle the same row)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.records import Status
+from models.results.attempt import delete_quietly
+from models.results.sweep import sweep_orphans
 from models.settings import get_settings
 from tasks import worker_process
 
@@ -26,12 +29,20 @@ class SweepReport:
     jobs_deleted: int = 0
     results_dropped: int = 0
     events_deleted: int = 0
+    #: stored files deleted with their jobs or results (retention)
+    files_deleted: int = 0
+    #: the orphan sweep, when this sweep ran it: files deleted, rows whose file is missing
+    orphans_deleted: int = 0
+    results_missing: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 DAY = 86_400.0
+
+#: when this process last ran the orphan sweep (time.monotonic()), None before the first
+_last_orphan_sweep: float | None = None
 
 
 def retention() -> dict[str, float]:
@@ -74,6 +85,24 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
     report.jobs_deleted = purged["jobs_deleted"]
     report.results_dropped = purged["results_dropped"]
     report.events_deleted = purged["events_deleted"]
+    # Committed: the rows no longer name these files. A delete that fails here leaves the file
+    # to the orphan sweep.
+    for ref in purged["dropped_refs"]:
+        report.files_deleted += delete_quietly(worker_process.results(), ref, {"sweep": "retention"})
     with transaction(engine, actor="sweeper") as conn:
         store.fold_metrics(conn)
+    if orphan_sweep_due():
+        orphans = sweep_orphans(engine, worker_process.results(),
+                                grace=get_settings().results_orphan_grace)
+        report.orphans_deleted, report.results_missing = orphans.deleted, len(orphans.missing)
     return report
+
+
+def orphan_sweep_due() -> bool:
+    """Once every SPACEJOBS_RESULTS_SWEEP_INTERVAL seconds per process (it lists the store)."""
+    global _last_orphan_sweep
+    now = time.monotonic()
+    if _last_orphan_sweep is not None and now - _last_orphan_sweep < get_settings().results_sweep_interval:
+        return False
+    _last_orphan_sweep = now
+    return True

@@ -17,6 +17,9 @@ from models.db.engine import make_engine
 from models.db.roles import WORKER_ROLE, listen_url, role_url
 from models.jobs.leases import WorkerLeases
 from models.ops.counters import BufferedCounters
+from models.results.configured import open_store
+from models.results.store import ResultStore
+from models.settings import get_settings
 from tasks import shutdown
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import Ring, Stats
@@ -31,6 +34,7 @@ _listener: psycopg.Connection | None = None
 _leases: WorkerLeases | None = None
 _keeper: LeaseKeeper | None = None
 _controls: tuple[float, list[Any]] | None = None
+_results: ResultStore | None = None
 
 #: a pause or a new limit reaches every worker within this many seconds
 CONTROLS_TTL = 1.0
@@ -58,6 +62,14 @@ def leases() -> WorkerLeases:
     if _leases is None:
         _leases = WorkerLeases(engine(), worker_name())
     return _leases
+
+
+def results() -> ResultStore:
+    """The results store (a client per process: an S3 client is not shared across a fork)."""
+    global _results
+    if _results is None:
+        _results = open_store(get_settings())
+    return _results
 
 
 def keeper() -> LeaseKeeper:
@@ -102,10 +114,10 @@ def wait_for_work(seconds: float) -> bool:
 
 
 def _forget_parent() -> None:
-    global _engine, _leases, _keeper, _controls, _listener
+    global _engine, _leases, _keeper, _controls, _listener, _results
     if _engine is not None:
         _engine.dispose(close=False)  # the parent's sockets are not ours to close
-    _engine = _leases = _keeper = _controls = _listener = None
+    _engine = _leases = _keeper = _controls = _listener = _results = None
     STATS.__init__()  # presence holds a reference to this object: reset it in place
     RING.__init__()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,8 @@ from tests.kit.stack import Stack, running_stack
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
+# Never the developer's own results directory: each stack has its own (Stack.results_dir).
+os.environ["SPACEJOBS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="spacejobs-test-results-")
 reload_settings()
 
 

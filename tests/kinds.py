@@ -84,3 +84,21 @@ class FanParams(Params):
 def fan(ctx: JobContext, params: FanParams) -> dict[str, Any]:
     return {"parts": ctx.fan_out("test.part", [p.model_dump() for p in params.parts],
                                  max_parallel=params.max_parallel)}
+
+
+@job_kind("test.admin_file", org_states={"active"}, role="admin")
+def admin_file(ctx: JobContext, params: NoParams) -> Any:
+    """A stored result only admins may read (the kind's role)."""
+    return ctx.store_result(b"for admins only", content_type="text/plain", filename="admins.txt")
+
+
+@job_kind("test.stall_file", org_states={"active"}, max_attempts=3, backoff=0.2,
+          lease=timedelta(seconds=2), params=StallParams)
+def stall_file(ctx: JobContext, params: StallParams) -> Any:
+    """Stores its file first, then (first attempt only) sleeps WITHOUT checkpoints: the file is
+    in the store while the attempt stalls, is killed, or finishes too late."""
+    stored = ctx.store_result(f"attempt {ctx.job.attempt}".encode(), content_type="text/plain",
+                              filename="stalled.txt")
+    if ctx.job.attempt == 1:
+        time.sleep(params.seconds)
+    return stored

@@ -15,6 +15,7 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
 from models.kinds import load_kinds
 from models.ops.counters import BufferedCounters
+from models.results.configured import open_store
 from models.settings import get_settings
 from tasks.wakeups import WakeupPublisher
 from webapp import errors, ops, ui
@@ -74,6 +75,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     db = app.extensions["spacejobs.db"]
     app.extensions["spacejobs.wakeups"] = WakeupPublisher(
         app.config["BROKER_URL"], app.config["QUEUE"], counters=BufferedCounters(lambda: db))
+    # Tests pass a store of their own (RESULTS_STORE); otherwise the one the settings name.
+    app.extensions["spacejobs.results"] = app.config.get("RESULTS_STORE") or open_store(settings)
     limiter.init_app(app)
 
     @app.before_request

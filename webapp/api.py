@@ -26,6 +26,7 @@ from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
 from webapp.jobs import list_page, submit_in, submit_many_in
 from webapp.limits import limiter
+from webapp.results import stored_result_response
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
@@ -203,7 +204,9 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
     with org_transaction(org) as (conn, membership):
-        job, result = member_jobs.read_result(conn, membership, jid)
+        job, result, stored = member_jobs.read_result(conn, membership, jid)
+    if stored is not None:
+        return stored_result_response(job, stored, envelope=True)
     return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
 
 

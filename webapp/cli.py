@@ -313,6 +313,9 @@ def demo(host: str, port: int, data_dir: Path) -> None:
             overrides["SPACEJOBS_SECRET_KEY"] = secrets.token_hex(32)
         if "demo_kinds" not in settings.model_fields_set:
             overrides["SPACEJOBS_DEMO_KINDS"] = "1"  # the slow export, to watch the live page
+        if "results_dir" not in settings.model_fields_set and settings.results_store == "local":
+            # Large results beside the embedded servers' data, where the demo keeps its state.
+            overrides["SPACEJOBS_RESULTS_DIR"] = str((data_dir / "results").resolve())
         os.environ.update(overrides)
         reload_settings()
         upgrade(database_url)

@@ -28,6 +28,7 @@ HTTP_STATUS = {
     "job_not_completed": 409,
     "job_finished": 409,
     "result_expired": 410,
+    "result_missing": 410,
 }
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names).

@@ -12,6 +12,7 @@ from models.jobs.records import Job, Status
 
 LABELS = {
     "projects_export": "Export projects",
+    "projects_archive": "Archive projects (ZIP)",
     "projects_import": "Import projects",
     "demo.slow_export": "Slow export (demo)",
 }

@@ -57,12 +57,13 @@ from webapp.auth import (
 from webapp.errors import HTTP_STATUS
 from webapp.jobs import list_page, start_job
 from webapp.limits import address_key, limiter, login_account_key
+from webapp.results import stored_result_response
 from webapp.status import describe, label_of
 
 bp = Blueprint("ui", __name__)
 
 # The jobs a person can start from the Jobs page (others exist for scripts and benchmarks).
-STARTABLE = ("projects_export", "projects_import", "demo.slow_export")
+STARTABLE = ("projects_export", "projects_archive", "projects_import", "demo.slow_export")
 
 
 def signed_in(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
@@ -381,7 +382,9 @@ def cancel(org: str, job_id: str) -> ResponseReturnValue:
 def download(org: str, job_id: str) -> ResponseReturnValue:
     """The result as a file, to CURRENT members holding the kind's role (the API's rule)."""
     with org_page(org) as page:
-        job, result = member_jobs.read_result(page.conn, page.membership, parse_id(job_id))
+        job, result, stored = member_jobs.read_result(page.conn, page.membership, parse_id(job_id))
+    if stored is not None:
+        return stored_result_response(job, stored, envelope=False)
     filename = f"{job.kind.replace('.', '-')}-{job.created_at:%Y%m%d-%H%M%S}-{str(job.id)[:8]}.json"
     return Response(json.dumps(result, indent=2), mimetype="application/json", headers={
         "Content-Disposition": f'attachment; filename="{filename}"',

@@ -154,6 +154,8 @@ CREATE INDEX jobs_org_created_idx ON jobs (organization_id, created_at DESC, id 
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
     WHERE result IS NOT NULL AND result_expired_at IS NULL;
+-- The orphan sweep's check of rows against the store (results_without_files): stored results only.
+CREATE INDEX jobs_result_ref_idx ON jobs (finished_at) WHERE result_ref IS NOT NULL;
 -- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance.
 CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_key)
     WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested');
@@ -922,11 +924,17 @@ END $$;
 -- sweeper. The purge runs as the owner (SECURITY DEFINER) because it must see every
 -- organization's events, which the worker role may not read; only the worker role may call it,
 -- and it touches nothing that is not finished (the transition trigger allows exactly one change
--- to a finished row: dropping its result).
+-- to a finished row: dropping its result). A result in the results store is a file the database
+-- cannot delete: the keys of the files it let go come back in dropped_refs, and the sweeper
+-- deletes those files once this has committed (the orphan sweep catches any it missed).
 CREATE FUNCTION purge_finished_jobs(jobs_age interval, results_age interval, events_age interval,
                                     batch integer)
-RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer)
+RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer,
+               dropped_refs text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    refs_of_jobs text[];
+    refs_of_results text[];
 BEGIN
     -- Whole jobs first: their events and diagnostics go with them (ON DELETE CASCADE).
     WITH old AS (
@@ -934,20 +942,24 @@ BEGIN
         WHERE finished_at < now() - jobs_age AND status IN ('completed', 'failed', 'cancelled')
         ORDER BY finished_at LIMIT batch
         FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM jobs j USING old WHERE j.id = old.id RETURNING j.result_ref
     )
-    DELETE FROM jobs j USING old WHERE j.id = old.id;
-    GET DIAGNOSTICS jobs_deleted = ROW_COUNT;
+    SELECT count(*), array_agg(gone.result_ref) FILTER (WHERE gone.result_ref IS NOT NULL)
+    INTO jobs_deleted, refs_of_jobs FROM gone;
 
     WITH old AS (
-        SELECT id FROM jobs
+        SELECT id, result_ref FROM jobs
         WHERE finished_at < now() - results_age AND result IS NOT NULL
           AND result_expired_at IS NULL AND status IN ('completed', 'failed', 'cancelled')
         ORDER BY finished_at LIMIT batch
         FOR UPDATE SKIP LOCKED
+    ), dropped AS (
+        UPDATE jobs j SET result = NULL, result_ref = NULL, result_expired_at = now()
+        FROM old WHERE j.id = old.id RETURNING old.result_ref
     )
-    UPDATE jobs j SET result = NULL, result_ref = NULL, result_expired_at = now()
-    FROM old WHERE j.id = old.id;
-    GET DIAGNOSTICS results_dropped = ROW_COUNT;
+    SELECT count(*), array_agg(dropped.result_ref) FILTER (WHERE dropped.result_ref IS NOT NULL)
+    INTO results_dropped, refs_of_results FROM dropped;
 
     WITH old AS (
         SELECT e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
@@ -956,8 +968,37 @@ BEGIN
     )
     DELETE FROM job_events e USING old WHERE e.id = old.id;
     GET DIAGNOSTICS events_deleted = ROW_COUNT;
+    dropped_refs := coalesce(refs_of_jobs, '{}') || coalesce(refs_of_results, '{}');
     RETURN NEXT;
 END $$;
+
+-- The orphan sweep's two questions (models/results/sweep.py), asked as the owner because the
+-- worker role may not read result_ref. Both take what the sweeper found in the store and answer
+-- with nothing it did not know already: keys it listed itself, or job ids.
+--
+-- Which of these files a job still needs: its row references the file, or the job is running,
+-- so the attempt that wrote it may still finish with it. A file is written before the fenced
+-- finish that records it, and only a lease holder can finish: a file of a job that is not
+-- running and does not reference it will never be referenced. Keys hold their job's id.
+CREATE FUNCTION result_files_in_use(p_refs text[], p_job_ids uuid[]) RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT f.ref
+    FROM unnest(p_refs, p_job_ids) AS f (ref, job_id)
+    JOIN jobs j ON j.id = f.job_id
+    WHERE j.result_ref = f.ref OR j.status IN ('leased', 'cancel_requested')
+$$;
+
+-- Jobs whose row references a file the store does not have (p_present: every key the sweeper
+-- listed, starting at p_listed_at by the database's clock). Only jobs finished before the
+-- listing began: their files were written before their finish, so the listing must have seen
+-- them. Ids, never refs.
+CREATE FUNCTION results_without_files(p_present text[], p_listed_at timestamptz)
+RETURNS TABLE (job_id uuid, organization_id uuid, kind text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT j.id, j.organization_id, j.kind FROM jobs j
+    WHERE j.result_ref IS NOT NULL AND j.finished_at < p_listed_at
+      AND NOT EXISTS (SELECT 1 FROM unnest(p_present) AS p (ref) WHERE p.ref = j.result_ref)
+$$;
 
 -- =============================================================================================
 -- Row-level security
@@ -1047,7 +1088,8 @@ GRANT INSERT ON operator_audit TO space_app;
 GRANT SELECT ON organizations, memberships TO space_worker;
 GRANT SELECT, INSERT ON projects TO space_worker;
 -- Jobs: the queue's metadata across organizations, never a params or a result (params come
--- from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing.
+-- from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing. It
+-- writes result and result_ref at its fenced finish, and reads neither.
 GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, lease_until,
               leased_by, lease_seconds, attempts, max_attempts, run_after, progress,
               error_code, error_message, dedup_key, request_id, last_wakeup_at,
@@ -1055,7 +1097,7 @@ GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, leas
               cancel_requested_at, result_expired_at, retry_of)
     ON jobs TO space_worker;
 GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, progress, result,
-              error_code, error_message, last_wakeup_at)
+              result_ref, error_code, error_message, last_wakeup_at)
     ON jobs TO space_worker;
 GRANT SELECT ON job_events TO space_worker;
 GRANT INSERT ON job_diagnostics TO space_worker;
@@ -1084,6 +1126,10 @@ REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
 REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
+REVOKE ALL ON FUNCTION result_files_in_use(text[], uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION result_files_in_use(text[], uuid[]) TO space_worker;
+REVOKE ALL ON FUNCTION results_without_files(text[], timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION results_without_files(text[], timestamptz) TO space_worker;
 REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -19,6 +19,8 @@ from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
 from models.jobs import fanout
 from models.jobs.records import LeasedJob, Status
 from models.kinds.rules import KindRules
+from models.results.attempt import AttemptResults
+from models.results.records import StoredResult
 from models.tenancy.projects import Projects
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class JobContext:
         flags: LeaseFlags | None = None,
         deadline: float | None = None,
         should_release: Callable[[], bool] | None = None,
+        results: AttemptResults | None = None,
     ) -> None:
         self.runtime = runtime
         self.job = job
@@ -86,6 +89,7 @@ class JobContext:
         self.deadline = deadline  # time.monotonic() value of the soft time limit
         # Asked by the worker's shutdown: True once the grace period for running jobs is over.
         self._should_release = should_release or (lambda: False)
+        self.results = results or AttemptResults(None, job)
 
     def tenant(self) -> AbstractContextManager[Tenant]:
         """A NEW transaction scoped to the job's organization (taken from the leased row).
@@ -106,6 +110,20 @@ class JobContext:
             value["total"] = total
         self.flags.note(self.runtime.record_progress(self.job, value))
         self.checkpoint()
+
+    def store_result(self, source: bytes | BinaryIO, *, content_type: str,
+                     filename: str) -> StoredResult:
+        """Put a large result (a file: a ZIP, a CSV...) in the results store and return what the
+        kind then returns as its result. The web serves it from ``…/result`` with this content
+        type, as an attachment named ``filename``, to current members holding the kind's role.
+
+        The file is written now, before the finish; if the attempt does not finish with it (an
+        exception, a lost lease, a stale finish) it is deleted again. ``source`` is bytes or a
+        binary file object read to its end (a ``tempfile.SpooledTemporaryFile`` keeps a large
+        one out of memory).
+        """
+        self.checkpoint()
+        return self.results.put(source, content_type=content_type, filename=filename)
 
     def checkpoint(self) -> None:
         """A safe point: stop here if the lease is lost, a cancel was asked for, time is up, or

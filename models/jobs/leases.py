@@ -33,6 +33,8 @@ class Finished:
     rules: KindRules
     result: Any
     seconds: float = 0.0  # how long the attempt ran, for its log line
+    #: the key of its file in the results store (written already), or None for an inline result
+    result_ref: str | None = None
 
 
 @dataclass
@@ -42,7 +44,8 @@ class FinishReport:
     completed: list[LeasedJob] = field(default_factory=list)
     #: completed jobs whose requester may no longer run them, failed instead, with the reason
     refused: list[tuple[LeasedJob, DomainError]] = field(default_factory=list)
-    #: a newer attempt owns these jobs: their results were discarded
+    #: a newer attempt owns these jobs: their results were discarded (and their stored files
+    #: are the caller's to delete)
     stale: list[LeasedJob] = field(default_factory=list)
     leased: list[LeasedJob] = field(default_factory=list)
     #: more jobs were due than this claim took
@@ -94,7 +97,7 @@ class WorkerLeases:
                     else:
                         allowed.append(item)
                 done = store.complete_batch(
-                    conn, [(f.job.id, f.job.lease_token, f.result) for f in allowed])
+                    conn, [(f.job.id, f.job.lease_token, f.result, f.result_ref) for f in allowed])
                 for item in allowed:
                     (report.completed if item.job.id in done else report.stale).append(item.job)
             if claim > 0:

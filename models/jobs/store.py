@@ -137,9 +137,10 @@ def get(conn: Connection, job_id: UUID | str) -> Job | None:
     return Job.from_row(row) if row else None
 
 
-def get_result(conn: Connection, job_id: UUID | str) -> tuple[Job, Any] | None:
+def get_result(conn: Connection, job_id: UUID | str) -> tuple[Job, Any, str | None] | None:
+    """The job, its result and its ``result_ref`` (the key of a stored result, else None)."""
     row = conn.execute(Q["get_result"], {"id": str(job_id)}).mappings().one_or_none()
-    return (Job.from_row(row), row["result"]) if row else None
+    return (Job.from_row(row), row["result"], row["result_ref"]) if row else None
 
 
 def list_for_org(
@@ -292,9 +293,11 @@ def lease_standing(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dic
     return {row.job_id: Standing(row.role, row.organization_state) for row in rows}
 
 
-def complete_batch(conn: Connection, completions: Sequence[tuple[UUID, UUID, Any]]) -> set[UUID]:
-    """The fenced finish of many jobs: (job id, token, result) each. Returns the ids completed;
-    the others' tokens no longer match (a newer attempt owns them) and their results are
+def complete_batch(conn: Connection,
+                   completions: Sequence[tuple[UUID, UUID, Any, str | None]]) -> set[UUID]:
+    """The fenced finish of many jobs: (job id, token, result, result_ref) each, ``result_ref``
+    naming a file already in the results store (or None). Returns the ids completed; the
+    others' tokens no longer match (a newer attempt owns them) and their results are
     discarded."""
     if not completions:
         return set()
@@ -302,6 +305,7 @@ def complete_batch(conn: Connection, completions: Sequence[tuple[UUID, UUID, Any
         "ids": [c[0] for c in completions],
         "tokens": [c[1] for c in completions],
         "results": [json.dumps(c[2]) for c in completions],
+        "refs": [c[3] for c in completions],
     })
     return {row.id for row in rows}
 
@@ -430,13 +434,16 @@ def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> li
 
 def purge_finished(
     conn: Connection, *, jobs_age: float, results_age: float, events_age: float, batch: int = 1000
-) -> dict[str, int]:
-    """Retention (ages in seconds): delete finished jobs, drop old results, delete old events."""
+) -> dict[str, Any]:
+    """Retention (ages in seconds): delete finished jobs, drop old results, delete old events.
+
+    ``dropped_refs`` lists the stored files of the jobs and results it dropped: the caller
+    deletes them once this transaction has committed (the orphan sweep does, should it not)."""
     row = conn.execute(
         Q["purge_finished"],
         {"jobs_age": jobs_age, "results_age": results_age, "events_age": events_age, "batch": batch},
     ).mappings().one()
-    return dict(row)
+    return dict(row)  # jobs_deleted, results_dropped, events_deleted, dropped_refs
 
 
 def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:

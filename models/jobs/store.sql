@@ -60,12 +60,14 @@ SELECT status FROM jobs WHERE id = :id AND lease_token = :lease_token
 -- The fenced finish of many jobs in one statement: a row is completed only while the caller
 -- still holds ITS lease token; a row whose token moved on (a newer attempt owns the job) is
 -- left alone and missing from the answer. A cancel that arrived too late loses to a finished
--- job (cancel_requested -> completed).
+-- job (cancel_requested -> completed). A large result's file is already in the results store;
+-- result_ref names it (and result describes it).
 UPDATE jobs j
-SET status = 'completed', result = done.result, error_code = NULL, error_message = NULL,
-    leased_by = NULL
-FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]), CAST(:results AS jsonb[]))
-     AS done (id, token, result)
+SET status = 'completed', result = done.result, result_ref = done.ref, error_code = NULL,
+    error_message = NULL, leased_by = NULL
+FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]), CAST(:results AS jsonb[]),
+            CAST(:refs AS text[]))
+     AS done (id, token, result, ref)
 WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = done.id AND j.lease_token = done.token
   AND j.status IN ('leased', 'cancel_requested')
 RETURNING j.id
@@ -195,7 +197,8 @@ SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, 
 -- get_result --
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result FROM jobs WHERE id = :id
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result,
+       result_ref FROM jobs WHERE id = :id
 
 -- list_for_org --
 -- Newest first, keyset pagination on (created_at, id) through jobs_org_created_idx.

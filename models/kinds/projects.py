@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
-from datetime import timedelta
+import zipfile
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
 from models.jobs.context import JobContext
 from models.kinds import NoParams, Params, job_kind
+from models.results.records import StoredResult
 
 WRITE_BATCH = 500  # export: projects written between two progress reports
+ARCHIVE_BATCH = 100  # archive: projects written between two progress reports
+#: an archive up to this size is built in memory, a larger one in a temporary file
+ARCHIVE_IN_MEMORY = 8 * 1024 * 1024
 IMPORT_BATCH = 50  # import: projects per transaction (and per progress report)
 
 
@@ -48,6 +55,40 @@ def export(ctx: JobContext, *, linger_seconds: float = 0.0) -> dict[str, Any]:
     if not total:
         ctx.progress("writing the file", done=0, total=0)
     return {"projects": rows}
+
+
+@job_kind(
+    "projects_archive",
+    # like the export: read_only must never stop an owner from taking their data out
+    org_states={"active", "read_only"},
+    role="member",
+    max_attempts=3,
+    lease=timedelta(seconds=30),
+)
+def archive_projects(ctx: JobContext, params: NoParams) -> StoredResult:
+    """A ZIP of the organization's projects, one JSON file per project and a manifest, kept in
+    the results store and downloaded from the job's result."""
+    ctx.progress("reading projects")
+    with ctx.tenant() as tenant:
+        projects = tenant.projects.list()
+    total = len(projects)
+    ctx.progress("writing the archive", done=0, total=total)
+    made = datetime.now(UTC)
+    files = []
+    with tempfile.SpooledTemporaryFile(max_size=ARCHIVE_IN_MEMORY) as archive:
+        with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+            for done, project in enumerate(projects, start=1):
+                name = f"projects/{project.id}.json"
+                zipped.writestr(name, json.dumps(project.as_dict(), indent=2))
+                files.append({"id": str(project.id), "name": project.name, "file": name})
+                if done % ARCHIVE_BATCH == 0 or done == total:
+                    ctx.progress("writing the archive", done=done, total=total)
+            zipped.writestr("manifest.json", json.dumps({
+                "organization_id": str(ctx.job.organization_id), "job_id": str(ctx.job.id),
+                "created_at": made.isoformat(), "count": total, "projects": files}, indent=2))
+        archive.seek(0)
+        return ctx.store_result(archive, content_type="application/zip",
+                                filename=f"projects-{made:%Y%m%d-%H%M%S}-{str(ctx.job.id)[:8]}.zip")
 
 
 def _linger(ctx: JobContext, seconds: float, stage: str, done: int, total: int) -> None:

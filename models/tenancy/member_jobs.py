@@ -19,6 +19,7 @@ from models.errors import JobNotCompleted, NotFound, ResultExpired
 from models.jobs import store
 from models.jobs.records import ACTIVE, Job, Status
 from models.kinds import required_role
+from models.results.records import StoredResult
 from models.tenancy.access import (
     Membership,
     check_may_cancel,
@@ -60,18 +61,22 @@ def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID
     return store.request_cancel(conn, job_id, user_id)
 
 
-def read_result(conn: Connection, membership: Membership, job_id: UUID) -> tuple[Job, Any]:
-    """The result of a completed job; 409 while it is not, 410 after retention dropped it."""
+def read_result(conn: Connection, membership: Membership,
+                job_id: UUID) -> tuple[Job, Any, StoredResult | None]:
+    """The result of a completed job; 409 while it is not, 410 after retention dropped it.
+
+    For a result in the results store, the result is its descriptor and the third value says
+    which file to stream (the row's own key: a client never names one)."""
     found = store.get_result(conn, job_id)
     if found is None:
         raise NotFound()
-    job, result = found
+    job, result, ref = found
     check_may_read_result(membership, required_role(job.kind))
     if job.status != Status.COMPLETED:
         raise JobNotCompleted(status=job.status)
     if job.result_expired_at is not None:
         raise ResultExpired()
-    return job, result
+    return job, result, StoredResult.from_row(ref, result) if ref else None
 
 
 def request_id_of(conn: Connection, job_id: UUID) -> str | None:

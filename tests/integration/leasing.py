@@ -17,7 +17,7 @@ def claim_one(conn: Connection, worker: str) -> LeasedJob | None:
 
 
 def complete_one(conn: Connection, job_id: UUID, token: UUID, result: Any) -> bool:
-    return job_id in store.complete_batch(conn, [(job_id, token, result)])
+    return job_id in store.complete_batch(conn, [(job_id, token, result, None)])
 
 
 def release_one(conn: Connection, job_id: UUID, token: UUID) -> bool:

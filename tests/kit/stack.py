@@ -23,6 +23,7 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs.records import Status
+from models.results.store import LocalResultStore
 from tests.kit import broker, facts, seeding
 from tests.kit.processes import (
     BEAT_READY,
@@ -78,6 +79,8 @@ class Stack:
         self.worker_db: Engine = make_engine(self.worker_url, pool_size=2, application_name=name)
         self.operator_db: Engine = make_engine(self.operator_url, pool_size=1, application_name=name)
         self.processes = ProcessSet(log_dir)
+        # The local results store this stack's web, workers and beat share.
+        self.results_dir = log_dir / f"results-{self.run_id}"
 
     # -- processes ------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -88,6 +91,7 @@ class Stack:
             REDIS_URL=self.redis_url,
             SPACEJOBS_QUEUE=self.queue,
             SPACEJOBS_BENCH_KINDS="1",
+            SPACEJOBS_RESULTS_DIR=str(self.results_dir),
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         )
         env.update(self.process_settings)
@@ -140,9 +144,14 @@ class Stack:
         from webapp import create_app
 
         settings = {"TESTING": True, "DATABASE_URL": self.app_url, "BROKER_URL": self.redis_url,
-                    "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://"}
+                    "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://",
+                    "RESULTS_STORE": self.results()}
         settings.update(config)
         return create_app(settings)
+
+    def results(self) -> LocalResultStore:
+        """The results store this stack's processes share (a directory of its own)."""
+        return LocalResultStore(self.results_dir)
 
     # -- seeding through the owner role, as the CLI does ----------------------------------
     def admin(self) -> contextlib.AbstractContextManager[Connection]:

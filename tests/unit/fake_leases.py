@@ -1,6 +1,7 @@
 """An in-memory stand-in for models.jobs.leases.WorkerLeases: the job rows as dicts, the same
-transitions as store.sql (fenced by the lease token), and a record of every call, so the
-runner's decisions can be tested in milliseconds, without a database."""
+transitions as store.sql (fenced by the lease token, a completion recording its result_ref and
+a stale one reported as such), and a record of every call, so the runner's decisions can be
+tested in milliseconds, without a database."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Row:
     attempts: int = 0
     lease_token: UUID | None = None
     result: Any = None
+    result_ref: str | None = None
     error_code: str | None = None
     progress: dict[str, Any] | None = None
     diagnostics: list[str] = field(default_factory=list)
@@ -85,6 +87,7 @@ class FakeLeases:
                 report.refused.append((item.job, refusal))
                 continue
             row.status, row.result, row.lease_token = Status.COMPLETED, item.result, None
+            row.result_ref = item.result_ref
             report.completed.append(item.job)
         due = [r for r in self.rows.values() if r.status == Status.QUEUED]
         report.more_due = claim > 0 and len(due) > claim

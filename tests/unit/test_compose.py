@@ -82,3 +82,10 @@ def test_flower_listens_on_localhost_only_and_never_starts_without_a_login(servi
     # Flower: its command refuses to start while the login is empty instead.
     assert flower["command"][-1].startswith('test -n "$$FLOWER_BASIC_AUTH" || {')
     assert "exit 1" in flower["command"][-1]
+
+
+def test_web_worker_and_beat_share_one_results_store(services):
+    for name in ("web", "worker", "beat"):
+        assert services[name]["volumes"] == ["results:/var/lib/spacejobs/results"], name
+        assert services[name]["environment"]["SPACEJOBS_RESULTS_DIR"] == "/var/lib/spacejobs/results"
+    assert "volumes" not in services["migrate"]  # it never touches a result

@@ -44,6 +44,12 @@ def test_every_domain_error_code_has_one_http_status():
     assert codes - worker_only <= set(HTTP_STATUS)
 
 
+def test_a_lost_result_file_is_gone_but_says_so_apart_from_an_expired_one():
+    assert HTTP_STATUS["result_missing"] == HTTP_STATUS["result_expired"] == 410
+    assert errors.ResultMissing.message != errors.ResultExpired.message
+    assert "new job" in errors.ResultMissing.message
+
+
 def test_job_view_has_no_lease_token_field():
     assert "lease_token" not in {f.name for f in dataclasses.fields(Job)}
 

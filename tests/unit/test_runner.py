@@ -3,6 +3,8 @@ writes, and the counts it moves. The integration tests prove the same paths end 
 
 from __future__ import annotations
 
+import json
+import tempfile
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from models.errors import DomainError
 from models.jobs.records import Status
 from models.kinds import NoParams, job_kind
 from models.ops.counters import STALE_FINISHES
+from models.results.store import LocalResultStore
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import (
     ON_EXCEPTION,
@@ -73,6 +76,31 @@ def tenant(ctx: Any, params: NoParams) -> dict[str, Any]:
     return {}
 
 
+ARCHIVE = b"PK\x03\x04 not really a zip"
+
+
+@job_kind("unit.file", org_states={"active"})
+def stores_a_file(ctx: Any, params: NoParams) -> Any:
+    return ctx.store_result(ARCHIVE, content_type="application/zip", filename="out.zip")
+
+
+@job_kind("unit.file_then_fail", org_states={"active"}, max_attempts=1)
+def stores_then_fails(ctx: Any, params: NoParams) -> Any:
+    ctx.store_result(ARCHIVE, content_type="application/zip", filename="out.zip")
+    raise Refused()
+
+
+@job_kind("unit.two_files", org_states={"active"})
+def stores_two_returns_one(ctx: Any, params: NoParams) -> Any:
+    ctx.store_result(b"draft", content_type="text/plain", filename="draft.txt")
+    return ctx.store_result(ARCHIVE, content_type="application/zip", filename="final.zip")
+
+
+@job_kind("unit.big", org_states={"active"})
+def returns_a_large_json(ctx: Any, params: NoParams) -> dict[str, Any]:
+    return {"rows": ["x" * 50] * 10}  # over the harness's 200-byte threshold
+
+
 class Harness:
     """A runner over a FakeLeases, with the wake-ups and counters it publishes recorded."""
 
@@ -80,6 +108,7 @@ class Harness:
         self.leases = FakeLeases()
         self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail, kill=self._killed)
         self.stats = Stats()
+        self.results = LocalResultStore(tempfile.mkdtemp(prefix="unit-results-"))
         self.wakes: list[tuple[str | None, float | None]] = []
         self.counted: list[tuple[str, str]] = []
         self.stop, self.release = stop, release
@@ -87,7 +116,8 @@ class Harness:
             leases=self.leases, keeper=self.keeper, stats=self.stats, batch=BatchSize(maximum),
             controls=lambda: [], publish_wake=self._wake, stop_requested=lambda: self.stop,
             release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)),
-            fan_out=lambda: self.fanned_out.append(True))
+            fan_out=lambda: self.fanned_out.append(True), results=self.results,
+            inline_max_bytes=200)
         self.fanned_out: list[bool] = []
         self.kills = 0
 
@@ -99,6 +129,26 @@ class Harness:
 
     def drain(self, limit: int = 1000) -> int:
         return self.runner.drain(limit)
+
+    def files(self) -> list[str]:
+        return [found.key for found in self.results.list()]
+
+    def before_each_finish(self, act: Any) -> None:
+        """Run ``act(finished)`` just before the batched finish commits (when it has any)."""
+        original = self.leases.finish_and_claim
+
+        def acting_first(finished: Any, **kwargs: Any) -> Any:
+            if finished:
+                act(finished)
+            return original(finished, **kwargs)
+
+        self.leases.finish_and_claim = acting_first  # type: ignore[method-assign]
+
+    def steal_before_the_finish(self) -> None:
+        self.before_each_finish(lambda finished: [self.leases.steal(f.job.id) for f in finished])
+
+    def remove_member_before_the_finish(self, job: Any) -> None:
+        self.before_each_finish(lambda finished: self.leases.members.pop(job))
 
 
 @pytest.fixture(autouse=True)
@@ -194,14 +244,7 @@ def test_a_lease_lost_to_a_newer_attempt_writes_nothing():
 def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
     h = Harness()
     job = h.leases.add("unit.ok")
-    original = h.leases.finish_and_claim
-
-    def steal_before_the_flush(finished: Any, **kwargs: Any) -> Any:
-        for item in finished:
-            h.leases.steal(item.job.id)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = steal_before_the_flush  # type: ignore[method-assign]
+    h.steal_before_the_finish()
     h.drain()
     assert h.leases.rows[job].result is None
     assert h.counted == [(STALE_FINISHES, "unit.ok")]
@@ -211,14 +254,7 @@ def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
 def test_a_requester_removed_before_the_finish_fails_the_job_instead_of_completing_it():
     h = Harness()
     job = h.leases.add("unit.ok")
-    original = h.leases.finish_and_claim
-
-    def remove_member_first(finished: Any, **kwargs: Any) -> Any:
-        if finished:
-            h.leases.members.pop(job)
-        return original(finished, **kwargs)
-
-    h.leases.finish_and_claim = remove_member_first  # type: ignore[method-assign]
+    h.remove_member_before_the_finish(job)
     h.drain()
     row = h.leases.rows[job]
     assert (row.status, row.error_code, row.result) == (Status.FAILED, "requester_not_member", None)
@@ -388,3 +424,80 @@ def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_o
     assert keeper.flags(lost.id).lost.is_set()
     assert keeper.flags(cancelled.id).cancel.is_set()
     assert keeper.interval() == 10.0  # a third of the 30-second lease
+
+
+# ------------------------------------------------------------------------- stored results
+
+def test_a_file_the_kind_stored_is_what_the_finish_records():
+    h = Harness()
+    job = h.leases.add("unit.file")
+    h.drain()
+    row = h.leases.rows[job]
+    assert row.status == Status.COMPLETED and h.files() == [row.result_ref]
+    assert row.result == {"stored": {"content_type": "application/zip", "filename": "out.zip",
+                                     "size": len(ARCHIVE), "form": "file"}}
+    assert b"".join(h.results.open(row.result_ref).chunks()) == ARCHIVE
+    assert row.result_ref.startswith(f"{row.organization_id}/{job}/")
+
+
+def test_a_large_json_result_goes_to_the_store_and_a_small_one_stays_inline():
+    h = Harness()
+    big, small = h.leases.add("unit.big"), h.leases.add("unit.ok")
+    h.drain()
+    stored = h.leases.rows[big]
+    assert stored.result["stored"]["form"] == "json" and h.files() == [stored.result_ref]
+    assert json.loads(b"".join(h.results.open(stored.result_ref).chunks())) == {"rows": ["x" * 50] * 10}
+    assert (h.leases.rows[small].result, h.leases.rows[small].result_ref) == ({"ok": True}, None)
+
+
+def test_a_stale_finish_deletes_its_file():
+    h = Harness()
+    job = h.leases.add("unit.file")
+    written: list[list[str]] = []
+    h.before_each_finish(lambda finished: written.append(h.files()))
+    h.steal_before_the_finish()
+    h.drain()
+    assert [len(files) for files in written] == [1]  # the file was there before the finish
+    assert h.leases.rows[job].result_ref is None
+    assert h.files() == []
+    assert h.counted == [(STALE_FINISHES, "unit.file")]
+
+
+def test_a_finish_refused_for_a_removed_requester_deletes_its_file():
+    h = Harness()
+    job = h.leases.add("unit.file")
+    h.remove_member_before_the_finish(job)
+    h.drain()
+    assert h.leases.status(job) == Status.FAILED and h.files() == []
+
+
+def test_an_attempt_that_raises_after_storing_leaves_no_file():
+    h = Harness()
+    job = h.leases.add("unit.file_then_fail")
+    h.drain()
+    assert h.leases.status(job) == Status.FAILED and h.files() == []
+
+
+def test_a_file_stored_but_not_returned_is_deleted():
+    h = Harness()
+    job = h.leases.add("unit.two_files")
+    h.drain()
+    row = h.leases.rows[job]
+    assert row.result["stored"]["filename"] == "final.zip" and h.files() == [row.result_ref]
+
+
+def test_a_finish_whose_commit_is_unknown_leaves_the_file_to_the_orphan_sweep():
+    h = Harness()
+    h.leases.add("unit.file")
+    original = h.leases.finish_and_claim
+
+    def connection_lost(finished: Any, **kwargs: Any) -> Any:
+        if finished:
+            raise ConnectionError("the commit may or may not have happened")
+        return original(finished, **kwargs)
+
+    h.leases.finish_and_claim = connection_lost  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        h.drain()
+    # Deleting it could break a job that did complete: only the rows can tell.
+    assert len(h.files()) == 1

@@ -1,0 +1,82 @@
+"""One attempt's results: the files it wrote to the store, and how its return value is kept.
+
+A file is written BEFORE the fenced finish that records it, so every way an attempt can end
+without that finish must take its files back: the kind raised, it stored a file it did not
+return, or (in the runner) its finish was stale or refused. A file left behind anyway (a worker
+killed between the write and the commit) is the orphan sweep's (models.results.sweep).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from models.jobs.records import LeasedJob
+from models.results.records import FILE, JSON, StoredResult, safe_filename
+from models.results.store import ResultStore, Source, new_key
+
+log = logging.getLogger("spacejobs.results")
+
+DEFAULT_INLINE_MAX_BYTES = 256 * 1024
+
+
+class NoResultStore(RuntimeError):
+    """A kind stored a file, or returned a result too large to keep inline, where no store is
+    configured."""
+
+
+class AttemptResults:
+    def __init__(self, store: ResultStore | None, job: LeasedJob, *,
+                 inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES) -> None:
+        self.store = store
+        self.job = job
+        self.inline_max_bytes = inline_max_bytes
+        self.written: list[StoredResult] = []
+
+    def put(self, source: Source, *, content_type: str, filename: str,
+            form: str = FILE) -> StoredResult:
+        if self.store is None:
+            raise NoResultStore("this worker has no results store")
+        key = new_key(self.job.organization_id, self.job.id)
+        size = self.store.put(key, source, content_type=content_type)
+        stored = StoredResult(key, content_type, safe_filename(filename), size, form)
+        self.written.append(stored)
+        return stored
+
+    def settle(self, value: Any) -> tuple[Any, str | None]:
+        """What the finish records: ``(jobs.result, jobs.result_ref)``. A file the kind stored
+        is referenced; a JSON result over the threshold goes to the store; anything else stays
+        inline. Files written but not returned are deleted here."""
+        if isinstance(value, StoredResult):
+            if value not in self.written:
+                raise ValueError("a job may only return a result it stored itself")
+            self.discard(keep=value.key)
+            return value.descriptor(), value.key
+        encoded = json.dumps(value).encode()  # raises for a value JSON cannot hold
+        if len(encoded) > self.inline_max_bytes:
+            stored = self.put(encoded, content_type="application/json",
+                              filename=f"{self.job.kind}-{self.job.id}.json", form=JSON)
+            self.discard(keep=stored.key)
+            return stored.descriptor(), stored.key
+        self.discard()
+        return value, None
+
+    def discard(self, keep: str | None = None) -> None:
+        """Delete what this attempt stored (all but ``keep``). A failed delete is left to the
+        orphan sweep: the job row never references these files."""
+        for stored in [s for s in self.written if s.key != keep]:
+            self.written.remove(stored)
+            delete_quietly(self.store, stored.key, self.job.log_context)
+
+
+def delete_quietly(store: ResultStore | None, key: str, context: dict[str, Any]) -> bool:
+    if store is None:
+        return False
+    try:
+        store.delete(key)
+    except Exception:
+        log.warning("could not delete a stored result; the orphan sweep will", extra=context,
+                    exc_info=True)
+        return False
+    return True

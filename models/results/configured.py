@@ -1,0 +1,14 @@
+"""The results store the settings name: the local directory, or an S3-compatible bucket."""
+
+from __future__ import annotations
+
+from models.results.store import LocalResultStore, ResultStore
+from models.settings import Settings
+
+
+def open_store(settings: Settings) -> ResultStore:
+    if settings.results_store == "s3":
+        from models.results.s3 import S3ResultStore  # boto3 is optional: the `s3` extra
+
+        return S3ResultStore.from_settings(settings)
+    return LocalResultStore(settings.results_dir)
