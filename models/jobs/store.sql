@@ -111,13 +111,23 @@ RETURNING j.id
 
 -- request_cancel --
 -- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
-UPDATE jobs
-SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
-    cancel_requested_at = now(), cancel_requested_by = :user_id
-WHERE id = :id AND status IN ('queued', 'leased')
-RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
-       error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
+-- The same statement writes who asked to the organization's audit log (the actor says whether
+-- a member or an operator did); asking again changes nothing and writes nothing.
+WITH asked AS (
+    UPDATE jobs
+    SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+        cancel_requested_at = now(), cancel_requested_by = :user_id
+    WHERE id = :id AND status IN ('queued', 'leased')
+    RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
+           error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
+           finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
+), audited AS (
+    INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail, request_id)
+    SELECT organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_id AS text)),
+           'job.cancel', id, jsonb_build_object('kind', kind, 'status', status), :request_id
+    FROM asked
+)
+SELECT * FROM asked
 
 -- sweep_expired_leases --
 -- Sweeper (worker role). Several sweepers on several hosts take disjoint batches (SKIP LOCKED).
