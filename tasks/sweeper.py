@@ -11,6 +11,7 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.records import Status
 from models.settings import get_settings
+from models.tenancy import audit
 from tasks import worker_process
 
 log = logging.getLogger("spacejobs.sweeper")
@@ -26,6 +27,7 @@ class SweepReport:
     jobs_deleted: int = 0
     results_dropped: int = 0
     events_deleted: int = 0
+    audit_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -71,6 +73,8 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
             break
     with transaction(engine, actor="sweeper") as conn:
         purged = store.purge_finished(conn, **retention(), batch=batch)
+        report.audit_deleted = audit.purge(conn, age=get_settings().keep_audit_days * DAY,
+                                           batch=batch)
     report.jobs_deleted = purged["jobs_deleted"]
     report.results_dropped = purged["results_dropped"]
     report.events_deleted = purged["events_deleted"]

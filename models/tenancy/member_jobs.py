@@ -19,6 +19,7 @@ from models.errors import JobNotCompleted, NotFound, ResultExpired
 from models.jobs import store
 from models.jobs.records import ACTIVE, Job, Status
 from models.kinds import required_role
+from models.tenancy import audit
 from models.tenancy.access import (
     Membership,
     check_may_cancel,
@@ -49,19 +50,23 @@ def rights(membership: Membership, job: Job) -> JobRights:
     )
 
 
-def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID) -> Job:
-    """queued → cancelled, leased → cancel_requested, if this member may stop this job."""
+def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID,
+           request_id: str | None = None) -> Job:
+    """queued → cancelled, leased → cancel_requested, if this member may stop this job (and
+    written to the organization's audit log, in the same statement)."""
     job = store.get(conn, job_id)
     if job is None:
         raise NotFound()
     # requested_by and kind are part of the job's immutable snapshot (the transition trigger
     # refuses to change them), so the check cannot go stale before the UPDATE below.
     check_may_cancel(membership, job.requested_by, required_role(job.kind))
-    return store.request_cancel(conn, job_id, user_id)
+    return store.request_cancel(conn, job_id, user_id, request_id)
 
 
-def read_result(conn: Connection, membership: Membership, job_id: UUID) -> tuple[Job, Any]:
-    """The result of a completed job; 409 while it is not, 410 after retention dropped it."""
+def read_result(conn: Connection, membership: Membership, job_id: UUID,
+                request_id: str | None = None) -> tuple[Job, Any]:
+    """The result of a completed job; 409 while it is not, 410 after retention dropped it.
+    The download is written to the organization's audit log in the caller's transaction."""
     found = store.get_result(conn, job_id)
     if found is None:
         raise NotFound()
@@ -71,6 +76,7 @@ def read_result(conn: Connection, membership: Membership, job_id: UUID) -> tuple
         raise JobNotCompleted(status=job.status)
     if job.result_expired_at is not None:
         raise ResultExpired()
+    audit.record_download(conn, job, membership.user_id, request_id)
     return job, result
 
 
