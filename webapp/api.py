@@ -223,11 +223,19 @@ def org_audit(org: str) -> ResponseReturnValue:
     limit = request_limit()
     with org_transaction(org) as (conn, membership):
         rows = audit.entries(conn, membership, action=request.args.get("action") or None,
-                             before=decode_cursor(request.args.get("cursor"), int),
+                             before=decode_cursor(request.args.get("cursor"), _entry_id),
                              limit=limit + 1)
     entries, next_cursor = page_of(rows, limit, lambda entry: (entry.at, entry.id))
     return jsonify({"entries": [audit_json(entry) for entry in entries],
                     "next_cursor": next_cursor})
+
+
+def _entry_id(value: str) -> int:
+    """An entry id from a cursor: a bigint, or the cursor is not valid (never a database error)."""
+    number = int(value)
+    if not 0 < number < 2**63:
+        raise ValueError("not an entry id")
+    return number
 
 
 def audit_json(entry: audit.AuditEntry) -> dict[str, Any]:

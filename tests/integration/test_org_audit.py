@@ -8,6 +8,7 @@ finish (tests/integration/leasing.py), so each test knows exactly which actions 
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import uuid
@@ -427,6 +428,8 @@ def test_the_log_pages_newest_first_with_a_cursor_and_filters_by_action(bare_sta
     assert [e["job_id"] for e in submits] == jobs[::-1]
     assert audit_api(client, org, anna, action="no.such").status_code == 400
     assert audit_api(client, org, anna, cursor="not-a-cursor").status_code == 400
+    too_big = base64.urlsafe_b64encode(b"2020-01-01T00:00:00+00:00|99999999999999999999")
+    assert audit_api(client, org, anna, cursor=too_big.decode()).status_code == 400
 
 
 def test_each_entry_says_who_did_what_to_whom_and_when(bare_stack: Stack, client):
