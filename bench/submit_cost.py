@@ -1,6 +1,9 @@
 """What one submit costs: ``models.jobs.service.submit`` in a loop, each in its own transaction as
 the web opens it (space_app, scoped to the organization and the user), and ``submit_many``
 batches of 100. No broker and no worker: this is the database's share of a ``POST …/jobs``.
+A third figure is submit_job() alone, called in a loop inside the database (submit_cost.sql):
+the function's own cost, without the client, the round trips and the commits, which is what a
+schema change moves and what a busy machine blurs least.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1/postgres .venv/bin/python -m bench.submit_cost \\
         [--jobs 1000] [--rounds 9] [--against ADMIN_URL_OF_ANOTHER_DATABASE]
@@ -29,12 +32,14 @@ from sqlalchemy import Engine
 
 from models.db.engine import libpq_url, make_engine, with_database
 from models.db.migrate import upgrade
+from models.db.queries import queries_beside
 from models.db.roles import APP_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs import service
 from models.kinds import load_kinds
 from models.tenancy import accounts
 
+Q = queries_beside(__file__)
 KIND = "bench.noop"
 BATCH = 100
 
@@ -49,6 +54,7 @@ class Target:
     user: UUID
     singles: list[float] = field(default_factory=list)
     batches: list[float] = field(default_factory=list)
+    inside: list[float] = field(default_factory=list)
 
     def one(self) -> None:
         with transaction(self.app, organization_id=self.org, user_id=self.user,
@@ -60,6 +66,15 @@ class Target:
                          actor=f"user:{self.user}") as conn:
             service.submit_many(conn, [service.JobRequest(KIND)] * BATCH,
                                 organization_id=self.org, requested_by=self.user)
+
+    def in_database(self, jobs: int) -> float:
+        """ms per submit_job() call, looped inside one DO block."""
+        with transaction(self.app, organization_id=self.org, user_id=self.user,
+                         actor=f"user:{self.user}") as conn:
+            conn.execute(Q["prepare"], {"org": str(self.org), "user": str(self.user),
+                                        "jobs": str(jobs)})
+            conn.execute(Q["in_database"])
+            return conn.execute(Q["elapsed_ms"]).scalar_one() / jobs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             for target in targets:
                 target.singles.append(_mean_ms(target.one, args.jobs))
                 target.batches.append(_mean_ms(target.batch, max(1, args.jobs // BATCH)) / BATCH)
+                target.inside.append(target.in_database(args.jobs))
+        print(f"ms per job, median of {args.rounds} rounds of {args.jobs} jobs (min, max):")
         for target in targets:
-            print(f"{target.label}: submit, one per transaction: {_figure(target.singles)} ms per "
-                  f"job; submit_many, {BATCH} per transaction: {_figure(target.batches)} ms per "
-                  f"job ({args.rounds} rounds of {args.jobs} jobs)")
+            print(f"  {target.label}: submit, one per transaction {_figure(target.singles)}; "
+                  f"submit_many, {BATCH} per transaction {_figure(target.batches)}; "
+                  f"submit_job() looped in the database {_figure(target.inside)}")
     finally:
         for engine in engines:
             engine.dispose()
