@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     keep_jobs_days: float = Field(30, gt=0, description="retention of finished jobs")
     keep_results_days: float = Field(7, gt=0, description="retention of results")
     keep_events_days: float = Field(30, gt=0, description="retention of job events")
+    keep_audit_days: float = Field(
+        365, gt=0, description="retention of the organizations' audit log")
 
     # -- results store ---------------------------------------------------------------------
     results_store: Literal["local", "s3"] = Field(

@@ -14,6 +14,7 @@ from models.jobs.records import Status
 from models.results.attempt import delete_quietly
 from models.results.sweep import sweep_orphans
 from models.settings import get_settings
+from models.tenancy import audit
 from tasks import worker_process
 
 log = logging.getLogger("spacejobs.sweeper")
@@ -34,6 +35,7 @@ class SweepReport:
     #: the orphan sweep, when this sweep ran it: files deleted, rows whose file is missing
     orphans_deleted: int = 0
     results_missing: int = 0
+    audit_deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -82,6 +84,8 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
             break
     with transaction(engine, actor="sweeper") as conn:
         purged = store.purge_finished(conn, **retention(), batch=batch)
+        report.audit_deleted = audit.purge(conn, age=get_settings().keep_audit_days * DAY,
+                                           batch=batch)
     report.jobs_deleted = purged["jobs_deleted"]
     report.results_dropped = purged["results_dropped"]
     report.events_deleted = purged["events_deleted"]

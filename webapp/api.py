@@ -18,7 +18,7 @@ from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
 from models.jobs import service, store
 from models.jobs.records import Job
-from models.tenancy import member_jobs
+from models.tenancy import audit, member_jobs
 from models.tenancy import projects as tenant_projects
 from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
@@ -26,6 +26,7 @@ from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
 from webapp.jobs import list_page, submit_in, submit_many_in
 from webapp.limits import limiter
+from webapp.paging import decode_cursor, page_of, request_limit
 from webapp.results import stored_result_response
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -177,10 +178,7 @@ def submit_jobs(org: str) -> ResponseReturnValue:
 
 @api.get("/orgs/<org>/jobs")
 def list_jobs(org: str) -> ResponseReturnValue:
-    try:
-        limit = min(max(int(request.args.get("limit", "50")), 1), 200)
-    except ValueError:
-        raise InvalidRequest("limit must be a number.", fields=["limit"]) from None
+    limit = request_limit()
     with org_transaction(org) as (conn, membership):
         page, next_cursor = list_page(
             conn, membership.organization_id, status=request.args.get("status") or None,
@@ -204,7 +202,7 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
     with org_transaction(org) as (conn, membership):
-        job, result, stored = member_jobs.read_result(conn, membership, jid)
+        job, result, stored = member_jobs.read_result(conn, membership, jid, g.request_id)
     if stored is not None:
         return stored_result_response(job, stored, envelope=True)
     return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
@@ -215,9 +213,51 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user()
     with org_transaction(org) as (conn, membership):
-        job = member_jobs.cancel(conn, membership, jid, user.id)
+        job = member_jobs.cancel(conn, membership, jid, user.id, g.request_id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
 
+
+# ----------------------------------------------------------------------------- audit log
+
+@api.get("/orgs/<org>/audit")
+def org_audit(org: str) -> ResponseReturnValue:
+    """The organization's audit log, newest first, to its owners and admins (403 for a plain
+    member; 404 for anyone else, as everywhere). Filter ``action``; ``cursor`` pages on."""
+    limit = request_limit()
+    with org_transaction(org) as (conn, membership):
+        rows = audit.entries(conn, membership, action=request.args.get("action") or None,
+                             before=decode_cursor(request.args.get("cursor"), _entry_id),
+                             limit=limit + 1)
+    entries, next_cursor = page_of(rows, limit, lambda entry: (entry.at, entry.id))
+    return jsonify({"entries": [audit_json(entry) for entry in entries],
+                    "next_cursor": next_cursor})
+
+
+def _entry_id(value: str) -> int:
+    """An entry id from a cursor: a bigint, or the cursor is not valid (never a database error)."""
+    number = int(value)
+    if not 0 < number < 2**63:
+        raise ValueError("not an entry id")
+    return number
+
+
+def audit_json(entry: audit.AuditEntry) -> dict[str, Any]:
+    def text(value: object) -> str | None:
+        return str(value) if value is not None else None
+
+    return {
+        "id": entry.id,
+        "action": entry.action,
+        "actor": {"user_id": text(entry.actor_id), "as": entry.actor},
+        "job_id": text(entry.job_id),
+        "member_id": text(entry.member_id),
+        "detail": entry.detail,
+        "request_id": entry.request_id,
+        "at": _iso(entry.at),
+    }
+
+
+# ----------------------------------------------------------------------------- job events
 
 @api.get("/orgs/<org>/jobs/<job_id>/events")
 def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:

@@ -3,8 +3,6 @@ pages, so a job started from a button obeys exactly the rules of ``POST …/jobs
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 from datetime import datetime
 from typing import Any
@@ -19,6 +17,7 @@ from models.jobs.records import ALL_STATUSES, Job
 from models.tenancy.access import Membership
 from models.tenancy.accounts import User
 from webapp.auth import org_transaction
+from webapp.paging import decode_cursor, page_of
 
 log = logging.getLogger("spacejobs.web")
 
@@ -82,24 +81,6 @@ def list_page(
     """Newest first, keyset pagination: the jobs and the cursor of the next (older) page."""
     if status is not None and status not in ALL_STATUSES:
         raise InvalidRequest("Unknown status filter.", fields=["status"])
-    page = store.list_for_org(conn, organization_id, status=status, kind=kind,
-                              before=decode_cursor(cursor), limit=limit + 1)
-    more = len(page) > limit
-    page = page[:limit]
-    return page, encode_cursor(page[-1]) if more else None
-
-
-def encode_cursor(job: Job) -> str:
-    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
-    if not cursor:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, _, jid = raw.partition("|")
-        return datetime.fromisoformat(created), UUID(jid)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequest("The cursor is not valid.", fields=["cursor"]) from None
+    rows = store.list_for_org(conn, organization_id, status=status, kind=kind,
+                              before=decode_cursor(cursor, UUID), limit=limit + 1)
+    return page_of(rows, limit, lambda job: (job.created_at, job.id))

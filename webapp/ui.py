@@ -369,7 +369,8 @@ def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
 @signed_in
 def cancel(org: str, job_id: str) -> ResponseReturnValue:
     with org_page(org) as page:
-        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.user.id)
+        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.user.id,
+                                 g.request_id)
     if job.status == "cancel_requested":
         flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
     else:
@@ -382,7 +383,8 @@ def cancel(org: str, job_id: str) -> ResponseReturnValue:
 def download(org: str, job_id: str) -> ResponseReturnValue:
     """The result as a file, to CURRENT members holding the kind's role (the API's rule)."""
     with org_page(org) as page:
-        job, result, stored = member_jobs.read_result(page.conn, page.membership, parse_id(job_id))
+        job, result, stored = member_jobs.read_result(page.conn, page.membership, parse_id(job_id),
+                                                      g.request_id)
     if stored is not None:
         return stored_result_response(job, stored, envelope=False)
     filename = f"{job.kind.replace('.', '-')}-{job.created_at:%Y%m%d-%H%M%S}-{str(job.id)[:8]}.json"

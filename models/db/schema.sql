@@ -11,7 +11,7 @@
 -- models/db/migrate.sql (cluster-wide objects an owner role may not create).
 --
 -- Contents: tenant context · tables and the indexes their queries need · metric functions ·
--- job triggers · retention · row-level security · grants.
+-- job triggers · submits · retention · the audit log's triggers · row-level security · grants.
 
 -- =============================================================================================
 -- Tenant context
@@ -25,6 +25,11 @@ $$ SELECT nullif(current_setting('app.organization_id', true), '')::uuid $$;
 
 CREATE FUNCTION app_user() RETURNS uuid LANGUAGE sql STABLE AS
 $$ SELECT nullif(current_setting('app.user_id', true), '')::uuid $$;
+
+-- Who is acting, in the words job_events.actor uses ('user:<id>', 'operator:<id>', 'cli', …);
+-- NULL when our code did not say.
+CREATE FUNCTION app_actor() RETURNS text LANGUAGE sql STABLE AS
+$$ SELECT nullif(current_setting('app.actor', true), '') $$;
 
 -- =============================================================================================
 -- Tenants, users, tokens, tenant data
@@ -192,6 +197,44 @@ CREATE TABLE job_diagnostics (
 );
 -- A job's diagnostics in order (ops/dashboard.sql job_diagnostics).
 CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
+
+-- =============================================================================================
+-- The organizations' audit log
+-- =============================================================================================
+
+-- What people did in an organization, for its owners and admins: who started, cancelled or
+-- downloaded which job, who joined or left it or changed role, how its state changed. Written
+-- in the transaction of the action itself (a rolled-back action leaves no entry); append-only
+-- for the application roles (INSERT, never UPDATE or DELETE); retention is purge_org_audit(),
+-- as the owner. Never a job's params or result: detail holds names (a kind, a role, a state)
+-- and ids, under the few keys the CHECK allows.
+CREATE TABLE org_audit (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    -- the user who acted; NULL for the CLI and other administrative sessions
+    actor_id         uuid,
+    -- how, in job_events.actor's words: 'user:<id>', 'operator:<id>', 'cli', …
+    actor            text NOT NULL,
+    action           text NOT NULL CHECK (action IN (
+                         'job.submit', 'job.cancel', 'job.download', 'member.add',
+                         'member.role_change', 'member.remove', 'organization.state_change')),
+    -- The target: a job or a member. No foreign keys: an entry outlives the job (retention)
+    -- and the user.
+    job_id           uuid,
+    member_id        uuid,
+    detail           jsonb NOT NULL DEFAULT '{}' CHECK (
+                         jsonb_typeof(detail) = 'object'
+                         AND detail - ARRAY['kind', 'bulk', 'retry_of', 'status', 'role', 'from',
+                                            'to'] = '{}'
+                         AND length(detail::text) <= 500),
+    request_id       text,
+    at               timestamptz NOT NULL DEFAULT now()
+);
+-- The API's listing, newest first, with keyset pagination (tenancy/audit.sql entries).
+CREATE INDEX org_audit_org_at_idx ON org_audit (organization_id, at, id);
+-- Retention by age (purge_org_audit()): rows arrive in time order and never change, so a BRIN
+-- index is a few pages and costs an insert next to nothing.
+CREATE INDEX org_audit_at_idx ON org_audit USING brin (at);
 
 -- =============================================================================================
 -- People: passwords the web never reads, revocable server-side web sessions
@@ -829,6 +872,14 @@ BEGIN
     ON CONFLICT DO NOTHING
     RETURNING * INTO made;
     IF made.id IS NOT NULL THEN
+        -- Who started it, for the organization's audit log: the scoped user (an operator's
+        -- retry scopes the operator), else the requester.
+        INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
+                               request_id)
+        VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
+                coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', made.id,
+                jsonb_strip_nulls(jsonb_build_object('kind', p_kind, 'retry_of', made.retry_of)),
+                p_request_id);
         RETURN QUERY SELECT 'created', standing.role, standing.state, made.id,
             made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
             made.max_attempts, made.progress, made.error_code, made.error_message,
@@ -906,6 +957,14 @@ BEGIN
                                         dedup_key, run_after)
         ON CONFLICT DO NOTHING
         RETURNING j.*
+    ), audited AS (
+        -- Who started each, for the organization's audit log (as in submit_job()).
+        INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
+                               request_id)
+        SELECT p_organization_id, coalesce(app_user(), p_requested_by),
+               coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', made.id,
+               jsonb_build_object('kind', made.kind, 'bulk', true), p_request_id
+        FROM made
     )
     SELECT 'created', standing.role, standing.state, made.id, made.organization_id,
         made.requested_by, made.kind, made.status, made.attempts, made.max_attempts,
@@ -1000,6 +1059,62 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
       AND NOT EXISTS (SELECT 1 FROM unnest(p_present) AS p (ref) WHERE p.ref = j.result_ref)
 $$;
 
+-- The organizations' audit log: membership and state changes are written by these triggers,
+-- whoever makes them (today the CLI, as the owner), in the same transaction. SECURITY DEFINER:
+-- the log is written as the owner, whatever the writer's own grants. The actor is the scoped
+-- user and actor, when our code set them.
+CREATE FUNCTION memberships_audit() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO org_audit (organization_id, actor_id, actor, action, member_id, detail)
+        VALUES (NEW.organization_id, app_user(), coalesce(app_actor(), session_user),
+                'member.add', NEW.user_id, jsonb_build_object('role', NEW.role));
+    ELSIF TG_OP = 'UPDATE' THEN
+        IF NEW.role IS DISTINCT FROM OLD.role THEN
+            INSERT INTO org_audit (organization_id, actor_id, actor, action, member_id, detail)
+            VALUES (NEW.organization_id, app_user(), coalesce(app_actor(), session_user),
+                    'member.role_change', NEW.user_id,
+                    jsonb_build_object('from', OLD.role, 'to', NEW.role));
+        END IF;
+    -- A membership deleted with its organization (ON DELETE CASCADE) leaves no entry: the
+    -- organization's log goes with it.
+    ELSIF EXISTS (SELECT 1 FROM organizations o WHERE o.id = OLD.organization_id) THEN
+        INSERT INTO org_audit (organization_id, actor_id, actor, action, member_id, detail)
+        VALUES (OLD.organization_id, app_user(), coalesce(app_actor(), session_user),
+                'member.remove', OLD.user_id, jsonb_build_object('role', OLD.role));
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memberships_audit AFTER INSERT OR DELETE OR UPDATE OF role ON memberships
+    FOR EACH ROW EXECUTE FUNCTION memberships_audit();
+
+CREATE FUNCTION organizations_audit() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    INSERT INTO org_audit (organization_id, actor_id, actor, action, detail)
+    VALUES (NEW.id, app_user(), coalesce(app_actor(), session_user), 'organization.state_change',
+            jsonb_build_object('from', OLD.state, 'to', NEW.state));
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER organizations_audit AFTER UPDATE OF state ON organizations
+    FOR EACH ROW WHEN (NEW.state IS DISTINCT FROM OLD.state)
+    EXECUTE FUNCTION organizations_audit();
+
+-- Retention of the audit log, by age, in bounded batches, by the sweeper. As the owner: no
+-- application role may delete an entry.
+CREATE FUNCTION purge_org_audit(age interval, batch integer) RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH old AS (
+        SELECT id FROM org_audit WHERE at < now() - age LIMIT batch FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM org_audit a USING old WHERE a.id = old.id RETURNING 1
+    )
+    SELECT count(*)::integer FROM gone
+$$;
+
 -- =============================================================================================
 -- Row-level security
 -- =============================================================================================
@@ -1064,6 +1179,20 @@ CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CH
 CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
 CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
 
+-- org_audit: the web appends to the scoped organization's log (a cancel, a download; the rest
+-- is written by the submit functions and the triggers, as the owner), and reads it only for an
+-- owner or admin of that organization: the API checks the role too, this holds if it forgot.
+ALTER TABLE org_audit ENABLE ROW LEVEL SECURITY;
+ALTER TABLE org_audit FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON org_audit TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_append ON org_audit FOR INSERT TO space_app
+    WITH CHECK (organization_id = app_org());
+CREATE POLICY tenant_read ON org_audit FOR SELECT TO space_app
+    USING (organization_id = app_org() AND EXISTS (
+        SELECT 1 FROM memberships m
+        WHERE m.organization_id = app_org() AND m.user_id = app_user()
+          AND m.role IN ('owner', 'admin')));
+
 -- =============================================================================================
 -- Grants, per role. USAGE on the schema comes from models/db/migrate.sql.
 -- =============================================================================================
@@ -1083,6 +1212,8 @@ GRANT UPDATE (status, cancel_requested_at, cancel_requested_by) ON jobs TO space
 GRANT SELECT ON job_events TO space_app;
 GRANT SELECT, INSERT, UPDATE ON kind_settings TO space_app;
 GRANT INSERT ON operator_audit TO space_app;
+-- The organizations' audit log: append and read, never change or delete (append-only).
+GRANT SELECT, INSERT ON org_audit TO space_app;
 
 -- space_worker: the queue, tenant data of the leased job's organization, its own presence row.
 GRANT SELECT ON organizations, memberships TO space_worker;
@@ -1147,6 +1278,10 @@ REVOKE ALL ON FUNCTION jobs_after_delete() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobs_after_truncate() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid) TO space_worker;
+REVOKE ALL ON FUNCTION memberships_audit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION organizations_audit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION purge_org_audit(interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION purge_org_audit(interval, integer) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_login(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION login_challenge(text), check_login(text, text) TO space_app;

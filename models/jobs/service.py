@@ -33,6 +33,7 @@ from models.errors import DomainError, DuplicateJob, InvalidRequest, NotFound
 from models.jobs import store, waiting
 from models.jobs.records import Job, Status
 from models.kinds import JobKind, get_kind
+from models.results.records import StoredResult
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
@@ -170,10 +171,12 @@ def running(conn: Connection, *, organization_id: UUID, kind: str | None = None)
 
 @dataclass(frozen=True)
 class Outcome:
-    """A job that ended, and its result (None unless it completed with an inline result)."""
+    """A job that ended, and its result (None unless it completed). A result in the results
+    store is its descriptor here, and ``stored`` names the file (open it with the store)."""
 
     job: Job
     result: Any
+    stored: StoredResult | None = None
 
 
 def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
@@ -199,9 +202,11 @@ def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
                 found = store.get_result(conn, job_id)
             if found is None:
                 raise NotFound()
-            job, result = found
+            job, result, ref = found
             if job.finished:
-                return Outcome(job, result if job.status == Status.COMPLETED else None)
+                if job.status != Status.COMPLETED:
+                    return Outcome(job, None)
+                return Outcome(job, result, StoredResult.from_row(ref, result) if ref else None)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"job {job_id} is still {job.status} after {timeout} s")

@@ -171,9 +171,14 @@ def running(conn: Connection, organization_id: UUID, *, kind: str | None = None)
     return [Job.from_row(row) for row in rows]
 
 
-def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID) -> Job:
-    """queued → cancelled at once; leased → cancel_requested. Terminal → JobFinished."""
-    row = conn.execute(Q["request_cancel"], {"id": str(job_id), "user_id": user_id}).mappings()
+def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
+                   request_id: str | None = None) -> Job:
+    """queued → cancelled at once; leased → cancel_requested. Terminal → JobFinished.
+
+    A cancel that changed the job is written to the organization's audit log as ``user_id``'s
+    (with the transaction's actor: a member's or an operator's), in the same statement."""
+    row = conn.execute(Q["request_cancel"], {"id": str(job_id), "user_id": user_id,
+                                             "request_id": request_id}).mappings()
     row = row.one_or_none()
     if row is not None:
         return Job.from_row(row)

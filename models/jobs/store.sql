@@ -116,6 +116,8 @@ RETURNING j.id
 -- request_cancel --
 -- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
 -- A parent's children that have not ended are cancelled with it, the same way.
+-- The same statement writes who asked to the organization's audit log (the actor says whether
+-- a member or an operator did); asking again changes nothing and writes nothing.
 WITH asked AS (
     UPDATE jobs
     SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
@@ -129,6 +131,11 @@ WITH asked AS (
     SET status = CASE WHEN c.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
         cancel_requested_at = now(), cancel_requested_by = :user_id
     WHERE c.parent_id = :id AND c.status IN ('queued', 'leased') AND EXISTS (SELECT 1 FROM asked)
+), audited AS (
+    INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail, request_id)
+    SELECT organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_id AS text)),
+           'job.cancel', id, jsonb_build_object('kind', kind, 'status', status), :request_id
+    FROM asked
 )
 SELECT * FROM asked
 

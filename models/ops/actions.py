@@ -4,6 +4,7 @@ and writes the operator audit log in the same transaction."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 from uuid import UUID
@@ -34,12 +35,20 @@ def _org_of(operator_db: Engine, job_id: UUID) -> UUID:
         return job_organization(conn, job_id)
 
 
+def _as_operator(app_db: Engine, org: UUID, operator_id: UUID
+                 ) -> contextlib.AbstractContextManager[Connection]:
+    """A transaction in the job's organization, acting as the operator: the organization's
+    audit log names them (the scoped user and the actor) for a cancel or a retry."""
+    return transaction(app_db, organization_id=org, user_id=operator_id,
+                       actor=f"operator:{operator_id}")
+
+
 def cancel(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_id: UUID,
            request_id: str | None = None) -> Job:
     """Cancel any organization's job, as the operator (same rules as a user's cancel)."""
     org = _org_of(operator_db, job_id)
-    with transaction(app_db, organization_id=org, actor=f"operator:{operator_id}") as conn:
-        job = store.request_cancel(conn, job_id, operator_id)
+    with _as_operator(app_db, org, operator_id) as conn:
+        job = store.request_cancel(conn, job_id, operator_id, request_id)
         _audit(conn, operator_id, "cancel", str(job_id), {"status": job.status}, request_id)
     return job
 
@@ -49,7 +58,7 @@ def retry_as_new(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_
     """A failed or cancelled job again, as a NEW job (new id, same snapshot), linked to the old
     one. Terminal states never come back; the requester's membership is re-checked as usual."""
     org = _org_of(operator_db, job_id)
-    with transaction(app_db, organization_id=org, actor=f"operator:{operator_id}") as conn:
+    with _as_operator(app_db, org, operator_id) as conn:
         old = conn.execute(Q["job_snapshot"], {"id": job_id}).mappings().one()
         if old["status"] not in (Status.FAILED, Status.CANCELLED):
             raise InvalidRequest("Only a failed or cancelled job can be retried.")

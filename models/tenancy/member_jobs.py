@@ -20,6 +20,7 @@ from models.jobs import store
 from models.jobs.records import ACTIVE, Job, Status
 from models.kinds import required_role
 from models.results.records import StoredResult
+from models.tenancy import audit
 from models.tenancy.access import (
     Membership,
     check_may_cancel,
@@ -50,23 +51,26 @@ def rights(membership: Membership, job: Job) -> JobRights:
     )
 
 
-def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID) -> Job:
-    """queued → cancelled, leased → cancel_requested, if this member may stop this job."""
+def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID,
+           request_id: str | None = None) -> Job:
+    """queued → cancelled, leased → cancel_requested, if this member may stop this job (and
+    written to the organization's audit log, in the same statement)."""
     job = store.get(conn, job_id)
     if job is None:
         raise NotFound()
     # requested_by and kind are part of the job's immutable snapshot (the transition trigger
     # refuses to change them), so the check cannot go stale before the UPDATE below.
     check_may_cancel(membership, job.requested_by, required_role(job.kind))
-    return store.request_cancel(conn, job_id, user_id)
+    return store.request_cancel(conn, job_id, user_id, request_id)
 
 
-def read_result(conn: Connection, membership: Membership,
-                job_id: UUID) -> tuple[Job, Any, StoredResult | None]:
+def read_result(conn: Connection, membership: Membership, job_id: UUID,
+                request_id: str | None = None) -> tuple[Job, Any, StoredResult | None]:
     """The result of a completed job; 409 while it is not, 410 after retention dropped it.
 
     For a result in the results store, the result is its descriptor and the third value says
-    which file to stream (the row's own key: a client never names one)."""
+    which file to stream (the row's own key: a client never names one). The download is written
+    to the organization's audit log in the caller's transaction."""
     found = store.get_result(conn, job_id)
     if found is None:
         raise NotFound()
@@ -76,6 +80,7 @@ def read_result(conn: Connection, membership: Membership,
         raise JobNotCompleted(status=job.status)
     if job.result_expired_at is not None:
         raise ResultExpired()
+    audit.record_download(conn, job, membership.user_id, request_id)
     return job, result, StoredResult.from_row(ref, result) if ref else None
 
 

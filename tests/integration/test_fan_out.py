@@ -8,7 +8,8 @@ import time
 
 from sqlalchemy import text
 
-from tests.conftest import Stack, submit
+from tests.conftest import submit
+from tests.kit.stack import Stack
 
 
 def children(stack: Stack, parent: str) -> list[dict]:

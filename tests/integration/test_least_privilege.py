@@ -197,6 +197,55 @@ def test_worker_cannot_delete_history(bare_stack: Stack, world: World, table: st
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar() == before
 
 
+# ------------------------------------------------------------------------- the organizations' audit log
+
+def audit_log(stack: Stack) -> list[tuple]:
+    with stack.admin() as conn:
+        return [tuple(row) for row in conn.execute(text("SELECT * FROM org_audit ORDER BY id"))]
+
+
+@pytest.mark.parametrize("role", ["app", "worker", "operator"])
+@pytest.mark.parametrize("statement", [
+    "UPDATE org_audit SET actor = 'user:someone-else', detail = '{}'",
+    "UPDATE org_audit SET at = now() - interval '10 years'",
+    "DELETE FROM org_audit",
+    "TRUNCATE org_audit",
+])
+def test_no_application_role_rewrites_or_erases_the_audit_log(bare_stack: Stack, world: World,
+                                                               role: str, statement: str):
+    """Append-only: even scoped to its own organization as its owner, the web changes nothing."""
+    engine = bare_stack.operator_db if role == "operator" else getattr(world, role)
+    before = audit_log(bare_stack)
+    assert any(entry[1] == world.org for entry in before)
+    error = refused(engine, statement, organization_id=world.org, user_id=world.user)
+    assert "permission denied for table org_audit" in error
+    assert audit_log(bare_stack) == before
+
+
+@pytest.mark.parametrize("role", ["worker", "operator"])
+def test_only_the_web_appends_to_the_audit_log(bare_stack: Stack, world: World, role: str):
+    engine = bare_stack.operator_db if role == "operator" else getattr(world, role)
+    error = refused(engine, "INSERT INTO org_audit (organization_id, actor, action)"
+                    " VALUES (:org, 'user:forged', 'member.remove')", {"org": world.org},
+                    organization_id=world.org)
+    assert "permission denied for table org_audit" in error
+
+
+def test_the_web_appends_only_to_the_scoped_organizations_log(bare_stack: Stack, world: World):
+    before = audit_log(bare_stack)
+    error = refused(world.app, "INSERT INTO org_audit (organization_id, actor, action)"
+                    " VALUES (:other, 'user:forged', 'member.remove')", {"other": world.other_org},
+                    organization_id=world.org, user_id=world.user)
+    assert 'new row violates row-level security policy for table "org_audit"' in error
+    assert audit_log(bare_stack) == before
+
+
+def test_only_the_owner_purges_the_audit_log(bare_stack: Stack, world: World):
+    error = refused(world.app, "SELECT purge_org_audit(interval '0', 1000)",
+                    organization_id=world.org, user_id=world.user)
+    assert "permission denied for function purge_org_audit" in error
+
+
 # ------------------------------------------------------------------------- the audit trigger
 
 def test_no_role_may_create_a_temporary_table_to_shadow_history(world: World):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.jobs import store
+from models.settings import get_settings
+from models.tenancy import audit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
@@ -128,3 +131,55 @@ def test_events_of_old_finished_jobs_go_but_the_job_row_stays(bare_stack: Stack)
     assert len(stack.events(job_id)) == 3
     assert purge(stack, events_age=0)["events_deleted"] >= 3
     assert stack.events(job_id) == [] and exists(stack, job_id)
+
+
+def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack):
+    """The worker may not delete an entry itself (tests/integration/test_least_privilege.py);
+    purge_org_audit() does, as the owner, past SPACEJOBS_KEEP_AUDIT_DAYS (365 by default)."""
+    stack = bare_stack
+    org = stack.org()
+    stack.user(org)  # a fresh 'member.add' entry, which stays
+    with stack.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO org_audit (organization_id, actor, action, detail, at)"
+            " SELECT :org, 'cli', 'organization.state_change', '{}', now() - d * interval '1 day'"
+            " FROM unnest(ARRAY[400, 380, 366, 300]) AS d"), {"org": org})
+
+    def ages() -> list[int]:
+        with stack.admin() as conn:
+            return list(conn.execute(text(
+                "SELECT extract(day FROM now() - at)::int FROM org_audit"
+                " WHERE organization_id = :org ORDER BY at"), {"org": org}).scalars())
+
+    age = get_settings().keep_audit_days * DAY
+    assert age == 365 * DAY
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        assert audit.purge(conn, age=age, batch=2) == 2
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        assert audit.purge(conn, age=age, batch=2) == 1
+        assert audit.purge(conn, age=age, batch=2) == 0
+    assert ages() == [300, 0]
+
+
+def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    with stack.admin() as conn:
+        conn.execute(text("INSERT INTO org_audit (organization_id, actor, action, at)"
+                          " VALUES (:org, 'cli', 'member.remove', now() - interval '2 days')"),
+                     {"org": org})
+
+    def left() -> int:
+        with stack.admin() as conn:
+            return conn.execute(text("SELECT count(*) FROM org_audit WHERE organization_id = :org"),
+                                {"org": org}).scalar_one()
+
+    beat = stack.start_beat(SPACEJOBS_KEEP_AUDIT_DAYS="1")
+    try:
+        deadline = time.monotonic() + 30
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stack.retire(beat)
+    assert left() == 0
+    assert "'audit_deleted': " in beat.output() and "sweep failed" not in beat.output()

@@ -112,7 +112,7 @@ def count(conn, table: str) -> int:
 
 # ----------------------------------------------------------------------------- no tenant in scope
 
-@pytest.mark.parametrize("table", [*TENANT_TABLES, "jobs", "organizations"])
+@pytest.mark.parametrize("table", [*TENANT_TABLES, "jobs", "organizations", "org_audit"])
 def test_app_role_without_organization_sees_no_rows(roles: Roles, world: World, table: str):
     with roles.app.begin() as conn:  # no set_config at all
         assert count(conn, table) == 0
@@ -263,7 +263,7 @@ def test_every_tenant_table_has_row_level_security_enabled_and_forced(roles: Rol
             " ORDER BY c.relname")).all()
     tables = {row.relname: (row.relrowsecurity, row.relforcerowsecurity) for row in rows}
     assert {"organizations", "memberships", "projects", "jobs", "job_events",
-            "job_diagnostics"} <= set(tables)
+            "job_diagnostics", "org_audit"} <= set(tables)
     unprotected = {name: flags for name, flags in tables.items() if flags != (True, True)}
     assert unprotected == {}
 

@@ -3,8 +3,10 @@ what is refused, and when the wake-up goes out."""
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
+import zipfile
 from datetime import UTC, datetime
 
 import pytest
@@ -168,6 +170,20 @@ def test_wait_returns_the_finished_job_and_its_result_soon_after_the_finish(stac
     assert outcome.job.status == "completed" and outcome.result == {"slept": 0.5}
     # The finish's COMMIT notifies; the waiter re-reads the row and returns.
     assert (returned - outcome.job.finished_at).total_seconds() < 0.25
+
+
+def test_wait_names_the_file_of_a_result_in_the_results_store(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with app_db.begin() as conn:
+        job = service.submit(conn, "projects_archive", {}, organization_id=org,
+                             requested_by=anna.id).job
+    outcome = service.wait(job.id, 20, organization_id=org, engine=app_db)
+    assert outcome.job.status == "completed"
+    assert outcome.stored is not None and outcome.stored.key == stack.job_row(job.id)["result_ref"]
+    assert outcome.result["stored"]["content_type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(b"".join(stack.results().open(outcome.stored.key).chunks()))) as z:
+        assert "manifest.json" in z.namelist()
 
 
 def test_wait_times_out_and_does_not_see_other_organizations(stack: Stack, app_db):

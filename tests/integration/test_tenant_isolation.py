@@ -58,6 +58,7 @@ ENDPOINTS = [
     Endpoint("create_project", "POST", "/orgs/{org}/projects", body={"name": "planted-by-outsider"}),
     Endpoint("get_project", "GET", "/orgs/{org}/projects/{project}"),
     Endpoint("submit_job", "POST", "/orgs/{org}/jobs", body={"kind": "projects_export"}),
+    Endpoint("org_audit", "GET", "/orgs/{org}/audit"),
 ]
 ID_ENDPOINTS = [ep for ep in ENDPOINTS if ep.takes_id]
 
