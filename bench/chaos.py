@@ -954,6 +954,8 @@ def _seed(admin: Engine, organizations: int) -> list[Tenant]:
             org = accounts.create_organization(conn, f"chaos-{index}")
             user = accounts.create_user(conn, f"chaos-{index}-{uuid.uuid4().hex[:8]}@example.test")
             accounts.add_member(conn, org, user.id, "member")
+            # a benchmark fills the queue on purpose: no quota of active jobs
+            accounts.set_quota(conn, org, 2**31 - 1)
             token = accounts.create_token(conn, user.id)
         tenants.append(Tenant(org, token))
     return tenants

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 
+    active_jobs_quota: int = Field(
+        1000, ge=0, description="most active (queued or running) jobs one organization may have; "
+                                "operators override it per organization and kind "
+                                "(`spacejobs orgs set-quota`)")
+
     # -- sweeper and retention -------------------------------------------------------------
     sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
     wakeup_grace: float = Field(

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -258,6 +259,22 @@ class Stack:
         from tasks.wakeups import WakeupPublisher
 
         assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """The app on a real port of 127.0.0.1 (werkzeug, a thread per request) for as long as the
+    block runs; yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
 
 
 def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None = None) -> dict:

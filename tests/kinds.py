@@ -47,3 +47,9 @@ def overruns_with_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, An
 def hangs_without_checkpoints(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     time.sleep(30)
     return {"finished": True}
+
+
+@job_kind("test.capped", org_states={"active"}, quota=2)
+def capped(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """A kind that declares its own quota: at most 2 active per organization."""
+    return {}

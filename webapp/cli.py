@@ -187,6 +187,22 @@ def orgs_set_state(org: str, state: str) -> None:
     _run(lambda c: accounts.set_organization_state(c, accounts.resolve_organization(c, org), state))
 
 
+@orgs.command("set-quota")
+@click.argument("org")
+@click.argument("limit")
+@click.option("--kind", default=None, help="Cap only this kind's active jobs in ORG.")
+def orgs_set_quota(org: str, limit: str, kind: str | None) -> None:
+    """Cap ORG's active (queued or running) jobs at LIMIT, or with --kind that kind's there;
+    LIMIT `default` removes the override. Submits over it are refused (429 too_many_jobs)."""
+    if limit == "default":
+        max_active = None
+    elif limit.isdigit():
+        max_active = int(limit)
+    else:
+        raise click.BadParameter("a whole number, or `default`", param_hint="LIMIT")
+    _run(lambda c: accounts.set_quota(c, accounts.resolve_organization(c, org), max_active, kind))
+
+
 @main.group()
 def tokens() -> None:
     """API tokens."""

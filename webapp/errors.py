@@ -28,10 +28,15 @@ HTTP_STATUS = {
     "job_not_completed": 409,
     "job_finished": 409,
     "result_expired": 410,
+    "too_many_jobs": 429,
+    "too_many_streams": 429,
+    "rate_limited": 429,
+    "internal_error": 500,
+    "unavailable": 503,
 }
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names).
-_PUBLIC_DETAILS = ("job_id", "fields", "status", "index")
+_PUBLIC_DETAILS = ("job_id", "fields", "status", "index", "limit")
 
 
 def wants_html() -> bool:
@@ -58,9 +63,11 @@ def register(app: Flask) -> None:
     def domain_error(error: DomainError) -> ResponseReturnValue:
         extra = {k: error.details.get(k) for k in _PUBLIC_DETAILS}
         response = error_response(error.code, error.message, HTTP_STATUS.get(error.code, 400), **extra)
+        body, status = response  # type: ignore[misc]
         if error.code == "unauthorized":
-            body, status = response  # type: ignore[misc]
             return body, status, {"WWW-Authenticate": 'Bearer realm="spacejobs"'}
+        if "retry_after" in error.details:
+            return body, status, {"Retry-After": str(error.details["retry_after"])}
         return response
 
     @app.errorhandler(OperationalError)

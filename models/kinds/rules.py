@@ -38,6 +38,8 @@ class KindRules:
     retry_on_timeout: bool
     dedupable: bool
     params: type[Params]
+    #: most active jobs of this kind one organization may have (None: only the organization's cap)
+    quota: int | None = None
 
     @property
     def lease_seconds(self) -> int:

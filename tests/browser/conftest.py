@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug.serving import make_server
 
 from models.tenancy.demo import seed
-from tests.conftest import Stack
+from tests.conftest import Stack, served
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -66,14 +64,8 @@ def live(stack: Stack) -> Iterator[Live]:
     with stack.admin() as conn:
         demo = {user["email"]: user for user in seed(conn)}
     app = stack.make_app(EVENTS_POLL_SECONDS=0.2, LOGIN_RATE_LIMIT_ACCOUNT="3 per minute")
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Live(f"http://127.0.0.1:{server.server_port}", app, demo)
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served(app) as url:
+        yield Live(url, app, demo)
 
 
 @pytest.fixture(scope="session")
