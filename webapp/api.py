@@ -25,7 +25,8 @@ from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
 from webapp.jobs import list_page, submit_in, submit_many_in
-from webapp.limits import limiter
+from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
+from webapp.streams import StreamSlots
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
@@ -104,6 +105,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 @api.get("/me")
+@api_limit
 def me() -> ResponseReturnValue:
     user = current_user()
     with transaction(engine(), user_id=user.id) as conn:
@@ -117,6 +119,7 @@ def me() -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- projects
 
 @api.get("/orgs/<org>/projects")
+@api_limit
 def list_projects(org: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, membership):
         projects = Projects(conn, membership.organization_id).list()
@@ -124,6 +127,7 @@ def list_projects(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/projects/<project_id>")
+@api_limit
 def get_project(org: str, project_id: str) -> ResponseReturnValue:
     pid = parse_id(project_id)
     with org_transaction(org) as (conn, membership):
@@ -134,6 +138,7 @@ def get_project(org: str, project_id: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/projects")
+@api_limit
 def create_project(org: str) -> ResponseReturnValue:
     current_user()
     body = parse_body(CreateProject)
@@ -145,10 +150,12 @@ def create_project(org: str) -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- jobs
 
 @api.post("/orgs/<org>/jobs")
+@submit_limit
 def submit_job(org: str) -> ResponseReturnValue:
     # ONE transaction, opened by the statement that authenticates (401) and finds the
     # membership (404): only then is the body validated, so strangers learn nothing of kinds.
     with org_transaction(org) as (conn, membership):
+        check_organization_submits(membership.organization_id)
         body = parse_body(SubmitJob)
         idempotency_key = request.headers.get("Idempotency-Key")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
@@ -165,9 +172,11 @@ def submit_job(org: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/jobs:batch")
+@submit_limit
 def submit_jobs(org: str) -> ResponseReturnValue:
     """1 to 1,000 jobs in one request and one statement, all or nothing."""
     with org_transaction(org) as (conn, membership):
+        check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
         jobs = submit_many_in(conn, membership, g.user, [
             service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs])
@@ -175,6 +184,7 @@ def submit_jobs(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs")
+@api_limit
 def list_jobs(org: str) -> ResponseReturnValue:
     try:
         limit = min(max(int(request.args.get("limit", "50")), 1), 200)
@@ -188,7 +198,7 @@ def list_jobs(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs/<job_id>")
-@limiter.limit(lambda: current_app.config["POLL_RATE_LIMIT"])
+@poll_limit
 def get_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, _membership):
@@ -199,6 +209,7 @@ def get_job(org: str, job_id: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs/<job_id>/result")
+@api_limit
 def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
@@ -208,6 +219,7 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/jobs/<job_id>/cancel")
+@api_limit
 def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user()
@@ -217,6 +229,7 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs/<job_id>/events")
+@api_limit
 def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     """Server-sent events: the job as JSON whenever its status or progress changes; the stream
     ends at a terminal state (or after SPACEJOBS_EVENTS_MAX_SECONDS; reconnect to go on).
@@ -271,8 +284,14 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
                 last_write = time.monotonic()
             time.sleep(interval)
 
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    slots: StreamSlots = current_app.extensions["spacejobs.streams"]
+    release = slots.take(org_id, rate_key())
+    response = Response(stream_with_context(stream()), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    # When the stream ends, or the client goes away (the server then closes the response),
+    # even before its first byte.
+    response.call_on_close(release)
+    return response
 
 
 def event_id(job: Job) -> str:

@@ -6,13 +6,18 @@ import logging
 
 from flask import Flask, g, jsonify, make_response, render_template, request
 from flask.typing import ResponseReturnValue
+from limits.errors import StorageError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from models.errors import DomainError
+from models.errors import DomainError, Unavailable
 
 log = logging.getLogger("spacejobs.web")
+
+#: seconds a client should wait when a server of ours (the database, the rate-limit counters)
+#: is unavailable
+UNAVAILABLE_RETRY_AFTER = 5
 
 HTTP_STATUS = {
     "invalid_request": 400,
@@ -69,6 +74,12 @@ def register(app: Flask) -> None:
         if "retry_after" in error.details:
             return body, status, {"Retry-After": str(error.details["retry_after"])}
         return response
+
+    @app.errorhandler(StorageError)
+    def counters_unavailable(error: StorageError) -> ResponseReturnValue:
+        # Only when rate limits fail closed (webapp.limits): the request is refused, not served.
+        log.error("rate-limit storage unavailable: %s", type(error.storage_error).__name__)
+        return domain_error(Unavailable(retry_after=UNAVAILABLE_RETRY_AFTER))
 
     @app.errorhandler(OperationalError)
     @app.errorhandler(PoolTimeout)

@@ -35,6 +35,7 @@ from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
 from webapp.auth import csrf_token, engine, identify, parse_id, remember
+from webapp.limits import api_limit
 
 bp = Blueprint("ops", __name__)
 
@@ -112,6 +113,7 @@ def _filters() -> dict[str, Any]:
 
 @bp.get("/ops/api/overview")
 @operator_only
+@api_limit
 def api_overview() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify(dashboard.dashboard(conn, offline_after=offline_after()))
@@ -119,6 +121,7 @@ def api_overview() -> ResponseReturnValue:
 
 @bp.get("/ops/api/jobs")
 @operator_only
+@api_limit
 def api_jobs() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"jobs": dashboard.list_jobs(conn, **_filters())})
@@ -126,6 +129,7 @@ def api_jobs() -> ResponseReturnValue:
 
 @bp.get("/ops/api/jobs/<job_id>")
 @operator_only
+@api_limit
 def api_job(job_id: str) -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify(dashboard.job_detail(conn, parse_id(job_id)))
@@ -133,6 +137,7 @@ def api_job(job_id: str) -> ResponseReturnValue:
 
 @bp.get("/ops/api/workers")
 @operator_only
+@api_limit
 def api_workers() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"workers": dashboard.workers(conn, offline_after=offline_after()),
@@ -141,6 +146,7 @@ def api_workers() -> ResponseReturnValue:
 
 @bp.get("/ops/api/audit")
 @operator_only
+@api_limit
 def api_audit() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"audit": dashboard.audit_log(conn)})
@@ -148,6 +154,7 @@ def api_audit() -> ResponseReturnValue:
 
 @bp.post("/ops/api/jobs/<job_id>/cancel")
 @operator_only
+@api_limit
 def api_cancel(job_id: str) -> ResponseReturnValue:
     user = g.user
     job = actions.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
@@ -157,6 +164,7 @@ def api_cancel(job_id: str) -> ResponseReturnValue:
 
 @bp.post("/ops/api/jobs/<job_id>/retry")
 @operator_only
+@api_limit
 def api_retry(job_id: str) -> ResponseReturnValue:
     user = g.user
     new = actions.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
@@ -167,6 +175,7 @@ def api_retry(job_id: str) -> ResponseReturnValue:
 
 @bp.post("/ops/api/kinds/<kind>/<action>")
 @operator_only
+@api_limit
 def api_kind(kind: str, action: str) -> ResponseReturnValue:
     user = g.user
     if action in ("pause", "resume"):
@@ -190,6 +199,7 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
 
 @bp.get("/metrics")
 @operator_only
+@api_limit
 def metrics() -> ResponseReturnValue:
     body = render_metrics(operator_db(), offline_after=offline_after())
     return Response(body, mimetype="text/plain; version=0.0.4")
