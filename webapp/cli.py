@@ -247,10 +247,18 @@ def web(host: str, port: int, workers: int) -> None:
     """Serve the web app with gunicorn (threaded workers)."""
     from gunicorn.app.base import BaseApplication
 
+    settings = get_settings()
+    threads = settings.web_threads
+    if settings.events_streams_per_process >= threads:
+        # Open events streams would be able to take every thread (webapp/streams.py).
+        raise click.ClickException(
+            f"SPACEJOBS_EVENTS_STREAMS_PER_PROCESS ({settings.events_streams_per_process}) must be "
+            f"below SPACEJOBS_WEB_THREADS ({threads}).")
+
     class Server(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
             for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
-                               "threads": 16, "timeout": 60, "graceful_timeout": 10,
+                               "threads": threads, "timeout": 60, "graceful_timeout": 10,
                                "accesslog": "-"}.items():
                 self.cfg.set(key, value)
 
