@@ -17,7 +17,7 @@ from models.kinds import load_kinds
 from models.ops.counters import BufferedCounters
 from models.settings import get_settings
 from tasks.wakeups import WakeupPublisher
-from webapp import errors, limits, ops, ui
+from webapp import errors, inputs, limits, ops, ui
 from webapp.api import api
 from webapp.limits import limiter_storage
 from webapp.streams import StreamSlots
@@ -105,6 +105,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
             response.headers["Referrer-Policy"] = "same-origin"
         return response
 
+    inputs.install(app)
     app.register_blueprint(api)
     app.register_blueprint(ops.bp)
     app.register_blueprint(ui.bp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -32,6 +33,7 @@ api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,200}")
 
 
 class StrictBody(BaseModel):
@@ -158,8 +160,8 @@ def submit_job(org: str) -> ResponseReturnValue:
         check_organization_submits(membership.organization_id)
         body = parse_body(SubmitJob)
         idempotency_key = request.headers.get("Idempotency-Key")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
-            raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
+        if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+            raise InvalidRequest("Idempotency-Key must be 1 to 200 printable ASCII characters.")
         job, created = submit_in(conn, membership, g.user, body.kind, body.params,
                                  dedup_key=body.dedup_key, idempotency_key=idempotency_key,
                                  run_after=body.run_after)

@@ -35,6 +35,7 @@ from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
 from webapp.auth import csrf_token, engine, identify, parse_id, remember
+from webapp.inputs import bounded_float, whole_number
 from webapp.limits import api_limit
 
 bp = Blueprint("ops", __name__)
@@ -97,12 +98,15 @@ def _filters() -> dict[str, Any]:
         raise InvalidRequest("Unknown status filter.", fields=["status"])
     org = request.args.get("organization_id") or None
     hours = request.args.get("hours") or None
+    since = None
+    if hours:
+        # At most ten years back: timedelta(hours=inf) or a date before year 1 would overflow.
+        since = datetime.now(UTC) - timedelta(hours=bounded_float(hours, "hours", low=0, high=87600))
     try:
         organization_id = UUID(org) if org else None
-        since = datetime.now(UTC) - timedelta(hours=float(hours)) if hours else None
         limit = min(max(int(request.args.get("limit", "100")), 1), 500)
     except ValueError:
-        raise InvalidRequest("Invalid filter.", fields=["organization_id", "hours", "limit"]) from None
+        raise InvalidRequest("Invalid filter.", fields=["organization_id", "limit"]) from None
     return {"kind": request.args.get("kind") or None, "status": status,
             "organization_id": organization_id, "since": since,
             "running_only": request.args.get("running") == "1",
@@ -184,10 +188,8 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
     elif action == "limit":
         body = request.form if request.form else (request.get_json(silent=True) or {})
         raw = body.get("limit")
-        try:
-            limit = None if raw in (None, "") else int(raw)
-        except (TypeError, ValueError):
-            raise InvalidRequest("limit must be a whole number or empty.", fields=["limit"]) from None
+        # The column is an integer: anything past int4 (or not a whole number) is the caller's.
+        limit = None if raw is None or raw == "" else whole_number(raw, "limit")
         actions.set_kind_control(engine(), kind, operator_id=user.id, concurrency_limit=limit,
                              request_id=g.request_id)
     else:

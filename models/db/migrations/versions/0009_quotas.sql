@@ -78,12 +78,12 @@ END $$;
 -- advisory locks ("stripes"), each held until commit:
 --
 --   fast path, for a single job submitted by a transaction that had written nothing before
---   (p_first_write: it had no transaction id when the submit began): take any ONE free stripe
---   (try, never wait), then count; admitted when count + STRIPES <= cap. Submits on different
---   stripes run side by side.
---   slow path, for everything else (batches, a transaction's second write, every stripe busy,
---   or a count near the cap): take ALL stripes in order (waiting for each fast submit in
---   flight to commit or roll back), then count; admitted when count + n <= cap.
+--   (p_first_write: it had no transaction id when the submit began): take ONE stripe (any free
+--   one, else wait for one), then count; admitted when count + STRIPES <= cap. Submits on
+--   different stripes run side by side.
+--   slow path, for everything else (batches, a transaction's second write, or a count near
+--   the cap): take ALL stripes in order (waiting for each fast submit in flight to commit or
+--   roll back), then count; admitted when count + n <= cap.
 --
 -- Every count is a statement begun AFTER its locks (READ COMMITTED: each statement takes a new
 -- snapshot), and a fast path that finds itself near the cap gives its stripe back by rolling
@@ -122,6 +122,7 @@ DECLARE
     stripes CONSTANT integer := 16;
     lock_key CONSTANT integer := hashtext('spacejobs.quota:' || p_organization_id::text);
     first_stripe integer;
+    got boolean;
 BEGIN
     IF p_org_cap IS NULL AND NOT EXISTS (SELECT 1 FROM unnest(p_kind_caps) c WHERE c IS NOT NULL)
        AND NOT EXISTS (SELECT 1 FROM job_quotas q WHERE q.organization_id = p_organization_id) THEN
@@ -134,17 +135,22 @@ BEGIN
 
     IF cardinality(p_kinds) = 1 AND p_first_write THEN
         BEGIN
+            -- any free stripe; when all are taken, wait for a random one (holding no other)
             first_stripe := floor(random() * stripes)::integer;
+            got := false;
             FOR i IN 0 .. stripes - 1 LOOP
-                IF pg_try_advisory_xact_lock(lock_key, (first_stripe + i) % stripes) THEN
-                    IF NOT EXISTS (SELECT 1 FROM quota_refusal(p_organization_id, p_kinds,
-                                                               p_kind_caps, p_org_cap, stripes - 1)) THEN
-                        RETURN;  -- admitted; the subtransaction commits and the stripe is kept
-                    END IF;
-                    -- near a cap: roll the subtransaction back, which gives the stripe back
-                    RAISE EXCEPTION USING ERRCODE = 'SJQ01';
-                END IF;
+                got := pg_try_advisory_xact_lock(lock_key, (first_stripe + i) % stripes);
+                EXIT WHEN got;
             END LOOP;
+            IF NOT got THEN
+                PERFORM pg_advisory_xact_lock(lock_key, first_stripe);
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM quota_refusal(p_organization_id, p_kinds, p_kind_caps,
+                                                       p_org_cap, stripes - 1)) THEN
+                RETURN;  -- admitted; the subtransaction commits and the stripe is kept
+            END IF;
+            -- near a cap: roll the subtransaction back, which gives the stripe back
+            RAISE EXCEPTION USING ERRCODE = 'SJQ01';
         EXCEPTION WHEN SQLSTATE 'SJQ01' THEN
             NULL;
         END;
