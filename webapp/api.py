@@ -5,15 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ValidationError
 
 from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
@@ -25,39 +24,14 @@ from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
+from webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
 from webapp.jobs import list_page, submit_in, submit_many_in
 from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
+from webapp.openapi import document as openapi_document_of
 from webapp.streams import StreamSlots
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
-
-Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,200}")
-
-
-class StrictBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-BodyT = TypeVar("BodyT", bound=StrictBody)
-
-
-class SubmitJob(StrictBody):
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    params: dict[str, Any] | None = None
-    dedup_key: Key | None = None
-    run_after: AwareDatetime | None = None
-
-
-class SubmitBatch(StrictBody):
-    jobs: Annotated[list[SubmitJob], Field(min_length=1, max_length=service.MAX_BATCH)]
-
-
-class CreateProject(StrictBody):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    description: Annotated[str, StringConstraints(max_length=2000)] = ""
-
 
 def parse_body(model: type[BodyT]) -> BodyT:
     """Strict bodies: unknown fields (``organization_id``, ``requested_by``...) are a 400."""
@@ -104,6 +78,12 @@ def job_json(job: Job) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+@api.get("/openapi.json")
+def openapi_document() -> ResponseReturnValue:
+    """This API's OpenAPI 3.1 document, for everyone: it holds no secrets."""
+    return jsonify(openapi_document_of(current_app))
 
 
 @api.get("/me")

@@ -26,6 +26,7 @@ HTTP_STATUS = {
     "unauthorized": 401,
     "insufficient_role": 403,
     "not_found": 404,
+    "method_not_allowed": 405,
     "organization_unavailable": 409,
     "organization_read_only": 409,
     "duplicate_job": 409,
@@ -33,6 +34,7 @@ HTTP_STATUS = {
     "job_not_completed": 409,
     "job_finished": 409,
     "result_expired": 410,
+    "payload_too_large": 413,
     "too_many_jobs": 429,
     "too_many_streams": 429,
     "rate_limited": 429,
@@ -86,7 +88,7 @@ def register(app: Flask) -> None:
     def database_unavailable(error: Exception) -> ResponseReturnValue:
         # No detail: a driver message can name hosts, users or SQL.
         log.error("database unavailable: %s", type(error).__name__)
-        return error_response("unavailable", "The service is temporarily unavailable.", 503)
+        return domain_error(Unavailable(retry_after=UNAVAILABLE_RETRY_AFTER))
 
     @app.errorhandler(DBAPIError)
     def database_error(error: DBAPIError) -> ResponseReturnValue:
@@ -100,7 +102,7 @@ def register(app: Flask) -> None:
         if error.response is not None:
             return error.response  # a page of its own (the sign-in form when throttled)
         code = {404: "not_found", 405: "method_not_allowed", 429: "rate_limited",
-                400: "invalid_request", 413: "invalid_request",
+                400: "invalid_request", 413: "payload_too_large",
                 415: "invalid_request"}.get(error.code or 500, "http_error")
         message = {404: "Not found.", 429: "Too many requests; slow down or use the events stream.",
                    405: "Method not allowed."}.get(error.code or 500, error.name + ".")
