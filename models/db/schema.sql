@@ -613,14 +613,15 @@ END $$;
 -- Quotas: how many active jobs an organization, or a kind of it, may have.
 
 -- How many active jobs the organization (p_kind NULL) or one kind of it has, counting no
--- further than p_upto: beyond that the answer is "too many" whatever the exact number.
-CREATE FUNCTION active_jobs(p_organization_id uuid, p_kind text, p_upto integer)
-RETURNS integer LANGUAGE sql STABLE SET search_path = public, pg_temp AS $$
-    SELECT count(*)::integer FROM (
+-- further than one past p_cap: beyond that the answer is "too many" whatever the exact number.
+-- bigint: a cap may be as large as an integer goes.
+CREATE FUNCTION active_jobs(p_organization_id uuid, p_kind text, p_cap integer)
+RETURNS bigint LANGUAGE sql STABLE SET search_path = public, pg_temp AS $$
+    SELECT count(*) FROM (
         SELECT 1 FROM jobs j
         WHERE j.organization_id = p_organization_id AND (p_kind IS NULL OR j.kind = p_kind)
           AND j.status IN ('queued', 'leased', 'cancel_requested')
-        LIMIT greatest(p_upto, 0)) AS counted
+        LIMIT greatest(p_cap, 0)::bigint + 1) AS counted
 $$;
 
 -- The cap that refuses p_kinds (one entry per job about to be written) when `margin` more jobs
@@ -649,7 +650,7 @@ BEGIN
         ORDER BY ord, kind
     LOOP
         CONTINUE WHEN wanted.cap IS NULL;
-        IF active_jobs(p_organization_id, nullif(wanted.kind, ''), wanted.cap + 1)
+        IF active_jobs(p_organization_id, nullif(wanted.kind, ''), wanted.cap)
            + wanted.n + margin > wanted.cap THEN
             RETURN QUERY SELECT wanted.kind, wanted.cap;
             RETURN;

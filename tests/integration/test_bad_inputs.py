@@ -114,3 +114,20 @@ def test_a_nul_in_any_path_is_the_same_400(client, people):
     stranger = client.post("/ops/api/kinds/a%00b/pause")
     nowhere = client.post("/nope/a%00b")
     assert stranger.get_data() == nowhere.get_data() and stranger.status_code == nowhere.status_code == 400
+
+
+def test_a_failing_statement_never_carries_its_parameters(bare_stack: Stack):
+    """hide_parameters on every engine: the operators' tracebacks (job_diagnostics) and the
+    logs show a failed statement, never the tenant data bound to it."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from models.db.engine import make_engine
+
+    engine = make_engine(bare_stack.app_url, pool_size=1)
+    try:
+        with pytest.raises(DBAPIError) as failure, engine.connect() as conn:
+            conn.execute(text("SELECT 1 / 0, CAST(:secret AS text)"), {"secret": "tenant-secret-4711"})
+    finally:
+        engine.dispose()
+    assert "tenant-secret-4711" not in str(failure.value)

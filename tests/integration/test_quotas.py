@@ -60,6 +60,16 @@ def test_a_submit_over_the_organizations_cap_is_429_too_many_jobs_and_writes_not
     assert active(bare_stack, org) == 3
 
 
+def test_the_largest_quota_is_no_quota_at_all(bare_stack, client):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 2**31 - 1)  # what a benchmark sets: the counts must not overflow
+    assert post(client, org, anna).status_code == 202
+    batch = client.post(f"/api/v1/orgs/{org}/jobs:batch", headers=anna.auth,
+                        json={"jobs": [{"kind": "bench.noop"}] * 3})
+    assert batch.status_code == 202
+
+
 def test_the_default_cap_is_the_setting(bare_stack, client, monkeypatch):
     from models.settings import reload_settings
 
