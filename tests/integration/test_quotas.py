@@ -205,3 +205,51 @@ def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
         engine.dispose()
     assert type(outcome[0]).__name__ == "TooManyJobs", outcome
     assert active(bare_stack, org) == 2
+
+
+def test_two_transactions_that_each_submit_twice_never_both_wait_forever(bare_stack, app):
+    """Each holds the stripe of its first submit while its second waits for every stripe: the
+    deadlock detector rolls one back whole (nothing of it written), and the web answers that
+    503 unavailable, to be tried again (SQLSTATE 40P01 is an OperationalError)."""
+    from flask import Flask
+
+    from webapp.errors import register
+
+    org = bare_stack.org()
+    anna, vera = bare_stack.user(org), bare_stack.user(org)
+    engine = make_engine(bare_stack.app_url, pool_size=2)
+    both_first = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def twice(user) -> None:
+        try:
+            with engine.begin() as conn:
+                service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=user.id)
+                both_first.wait(timeout=10)
+                service.submit_many(conn, [service.JobRequest("bench.noop")] * 2,
+                                    organization_id=org, requested_by=user.id)
+            outcomes.append("committed")
+        except DBAPIError as error:
+            outcomes.append(error)
+
+    try:
+        racers = [threading.Thread(target=twice, args=(u,)) for u in (anna, vera)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=30)
+    finally:
+        engine.dispose()
+    committed = outcomes.count("committed")
+    assert committed >= 1 and len(outcomes) == 2, outcomes
+    assert active(bare_stack, org) == 3 * committed
+    for error in (o for o in outcomes if o != "committed"):
+        probe = Flask("probe")
+        register(probe)
+
+        @probe.get("/")
+        def boom(error=error):
+            raise error
+
+        answer = probe.test_client().get("/")
+        assert answer.status_code == 503 and answer.get_json()["error"]["code"] == "unavailable"
