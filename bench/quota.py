@@ -15,6 +15,11 @@ finish them, so the count stays far below the cap (1,000) and no submit is refus
         .venv/bin/python -m bench.quota --seconds 10 --connections 32 --workers 2
 
 Needs `wrk` (apt-get install wrk). Prints requests/s and the answers that were not 202.
+
+Then the same three versions without the web: `--connections` threads, each with its own
+connection as `space_app`, submit one job per transaction (submit_job(), then COMMIT) for the
+same time. This is the ceiling the database leaves the web, where a lock held until commit
+shows most: each submit waits for the one before it to flush its commit.
 """
 
 from __future__ import annotations
@@ -65,6 +70,35 @@ def free_port() -> int:
     port = probe.getsockname()[1]
     probe.close()
     return port
+
+
+def submits_per_second(db_url: str, org: uuid.UUID, user: uuid.UUID, connections: int,
+                       seconds: float) -> float:
+    """``connections`` threads submitting one job per transaction as space_app, for ``seconds``."""
+    from models.db.engine import libpq_url
+    from models.db.roles import APP_ROLE, role_url
+
+    done: list[int] = []
+    stop_at = time.monotonic() + seconds
+
+    def submitter() -> None:
+        count = 0
+        with psycopg.connect(libpq_url(role_url(APP_ROLE, db_url))) as conn:
+            while time.monotonic() < stop_at:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT * FROM submit_job(%s, %s, 'bench.noop', '{}', 3, 30,"
+                        " ARRAY['active'], 'member', NULL, NULL, NULL, NULL, NULL, 1000, NULL)",
+                        (org, user)).fetchall()
+                count += 1
+        done.append(count)
+
+    threads = [threading.Thread(target=submitter) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / seconds
 
 
 def main() -> None:
@@ -158,12 +192,24 @@ def main() -> None:
                                        int(not_ok.group(1)) if not_ok else 0))
                 print(f"  round {round_ + 1} {label:<11} {figures[label][-1][0]:8.1f} submits/s",
                       flush=True)
+        direct: dict[str, list[float]] = {label: [] for label, _ in versions}
+        for round_ in range(args.rounds):
+            for label, definition in versions[round_ % 3:] + versions[:round_ % 3]:
+                with owner_transaction(admin, actor="bench") as conn:
+                    conn.execute(text(definition))
+                direct[label].append(submits_per_second(db_url, org, user.id, args.connections,
+                                                        args.seconds))
+                print(f"  round {round_ + 1} {label:<11} {direct[label][-1]:8.1f} submits/s "
+                      "(database only)", flush=True)
         print("median of the rounds:")
         for label, runs in figures.items():
             rate, p50, p99, not_ok = sorted(runs)[len(runs) // 2]
             print(f"  {label:<11} {rate:8.1f} submits/s   p50 {p50:>8}  p99 {p99:>8}   "
                   f"not 202: {sum(r[3] for r in runs)}   (all: "
                   f"{', '.join(f'{r[0]:.0f}' for r in runs)})")
+        for label, rates in direct.items():
+            print(f"  {label:<11} {sorted(rates)[len(rates) // 2]:8.1f} submits/s database only "
+                  f"(all: {', '.join(f'{r:.0f}' for r in rates)})")
     finally:
         stop.set()
         if web is not None:
