@@ -78,6 +78,25 @@ class IdempotencyKeyReused(DomainError):
     message = "This Idempotency-Key was already used for a different request."
 
 
+class TooManyJobs(DomainError):
+    """An organization's cap on active jobs (or on one kind's) is reached; nothing was written."""
+
+    code = "too_many_jobs"
+    message = "This organization has reached its limit of active jobs."
+    #: seconds a client should wait before trying again (jobs must finish to make room)
+    retry_after = 10
+
+
+class RateLimited(DomainError):
+    code = "rate_limited"
+    message = "Too many requests; slow down."
+
+
+class Unavailable(DomainError):
+    code = "unavailable"
+    message = "The service is temporarily unavailable."
+
+
 class JobNotCompleted(DomainError):
     code = "job_not_completed"
     message = "The job has not completed."

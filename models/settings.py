@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 
+    active_jobs_quota: int = Field(
+        1000, ge=0, description="most active (queued or running) jobs one organization may have; "
+                                "operators override it per organization and kind "
+                                "(`spacejobs orgs set-quota`)")
+
     # -- sweeper and retention -------------------------------------------------------------
     sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
     wakeup_grace: float = Field(
@@ -117,6 +122,29 @@ class Settings(BaseSettings):
         120, gt=0, description="the events stream's lifetime (an `EventSource` reconnects by itself)")
     poll_rate_limit: str = Field(
         "600 per minute", description="per API token, on `GET …/jobs/{id}`")
+    api_rate_limit: str = Field(
+        "1200 per minute", description="per API token (or web session), shared by every other "
+                                       "JSON API request and the operators' JSON API")
+    submit_rate_limit: str = Field(
+        "600 per minute", description="per API token, on `POST …/jobs` and `POST …/jobs:batch`")
+    org_submit_rate_limit: str = Field(
+        "3000 per minute", description="per organization, on the same submits (counted once "
+                                       "the member is authenticated: strangers cannot spend it)")
+    rate_limit_fail: Literal["open", "closed"] = Field(
+        "open", description="when Redis (the counters) is unreachable: `open` serves requests "
+                            "with each web process counting in memory, `closed` answers 503")
+    rate_limit_timeout: float = Field(
+        0.25, gt=0, description="seconds to connect to, or wait for, Redis for one rate-limit "
+                                "count before the `rate_limit_fail` rule applies")
+    events_streams_per_process: int = Field(
+        8, ge=0, description="open events streams one web process serves at once; keep it "
+                             "well below `web_threads` so other requests always find a thread")
+    events_streams_per_organization: int = Field(
+        4, ge=0, description="open events streams one organization may hold in one web process")
+    events_streams_per_credential: int = Field(
+        2, ge=0, description="open events streams one API token or web session may hold in one "
+                             "web process")
+    web_threads: int = Field(16, ge=2, description="threads per `spacejobs web` process (gunicorn gthread)")
     secret_key: SecretStr | None = Field(
         None, description="signs the session cookie; set it when several web processes serve "
                           "sessions (default: random per process)")

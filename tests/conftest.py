@@ -13,9 +13,11 @@ users and organizations through the owner role, as the CLI does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,6 +84,22 @@ def app(stack: Stack) -> Any:
 @pytest.fixture()
 def client(app: Any) -> Any:
     return app.test_client()
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """The app on a real port of 127.0.0.1 (werkzeug, a thread per request) for as long as the
+    block runs; yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
 
 
 def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None = None) -> dict:

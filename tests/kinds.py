@@ -102,3 +102,9 @@ def stall_file(ctx: JobContext, params: StallParams) -> Any:
     if ctx.job.attempt == 1:
         time.sleep(params.seconds)
     return stored
+
+
+@job_kind("test.capped", org_states={"active"}, quota=2)
+def capped(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """A kind that declares its own quota: at most 2 active per organization."""
+    return {}

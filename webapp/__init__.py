@@ -18,9 +18,10 @@ from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
 from models.settings import get_settings
 from tasks.wakeups import WakeupPublisher
-from webapp import errors, ops, ui
+from webapp import errors, inputs, limits, ops, ui
 from webapp.api import api
-from webapp.limits import limiter, limiter_storage
+from webapp.limits import limiter_storage
+from webapp.streams import StreamSlots
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -36,9 +37,16 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         EVENTS_POLL_SECONDS=settings.events_poll_seconds,
         EVENTS_MAX_SECONDS=settings.events_max_seconds,
         POLL_RATE_LIMIT=settings.poll_rate_limit,
+        API_RATE_LIMIT=settings.api_rate_limit,
+        SUBMIT_RATE_LIMIT=settings.submit_rate_limit,
+        ORG_SUBMIT_RATE_LIMIT=settings.org_submit_rate_limit,
+        RATE_LIMIT_FAIL=settings.rate_limit_fail,
+        RATE_LIMIT_TIMEOUT=settings.rate_limit_timeout,
+        EVENTS_STREAMS_PER_PROCESS=settings.events_streams_per_process,
+        EVENTS_STREAMS_PER_ORGANIZATION=settings.events_streams_per_organization,
+        EVENTS_STREAMS_PER_CREDENTIAL=settings.events_streams_per_credential,
         WORKER_OFFLINE_AFTER=settings.worker_offline_after,
         RATELIMIT_STORAGE_URI=limiter_storage(settings.redis_url),
-        RATELIMIT_SWALLOW_ERRORS=True,
         RATELIMIT_HEADERS_ENABLED=True,
         RATELIMIT_KEY_PREFIX="spacejobs",
         MAX_CONTENT_LENGTH=1024 * 1024,
@@ -77,7 +85,10 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         app.config["BROKER_URL"], app.config["QUEUE"], counters=BufferedCounters(lambda: db))
     # Tests pass a store of their own (RESULTS_STORE); otherwise the one the settings name.
     app.extensions["spacejobs.results"] = app.config.get("RESULTS_STORE") or open_store(settings)
-    limiter.init_app(app)
+    app.extensions["spacejobs.streams"] = StreamSlots(
+        per_process=app.config["EVENTS_STREAMS_PER_PROCESS"],
+        per_organization=app.config["EVENTS_STREAMS_PER_ORGANIZATION"],
+        per_credential=app.config["EVENTS_STREAMS_PER_CREDENTIAL"])
 
     @app.before_request
     def assign_request_id() -> None:
@@ -97,9 +108,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
             response.headers["Referrer-Policy"] = "same-origin"
         return response
 
+    inputs.install(app)
     app.register_blueprint(api)
     app.register_blueprint(ops.bp)
     app.register_blueprint(ui.bp)
+    limits.configure(app)
     _log_request_ids()
     errors.register(app)
     logging.getLogger("spacejobs").setLevel(logging.INFO)

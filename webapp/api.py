@@ -8,11 +8,11 @@ import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ValidationError
 
 from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
@@ -24,39 +24,16 @@ from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
+from webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
 from webapp.jobs import list_page, submit_in, submit_many_in
-from webapp.limits import limiter
+from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
+from webapp.openapi import document as openapi_document_of
 from webapp.paging import decode_cursor, page_of, request_limit
 from webapp.results import stored_result_response
+from webapp.streams import StreamSlots
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")
-
-Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-
-
-class StrictBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-BodyT = TypeVar("BodyT", bound=StrictBody)
-
-
-class SubmitJob(StrictBody):
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    params: dict[str, Any] | None = None
-    dedup_key: Key | None = None
-    run_after: AwareDatetime | None = None
-
-
-class SubmitBatch(StrictBody):
-    jobs: Annotated[list[SubmitJob], Field(min_length=1, max_length=service.MAX_BATCH)]
-
-
-class CreateProject(StrictBody):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    description: Annotated[str, StringConstraints(max_length=2000)] = ""
-
 
 def parse_body(model: type[BodyT]) -> BodyT:
     """Strict bodies: unknown fields (``organization_id``, ``requested_by``...) are a 400."""
@@ -105,7 +82,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+@api.get("/openapi.json")
+def openapi_document() -> ResponseReturnValue:
+    """This API's OpenAPI 3.1 document, for everyone: it holds no secrets."""
+    return jsonify(openapi_document_of(current_app))
+
+
 @api.get("/me")
+@api_limit
 def me() -> ResponseReturnValue:
     user = current_user()
     with transaction(engine(), user_id=user.id) as conn:
@@ -119,6 +103,7 @@ def me() -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- projects
 
 @api.get("/orgs/<org>/projects")
+@api_limit
 def list_projects(org: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, membership):
         projects = Projects(conn, membership.organization_id).list()
@@ -126,6 +111,7 @@ def list_projects(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/projects/<project_id>")
+@api_limit
 def get_project(org: str, project_id: str) -> ResponseReturnValue:
     pid = parse_id(project_id)
     with org_transaction(org) as (conn, membership):
@@ -136,6 +122,7 @@ def get_project(org: str, project_id: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/projects")
+@api_limit
 def create_project(org: str) -> ResponseReturnValue:
     current_user()
     body = parse_body(CreateProject)
@@ -147,14 +134,16 @@ def create_project(org: str) -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- jobs
 
 @api.post("/orgs/<org>/jobs")
+@submit_limit
 def submit_job(org: str) -> ResponseReturnValue:
     # ONE transaction, opened by the statement that authenticates (401) and finds the
     # membership (404): only then is the body validated, so strangers learn nothing of kinds.
     with org_transaction(org) as (conn, membership):
+        check_organization_submits(membership.organization_id)
         body = parse_body(SubmitJob)
         idempotency_key = request.headers.get("Idempotency-Key")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
-            raise InvalidRequest("Idempotency-Key must be 1 to 200 characters.")
+        if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+            raise InvalidRequest("Idempotency-Key must be 1 to 200 printable ASCII characters.")
         job, created = submit_in(conn, membership, g.user, body.kind, body.params,
                                  dedup_key=body.dedup_key, idempotency_key=idempotency_key,
                                  run_after=body.run_after)
@@ -167,9 +156,11 @@ def submit_job(org: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/jobs:batch")
+@submit_limit
 def submit_jobs(org: str) -> ResponseReturnValue:
     """1 to 1,000 jobs in one request and one statement, all or nothing."""
     with org_transaction(org) as (conn, membership):
+        check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
         jobs = submit_many_in(conn, membership, g.user, [
             service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs])
@@ -177,6 +168,7 @@ def submit_jobs(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs")
+@api_limit
 def list_jobs(org: str) -> ResponseReturnValue:
     limit = request_limit()
     with org_transaction(org) as (conn, membership):
@@ -187,7 +179,7 @@ def list_jobs(org: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs/<job_id>")
-@limiter.limit(lambda: current_app.config["POLL_RATE_LIMIT"])
+@poll_limit
 def get_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, _membership):
@@ -198,6 +190,7 @@ def get_job(org: str, job_id: str) -> ResponseReturnValue:
 
 
 @api.get("/orgs/<org>/jobs/<job_id>/result")
+@api_limit
 def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
@@ -209,6 +202,7 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
 
 
 @api.post("/orgs/<org>/jobs/<job_id>/cancel")
+@api_limit
 def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user()
@@ -260,6 +254,7 @@ def audit_json(entry: audit.AuditEntry) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- job events
 
 @api.get("/orgs/<org>/jobs/<job_id>/events")
+@api_limit
 def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     """Server-sent events: the job as JSON whenever its status or progress changes; the stream
     ends at a terminal state (or after SPACEJOBS_EVENTS_MAX_SECONDS; reconnect to go on).
@@ -314,8 +309,14 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
                 last_write = time.monotonic()
             time.sleep(interval)
 
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    slots: StreamSlots = current_app.extensions["spacejobs.streams"]
+    release = slots.take(org_id, rate_key())
+    response = Response(stream_with_context(stream()), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    # When the stream ends, or the client goes away (the server then closes the response),
+    # even before its first byte.
+    response.call_on_close(release)
+    return response
 
 
 def event_id(job: Job) -> str:

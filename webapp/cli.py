@@ -195,6 +195,22 @@ def orgs_set_weight(org: str, weight: int) -> None:
     _run(lambda c: accounts.set_claim_weight(c, accounts.resolve_organization(c, org), weight))
 
 
+@orgs.command("set-quota")
+@click.argument("org")
+@click.argument("limit")
+@click.option("--kind", default=None, help="Cap only this kind's active jobs in ORG.")
+def orgs_set_quota(org: str, limit: str, kind: str | None) -> None:
+    """Cap ORG's active (queued or running) jobs at LIMIT, or with --kind that kind's there;
+    LIMIT `default` removes the override. Submits over it are refused (429 too_many_jobs)."""
+    if limit == "default":
+        max_active = None
+    elif limit.isdigit():
+        max_active = int(limit)
+    else:
+        raise click.BadParameter("a whole number, or `default`", param_hint="LIMIT")
+    _run(lambda c: accounts.set_quota(c, accounts.resolve_organization(c, org), max_active, kind))
+
+
 @main.group()
 def tokens() -> None:
     """API tokens."""
@@ -239,10 +255,18 @@ def web(host: str, port: int, workers: int) -> None:
     """Serve the web app with gunicorn (threaded workers)."""
     from gunicorn.app.base import BaseApplication
 
+    settings = get_settings()
+    threads = settings.web_threads
+    if settings.events_streams_per_process >= threads:
+        # Open events streams would be able to take every thread (webapp/streams.py).
+        raise click.ClickException(
+            f"SPACEJOBS_EVENTS_STREAMS_PER_PROCESS ({settings.events_streams_per_process}) must be "
+            f"below SPACEJOBS_WEB_THREADS ({threads}).")
+
     class Server(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
             for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
-                               "threads": 16, "timeout": 60, "graceful_timeout": 10,
+                               "threads": threads, "timeout": 60, "graceful_timeout": 10,
                                "accesslog": "-"}.items():
                 self.cfg.set(key, value)
 

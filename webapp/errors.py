@@ -6,13 +6,18 @@ import logging
 
 from flask import Flask, g, jsonify, make_response, render_template, request
 from flask.typing import ResponseReturnValue
+from limits.errors import StorageError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from models.errors import DomainError
+from models.errors import DomainError, Unavailable
 
 log = logging.getLogger("spacejobs.web")
+
+#: seconds a client should wait when a server of ours (the database, the rate-limit counters)
+#: is unavailable
+UNAVAILABLE_RETRY_AFTER = 5
 
 HTTP_STATUS = {
     "invalid_request": 400,
@@ -21,6 +26,7 @@ HTTP_STATUS = {
     "unauthorized": 401,
     "insufficient_role": 403,
     "not_found": 404,
+    "method_not_allowed": 405,
     "organization_unavailable": 409,
     "organization_read_only": 409,
     "duplicate_job": 409,
@@ -29,10 +35,16 @@ HTTP_STATUS = {
     "job_finished": 409,
     "result_expired": 410,
     "result_missing": 410,
+    "payload_too_large": 413,
+    "too_many_jobs": 429,
+    "too_many_streams": 429,
+    "rate_limited": 429,
+    "internal_error": 500,
+    "unavailable": 503,
 }
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names).
-_PUBLIC_DETAILS = ("job_id", "fields", "status", "index")
+_PUBLIC_DETAILS = ("job_id", "fields", "status", "index", "limit")
 
 
 def wants_html() -> bool:
@@ -59,17 +71,25 @@ def register(app: Flask) -> None:
     def domain_error(error: DomainError) -> ResponseReturnValue:
         extra = {k: error.details.get(k) for k in _PUBLIC_DETAILS}
         response = error_response(error.code, error.message, HTTP_STATUS.get(error.code, 400), **extra)
+        body, status = response  # type: ignore[misc]
         if error.code == "unauthorized":
-            body, status = response  # type: ignore[misc]
             return body, status, {"WWW-Authenticate": 'Bearer realm="spacejobs"'}
+        if "retry_after" in error.details:
+            return body, status, {"Retry-After": str(error.details["retry_after"])}
         return response
+
+    @app.errorhandler(StorageError)
+    def counters_unavailable(error: StorageError) -> ResponseReturnValue:
+        # Only when rate limits fail closed (webapp.limits): the request is refused, not served.
+        log.error("rate-limit storage unavailable: %s", type(error.storage_error).__name__)
+        return domain_error(Unavailable(retry_after=UNAVAILABLE_RETRY_AFTER))
 
     @app.errorhandler(OperationalError)
     @app.errorhandler(PoolTimeout)
     def database_unavailable(error: Exception) -> ResponseReturnValue:
         # No detail: a driver message can name hosts, users or SQL.
         log.error("database unavailable: %s", type(error).__name__)
-        return error_response("unavailable", "The service is temporarily unavailable.", 503)
+        return domain_error(Unavailable(retry_after=UNAVAILABLE_RETRY_AFTER))
 
     @app.errorhandler(DBAPIError)
     def database_error(error: DBAPIError) -> ResponseReturnValue:
@@ -83,7 +103,7 @@ def register(app: Flask) -> None:
         if error.response is not None:
             return error.response  # a page of its own (the sign-in form when throttled)
         code = {404: "not_found", 405: "method_not_allowed", 429: "rate_limited",
-                400: "invalid_request", 413: "invalid_request",
+                400: "invalid_request", 413: "payload_too_large",
                 415: "invalid_request"}.get(error.code or 500, "http_error")
         message = {404: "Not found.", 429: "Too many requests; slow down or use the events stream.",
                    405: "Method not allowed."}.get(error.code or 500, error.name + ".")

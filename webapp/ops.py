@@ -35,6 +35,8 @@ from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
 from webapp.auth import csrf_token, engine, identify, parse_id, remember
+from webapp.inputs import bounded_float, whole_number
+from webapp.limits import api_limit
 
 bp = Blueprint("ops", __name__)
 
@@ -96,12 +98,15 @@ def _filters() -> dict[str, Any]:
         raise InvalidRequest("Unknown status filter.", fields=["status"])
     org = request.args.get("organization_id") or None
     hours = request.args.get("hours") or None
+    since = None
+    if hours:
+        # At most ten years back: timedelta(hours=inf) or a date before year 1 would overflow.
+        since = datetime.now(UTC) - timedelta(hours=bounded_float(hours, "hours", low=0, high=87600))
     try:
         organization_id = UUID(org) if org else None
-        since = datetime.now(UTC) - timedelta(hours=float(hours)) if hours else None
         limit = min(max(int(request.args.get("limit", "100")), 1), 500)
     except ValueError:
-        raise InvalidRequest("Invalid filter.", fields=["organization_id", "hours", "limit"]) from None
+        raise InvalidRequest("Invalid filter.", fields=["organization_id", "limit"]) from None
     return {"kind": request.args.get("kind") or None, "status": status,
             "organization_id": organization_id, "since": since,
             "running_only": request.args.get("running") == "1",
@@ -112,6 +117,7 @@ def _filters() -> dict[str, Any]:
 
 @bp.get("/ops/api/overview")
 @operator_only
+@api_limit
 def api_overview() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify(dashboard.dashboard(conn, offline_after=offline_after()))
@@ -119,6 +125,7 @@ def api_overview() -> ResponseReturnValue:
 
 @bp.get("/ops/api/jobs")
 @operator_only
+@api_limit
 def api_jobs() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"jobs": dashboard.list_jobs(conn, **_filters())})
@@ -126,6 +133,7 @@ def api_jobs() -> ResponseReturnValue:
 
 @bp.get("/ops/api/jobs/<job_id>")
 @operator_only
+@api_limit
 def api_job(job_id: str) -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify(dashboard.job_detail(conn, parse_id(job_id)))
@@ -133,6 +141,7 @@ def api_job(job_id: str) -> ResponseReturnValue:
 
 @bp.get("/ops/api/workers")
 @operator_only
+@api_limit
 def api_workers() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"workers": dashboard.workers(conn, offline_after=offline_after()),
@@ -141,6 +150,7 @@ def api_workers() -> ResponseReturnValue:
 
 @bp.get("/ops/api/audit")
 @operator_only
+@api_limit
 def api_audit() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         return jsonify({"audit": dashboard.audit_log(conn)})
@@ -148,6 +158,7 @@ def api_audit() -> ResponseReturnValue:
 
 @bp.post("/ops/api/jobs/<job_id>/cancel")
 @operator_only
+@api_limit
 def api_cancel(job_id: str) -> ResponseReturnValue:
     user = g.user
     job = actions.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
@@ -157,6 +168,7 @@ def api_cancel(job_id: str) -> ResponseReturnValue:
 
 @bp.post("/ops/api/jobs/<job_id>/retry")
 @operator_only
+@api_limit
 def api_retry(job_id: str) -> ResponseReturnValue:
     user = g.user
     new = actions.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
@@ -167,6 +179,7 @@ def api_retry(job_id: str) -> ResponseReturnValue:
 
 @bp.post("/ops/api/kinds/<kind>/<action>")
 @operator_only
+@api_limit
 def api_kind(kind: str, action: str) -> ResponseReturnValue:
     user = g.user
     if action in ("pause", "resume"):
@@ -175,10 +188,8 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
     elif action == "limit":
         body = request.form if request.form else (request.get_json(silent=True) or {})
         raw = body.get("limit")
-        try:
-            limit = None if raw in (None, "") else int(raw)
-        except (TypeError, ValueError):
-            raise InvalidRequest("limit must be a whole number or empty.", fields=["limit"]) from None
+        # The column is an integer: anything past int4 (or not a whole number) is the caller's.
+        limit = None if raw is None or raw == "" else whole_number(raw, "limit")
         actions.set_kind_control(engine(), kind, operator_id=user.id, concurrency_limit=limit,
                              request_id=g.request_id)
     else:
@@ -190,6 +201,7 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
 
 @bp.get("/metrics")
 @operator_only
+@api_limit
 def metrics() -> ResponseReturnValue:
     body = render_metrics(operator_db(), offline_after=offline_after())
     return Response(body, mimetype="text/plain; version=0.0.4")

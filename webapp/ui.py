@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 from flask import (
     Blueprint,
     Response,
-    current_app,
     flash,
     g,
     redirect,
@@ -56,7 +55,7 @@ from webapp.auth import (
 )
 from webapp.errors import HTTP_STATUS
 from webapp.jobs import list_page, start_job
-from webapp.limits import address_key, limiter, login_account_key
+from webapp.limits import address_key, limited, login_account_key
 from webapp.results import stored_result_response
 from webapp.status import describe, label_of
 
@@ -136,10 +135,10 @@ def _failed_sign_in(response: Response) -> bool:
 
 
 @bp.route("/login", methods=["GET", "POST"])
-@limiter.limit(lambda: current_app.config["LOGIN_RATE_LIMIT_ACCOUNT"], key_func=login_account_key,
-               methods=["POST"], deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-account")
-@limiter.limit(lambda: current_app.config["LOGIN_RATE_LIMIT_ADDRESS"], key_func=address_key,
-               methods=["POST"], deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-address")
+@limited("LOGIN_RATE_LIMIT_ACCOUNT", key_func=login_account_key, methods=["POST"],
+         deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-account")
+@limited("LOGIN_RATE_LIMIT_ADDRESS", key_func=address_key, methods=["POST"],
+         deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-address")
 def login() -> ResponseReturnValue:
     target = safe_next(request.values.get("next"))
     if request.method == "GET":

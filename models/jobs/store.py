@@ -25,9 +25,11 @@ from models.errors import (
     JobFinished,
     NotFound,
     OrganizationUnavailable,
+    TooManyJobs,
 )
 from models.jobs.records import RUNNING, Job, LeasedJob, Status
 from models.kinds.rules import KindRules
+from models.settings import get_settings
 from models.tenancy.access import ROLE_RANK, check_allowed
 
 Q = queries_beside(__file__)
@@ -54,7 +56,8 @@ def submit(
     rules. Returns ``(job, created)``; ``created`` is False for an Idempotency-Key replay.
 
     Raises the domain error that says why the requester may not (NotFound for a non-member,
-    as for any other organization), DuplicateJob when an active job has the same dedup_key,
+    as for any other organization), TooManyJobs when the organization's quota of active jobs
+    (or the kind's) is full, DuplicateJob when an active job has the same dedup_key,
     IdempotencyKeyReused when the key was used for a different kind or params.
     """
     row = conn.execute(Q["submit"], {
@@ -63,9 +66,12 @@ def submit(
         "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
         "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
         "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
+        "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
     }).mappings().one()
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)
+    if row["outcome"] == "over_quota":
+        _raise_over_quota(row)
     if row["outcome"] == "created":
         return Job.from_row(row), True
     if row["outcome"] == "replayed":
@@ -107,6 +113,7 @@ def submit_many(
         "max_attempts": [j.kind.max_attempts for j in jobs],
         "lease_seconds": [j.kind.lease_seconds for j in jobs],
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
+        "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
     }).mappings().all()
     if rows and rows[0]["outcome"] == "refused":
         for index, job in enumerate(jobs):  # the first job whose own rules refuse
@@ -115,6 +122,8 @@ def submit_many(
             except DomainError as refusal:
                 refusal.details["index"] = index
                 raise
+    if rows and rows[0]["outcome"] == "over_quota":
+        _raise_over_quota(rows[0])
     written = {row["id"]: Job.from_row(row) for row in rows}
     return [written.get(job_id) for job_id in ids]
 
@@ -124,6 +133,14 @@ def _raise_refusal(row: Any, org_states: frozenset[str], role: str) -> None:
                 if row["member_role"] is not None else None)
     check_allowed(standing, org_states=org_states, role=role)
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
+
+
+def _raise_over_quota(row: Any) -> None:
+    limit, kind = row["quota_limit"], row["quota_kind"]
+    whose = f"active {kind} jobs" if kind else "active jobs"
+    raise TooManyJobs(f"This organization has reached its limit of {limit} {whose}; "
+                      "try again when some have finished.", limit=limit,
+                      retry_after=TooManyJobs.retry_after)
 
 
 def find_active_duplicate(conn: Connection, organization_id: UUID, kind: str,

@@ -6,13 +6,15 @@
 -- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
--- One statement: the requester's standing checked (and held until commit), the row and its
--- event written, or the answer for a replay, a duplicate or a refusal (see submit_job() in the
--- schema). Any role's transaction will do; it need not be scoped to the organization.
+-- One statement: the requester's standing checked (and held until commit), the quota admitted,
+-- the row and its event written, or the answer for a replay, a duplicate, a full quota or a
+-- refusal (see submit_job() in the schema). Any role's transaction will do; it need not be
+-- scoped to the organization.
 SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_attempts,
                          :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
                          :idempotency_key, :request_id, CAST(:run_after AS timestamptz),
-                         CAST(:retry_of AS uuid))
+                         CAST(:retry_of AS uuid), CAST(:org_quota AS integer),
+                         CAST(:kind_quota AS integer))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
@@ -21,7 +23,8 @@ SELECT * FROM submit_jobs(:organization_id, :requested_by, CAST(:org_states AS t
                           :request_id, CAST(:ids AS uuid[]), CAST(:kinds AS text[]),
                           CAST(:params AS jsonb[]), CAST(:max_attempts AS integer[]),
                           CAST(:lease_seconds AS integer[]), CAST(:dedup_keys AS text[]),
-                          CAST(:run_afters AS timestamptz[]))
+                          CAST(:run_afters AS timestamptz[]), CAST(:org_quota AS integer),
+                          CAST(:kind_quotas AS integer[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs

@@ -32,8 +32,16 @@ def job_kind(
     dedupable: bool = True,
     params: type[Params] = NoParams,
     schedule: str | None = None,
+    quota: int | None = None,
 ) -> Callable[[RunFunction], RunFunction]:
-    """Register a job kind. The decorated function is ``run(ctx, params) -> result``."""
+    """Register a job kind. The decorated function is ``run(ctx, params) -> result``.
+
+    ``quota``: the most active (queued or running) jobs of this kind one organization may have,
+    beside the organization's own cap; operators override it per organization
+    (``spacejobs orgs set-quota ORG N --kind KIND``).
+    """
+    if quota is not None and quota < 0:
+        raise ValueError("a quota cannot be negative")
     if not set(org_states) <= set(ORG_STATES):
         raise ValueError(f"unknown organization states in {org_states}")
     if role not in ROLE_RANK:
@@ -53,6 +61,7 @@ def job_kind(
         dedupable=dedupable,
         params=params,
         schedule=schedule,
+        quota=quota,
     )
 
     def register(run: RunFunction) -> RunFunction:

@@ -40,6 +40,8 @@ class KindRules:
     params: type[Params]
     #: when it runs by itself (models/jobs/periodic.py): cron, or "every <n><s|m|h|d>"
     schedule: str | None = None
+    #: most active jobs of this kind one organization may have (None: only the organization's cap)
+    quota: int | None = None
 
     @property
     def lease_seconds(self) -> int:

@@ -8,6 +8,7 @@ inside a scoped transaction.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from uuid import UUID
@@ -21,6 +22,8 @@ from models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
 Q = queries_beside(__file__)
 
 TOKEN_PREFIX = "sj_"  # noqa: S105 - a public prefix, not a secret
+#: what the jobs table accepts as a kind's name (its CHECK constraint)
+KIND_NAME = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,18 @@ def set_claim_weight(conn: Connection, organization_id: UUID, weight: int) -> No
     if not 1 <= weight <= 100:
         raise InvalidRequest("The weight must be a whole number from 1 to 100.")
     conn.execute(Q["set_claim_weight"], {"org": organization_id, "weight": weight})
+
+
+def set_quota(conn: Connection, organization_id: UUID, max_active: int | None,
+              kind: str | None = None) -> None:
+    """Cap the organization's active jobs (or, with ``kind``, that kind's there) at
+    ``max_active``; None goes back to the default (the setting, or the kind's own quota)."""
+    if max_active is not None and not 0 <= max_active <= 2**31 - 1:
+        raise InvalidRequest("A quota is a whole number from 0 to 2147483647.")
+    if kind is not None and not KIND_NAME.fullmatch(kind):
+        raise InvalidRequest("That is not a kind's name.")
+    params = {"org": organization_id, "kind": kind or "", "max_active": max_active}
+    conn.execute(Q["clear_quota" if max_active is None else "set_quota"], params)
 
 
 def create_token(conn: Connection, user_id: UUID) -> str:

@@ -39,6 +39,15 @@ UPDATE organizations SET state = :state, updated_at = now() WHERE id = :org
 -- The organization's share of each claim when several have work (claim_jobs in the schema).
 UPDATE organizations SET claim_weight = :weight, updated_at = now() WHERE id = :org
 
+-- set_quota --
+-- An operator's cap on the organization's active jobs (kind ''), or on one kind's there; the
+-- submit functions read it (admit_jobs in the schema).
+INSERT INTO job_quotas (organization_id, kind, max_active) VALUES (:org, :kind, :max_active)
+ON CONFLICT (organization_id, kind) DO UPDATE SET max_active = excluded.max_active, updated_at = now()
+
+-- clear_quota --
+DELETE FROM job_quotas WHERE organization_id = :org AND kind = :kind
+
 -- create_token --
 -- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.
 INSERT INTO api_tokens (user_id, token_hash) VALUES (:user, :hash)

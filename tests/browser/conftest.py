@@ -8,16 +8,15 @@ always includes them. ``.ci/run`` installs Chromium with apt-get when it is miss
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug.serving import make_server
 
 from models.tenancy.demo import seed
+from tests.conftest import served
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack
 
@@ -55,14 +54,8 @@ def live(stack: Stack) -> Iterator[Live]:
     with stack.admin() as conn:
         demo = {user["email"]: user for user in seed(conn)}
     app = stack.make_app(EVENTS_POLL_SECONDS=0.2, LOGIN_RATE_LIMIT_ACCOUNT="3 per minute")
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Live(f"http://127.0.0.1:{server.server_port}", app, demo)
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served(app) as url:
+        yield Live(url, app, demo)
 
 
 @pytest.fixture(scope="session")

@@ -105,6 +105,25 @@ def test_an_owner_exports_sees_queued_running_completed_live_and_downloads_the_f
     page.screenshot(path=shots / "4-jobs.png", full_page=True)
 
 
+def test_when_its_stream_is_refused_the_job_page_follows_the_job_by_reloading(
+        stack: Stack, live: Live, page: Page):
+    """Over the events stream caps the server answers 429 too_many_streams; the page then does
+    what it does without JavaScript, and still reaches the end."""
+    streams = live.app.extensions["spacejobs.streams"]
+    anna = live.demo["anna@acme.example"]
+    sign_in(page, live, anna["email"], anna["password"])
+    streams.per_credential = 0
+    try:
+        with workers_frozen(stack):
+            page.get_by_role("button", name="Export projects").click()
+            expect(headline(page)).to_have_text("Queued — accepted, not started yet")
+            mark_document(page)
+        expect(headline(page)).to_have_text("Completed", timeout=20_000)
+        assert not same_document(page), "a refused stream cannot have updated the page in place"
+    finally:
+        streams.per_credential = 2
+
+
 def test_a_slow_job_is_cancelled_first_requested_then_done(stack: Stack, live: Live, page: Page, shots: Path):
     vera = live.demo["vera@acme.example"]  # a plain member may stop a job she started
     sign_in(page, live, vera["email"], vera["password"])

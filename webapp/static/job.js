@@ -31,7 +31,13 @@
   source.addEventListener("progress", refresh);
   // Our own "error" event carries data: access was lost (signed out, removed). A connection
   // error has none, and the EventSource reconnects by itself with Last-Event-ID.
+  // A stream refused outright (429 too_many_streams when the server is serving many, or any
+  // answer that is not a stream) closes the EventSource for good: the page then follows the
+  // job as it does without JavaScript, reloading itself every 3 s.
   source.addEventListener("error", function (event) {
-    if (event.data) { source.close(); window.location.reload(); }
+    if (event.data) { source.close(); window.location.reload(); return; }
+    if (source.readyState === EventSource.CLOSED) {
+      window.setTimeout(function () { window.location.reload(); }, 3000);
+    }
   });
 })();

@@ -1,0 +1,256 @@
+"""One member cannot starve everyone: a cap on each organization's active jobs, overridable per
+kind and per organization, exact under concurrent submits from many threads."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import requests
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from models.db.engine import make_engine
+from models.jobs import service
+from models.tenancy import accounts
+from tests.conftest import served
+from tests.kit.stack import Stack
+
+
+@pytest.fixture(scope="module")
+def app(bare_stack: Stack):
+    # No workers: every job submitted stays queued, so "active" is everything written.
+    return bare_stack.make_app(SUBMIT_RATE_LIMIT="100000 per minute",
+                               ORG_SUBMIT_RATE_LIMIT="100000 per minute")
+
+
+def set_quota(stack: Stack, org: uuid.UUID, limit: int | None, kind: str | None = None) -> None:
+    with stack.admin() as conn:
+        accounts.set_quota(conn, org, limit, kind)
+
+
+def active(stack: Stack, org: uuid.UUID, kind: str | None = None) -> int:
+    with stack.admin() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM jobs WHERE organization_id = :o AND (kind = :k OR :k IS NULL)"
+            " AND status IN ('queued', 'leased', 'cancel_requested')"), {"o": org, "k": kind}).scalar_one()
+
+
+def post(client, org, user, kind="bench.noop", key: str | None = None):
+    headers = user.auth | ({"Idempotency-Key": key} if key else {})
+    return client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": kind}, headers=headers)
+
+
+def test_a_submit_over_the_organizations_cap_is_429_too_many_jobs_and_writes_nothing(bare_stack, client):
+    org, other = bare_stack.org(), bare_stack.org()
+    anna, olga = bare_stack.user(org), bare_stack.user(other)
+    set_quota(bare_stack, org, 3)
+    assert [post(client, org, anna).status_code for _ in range(3)] == [202, 202, 202]
+    refused = post(client, org, anna)
+    assert refused.status_code == 429
+    assert refused.get_json()["error"]["code"] == "too_many_jobs"
+    assert refused.get_json()["error"]["limit"] == 3
+    assert int(refused.headers["Retry-After"]) > 0
+    assert active(bare_stack, org) == 3
+    # Another organization is not affected; a finished job makes room again.
+    assert post(client, other, olga).status_code == 202
+    job = client.get(f"/api/v1/orgs/{org}/jobs?limit=1", headers=anna.auth).get_json()["jobs"][0]
+    assert client.post(job["links"]["cancel"], headers=anna.auth).status_code == 200
+    assert post(client, org, anna).status_code == 202
+    assert active(bare_stack, org) == 3
+
+
+def test_the_largest_quota_is_no_quota_at_all(bare_stack, client):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 2**31 - 1)  # what a benchmark sets: the counts must not overflow
+    assert post(client, org, anna).status_code == 202
+    batch = client.post(f"/api/v1/orgs/{org}/jobs:batch", headers=anna.auth,
+                        json={"jobs": [{"kind": "bench.noop"}] * 3})
+    assert batch.status_code == 202
+
+
+def test_the_default_cap_is_the_setting(bare_stack, client, monkeypatch):
+    from models.settings import reload_settings
+
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    monkeypatch.setenv("SPACEJOBS_ACTIVE_JOBS_QUOTA", "2")
+    reload_settings()
+    try:
+        assert [post(client, org, anna).status_code for _ in range(3)] == [202, 202, 429]
+        set_quota(bare_stack, org, 3)  # an operator's override wins over the default
+        assert [post(client, org, anna).status_code for _ in range(2)] == [202, 429]
+    finally:
+        monkeypatch.delenv("SPACEJOBS_ACTIVE_JOBS_QUOTA")
+        reload_settings()
+
+
+def test_a_kind_declares_its_own_quota_and_operators_override_it_per_organization(bare_stack, client):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    assert [post(client, org, anna, "test.capped").status_code for _ in range(3)] == [202, 202, 429]
+    refused = post(client, org, anna, "test.capped").get_json()["error"]
+    assert refused["code"] == "too_many_jobs" and "test.capped" in refused["message"]
+    assert post(client, org, anna, "bench.noop").status_code == 202  # other kinds still go
+    set_quota(bare_stack, org, 3, kind="test.capped")
+    assert [post(client, org, anna, "test.capped").status_code for _ in range(2)] == [202, 429]
+    set_quota(bare_stack, org, None, kind="test.capped")  # back to the kind's own 2
+    assert post(client, org, anna, "test.capped").status_code == 429
+    assert active(bare_stack, org, "test.capped") == 3
+
+
+def test_a_batch_is_admitted_whole_or_not_at_all(bare_stack, client):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 5)
+    batch = lambda n: client.post(f"/api/v1/orgs/{org}/jobs:batch", headers=anna.auth,  # noqa: E731
+                                  json={"jobs": [{"kind": "bench.noop"}] * n})
+    assert batch(4).status_code == 202
+    refused = batch(2)
+    assert refused.status_code == 429 and refused.get_json()["error"]["code"] == "too_many_jobs"
+    assert active(bare_stack, org) == 4
+    assert batch(1).status_code == 202 and active(bare_stack, org) == 5
+
+
+def test_an_idempotent_replay_at_the_cap_answers_the_first_job(bare_stack, client):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 1)
+    first, again = post(client, org, anna, key="k1"), post(client, org, anna, key="k1")
+    assert first.status_code == again.status_code == 202
+    assert again.headers["Idempotent-Replayed"] == "true" and again.get_json()["id"] == first.get_json()["id"]
+    assert post(client, org, anna, key="k2").status_code == 429
+
+
+def test_eight_threads_submitting_at_once_never_pass_the_cap(bare_stack, app):
+    """Real HTTP requests, eight at a time, singles and batches: the cap holds exactly."""
+    org = bare_stack.org()
+    members = [bare_stack.user(org) for _ in range(8)]
+    cap = 60
+    set_quota(bare_stack, org, cap)
+    answers: list[tuple[int, int]] = []  # (status, jobs asked for)
+    start = threading.Barrier(len(members))
+
+    def hammer(url: str, member, index: int) -> None:
+        with requests.Session() as http:
+            http.headers.update(member.auth)
+            start.wait()
+            for attempt in range(16):
+                if (index + attempt) % 4 == 0:
+                    answer = http.post(f"{url}/api/v1/orgs/{org}/jobs:batch",
+                                       json={"jobs": [{"kind": "bench.noop"}] * 3})
+                    answers.append((answer.status_code, 3))
+                else:
+                    answer = http.post(f"{url}/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"})
+                    answers.append((answer.status_code, 1))
+
+    with served(app) as url:
+        threads = [threading.Thread(target=hammer, args=(url, m, i)) for i, m in enumerate(members)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert {status for status, _ in answers} <= {202, 429}
+    accepted = sum(n for status, n in answers if status == 202)
+    assert active(bare_stack, org) == accepted <= cap
+    # Refusals come only at the cap: with singles still arriving, it is filled (a batch of 3
+    # may be refused at cap - 2).
+    assert accepted >= cap - 2, answers
+
+
+def test_submits_need_read_committed(bare_stack):
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    engine = make_engine(bare_stack.app_url, pool_size=1)
+    try:
+        with pytest.raises(DBAPIError, match="READ COMMITTED"), \
+                engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, \
+                conn.begin():
+            service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+    finally:
+        engine.dispose()
+
+
+def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
+    """The interleaving a count alone gets wrong: T1 has written the last job the cap allows
+    but not committed it; T2, which cannot see that row, must wait for T1 and then be refused,
+    never admitted beside it."""
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 2)
+    engine = make_engine(bare_stack.app_url, pool_size=2)
+    submit = lambda conn: service.submit(conn, "bench.noop", {}, organization_id=org,  # noqa: E731
+                                         requested_by=anna.id)
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            with engine.begin() as conn:
+                outcome.append(submit(conn))
+        except Exception as error:
+            outcome.append(error)
+
+    try:
+        with engine.begin() as conn:
+            submit(conn)
+        with engine.begin() as first:
+            submit(first)  # the second of two, uncommitted
+            racer = threading.Thread(target=second)
+            racer.start()
+            racer.join(timeout=1.0)
+            assert racer.is_alive(), f"T2 did not wait for T1: {outcome}"
+        racer.join(timeout=10)
+    finally:
+        engine.dispose()
+    assert type(outcome[0]).__name__ == "TooManyJobs", outcome
+    assert active(bare_stack, org) == 2
+
+
+def test_two_transactions_that_each_submit_twice_never_both_wait_forever(bare_stack, app):
+    """Each holds the stripe of its first submit while its second waits for every stripe: the
+    deadlock detector rolls one back whole (nothing of it written), and the web answers that
+    503 unavailable, to be tried again (SQLSTATE 40P01 is an OperationalError)."""
+    from flask import Flask
+
+    from webapp.errors import register
+
+    org = bare_stack.org()
+    anna, vera = bare_stack.user(org), bare_stack.user(org)
+    engine = make_engine(bare_stack.app_url, pool_size=2)
+    both_first = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def twice(user) -> None:
+        try:
+            with engine.begin() as conn:
+                service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=user.id)
+                both_first.wait(timeout=10)
+                service.submit_many(conn, [service.JobRequest("bench.noop")] * 2,
+                                    organization_id=org, requested_by=user.id)
+            outcomes.append("committed")
+        except DBAPIError as error:
+            outcomes.append(error)
+
+    try:
+        racers = [threading.Thread(target=twice, args=(u,)) for u in (anna, vera)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=30)
+    finally:
+        engine.dispose()
+    committed = outcomes.count("committed")
+    assert committed >= 1 and len(outcomes) == 2, outcomes
+    assert active(bare_stack, org) == 3 * committed
+    for error in (o for o in outcomes if o != "committed"):
+        probe = Flask("probe")
+        register(probe)
+
+        @probe.get("/")
+        def boom(error=error):
+            raise error
+
+        answer = probe.test_client().get("/")
+        assert answer.status_code == 503 and answer.get_json()["error"]["code"] == "unavailable"

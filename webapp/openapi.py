@@ -1,0 +1,309 @@
+"""The OpenAPI 3.1 document of the JSON API (``GET /api/v1/openapi.json``), generated, not written.
+
+- Request bodies are the pydantic models the views validate with (webapp.api), response bodies
+  the models below, all through pydantic's JSON Schema (OpenAPI 3.1 is JSON Schema 2020-12).
+- Each error response lists the codes an operation may answer, grouped by the HTTP status the
+  error table gives them (webapp.errors.HTTP_STATUS): the table and the document cannot differ.
+- Paths come from the app's URL map, so an operation is documented where it is routed;
+  :data:`OPERATIONS` says only what each one takes and answers, and building the document
+  fails for a JSON API route it does not describe.
+
+schemathesis checks the running app against it in CI (tests/contract/).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from flask import Flask
+from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import models_json_schema
+
+from models.jobs.records import ALL_STATUSES
+from models.kinds import load_kinds
+from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
+from webapp.errors import HTTP_STATUS
+
+JobStatus = Literal[tuple(ALL_STATUSES)]  # type: ignore[valid-type]
+
+
+# ----------------------------------------------------------------------------- response bodies
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobLinks(Answer):
+    self: str
+    result: str
+    events: str
+    cancel: str
+
+
+class JobFailure(Answer):
+    code: str
+    message: str
+
+
+class Job(Answer):
+    """A job as its organization sees it (never its params, result or lease)."""
+
+    id: UUID
+    kind: str
+    status: JobStatus
+    organization_id: UUID
+    requested_by: UUID
+    attempts: int
+    max_attempts: int
+    progress: dict[str, Any] | None
+    error: JobFailure | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    cancel_requested_at: datetime | None
+    links: JobLinks
+
+
+class JobPage(Answer):
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+class JobBatch(Answer):
+    jobs: list[Job]
+
+
+class JobResult(Answer):
+    job_id: UUID
+    kind: str
+    result: Any
+
+
+class Project(Answer):
+    id: UUID
+    organization_id: UUID
+    name: str
+    description: str
+    created_at: datetime
+
+
+class ProjectList(Answer):
+    projects: list[Project]
+
+
+class MeUser(Answer):
+    id: UUID
+    email: str
+    name: str
+
+
+class MeMembership(Answer):
+    organization_id: UUID
+    organization_name: str
+    organization_state: str
+    role: str
+
+
+class Me(Answer):
+    user: MeUser
+    memberships: list[MeMembership]
+
+
+class ErrorBody(Answer):
+    code: str
+    message: str
+    job_id: UUID | None = None
+    fields: list[str] | None = None
+    status: str | None = None
+    index: int | None = None
+    limit: int | None = None
+
+
+class Error(Answer):
+    error: ErrorBody
+
+
+# ----------------------------------------------------------------------------- operations
+
+#: what every JSON API request may answer, whatever it asks
+ANY_REQUEST = ("invalid_request", "rate_limited", "internal_error", "unavailable")
+#: ... and every request that names an organization
+IN_ORGANIZATION = ("unauthorized", "not_found", "organization_unavailable")
+BODY = ("payload_too_large",)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One JSON API operation: its Flask endpoint and what it takes and answers."""
+
+    endpoint: str
+    method: str
+    summary: str
+    answers: dict[int, tuple[str, type[BaseModel] | str | None]]  # status: (description, body)
+    errors: tuple[str, ...] = ()
+    body: type[BaseModel] | None = None
+    query: dict[str, dict[str, Any]] = field(default_factory=dict)
+    headers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    links: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
+    public: bool = False
+
+
+def _job_links(job_id: str) -> dict[str, dict[str, str]]:
+    params = {"org": "$request.path.org", "job_id": job_id}
+    return {name: {"operationId": target, "parameters": params} for name, target in (
+        ("GetJob", "get_job"), ("GetJobResult", "get_job_result"), ("CancelJob", "cancel_job"),
+        ("JobEvents", "job_event_stream"))}
+
+
+SUBMIT_ERRORS = ("invalid_params", "unknown_kind", "insufficient_role", "organization_read_only",
+                 "duplicate_job", "too_many_jobs", *BODY)
+
+OPERATIONS = (
+    Operation("api.openapi_document", "get", "This document", {200: ("OpenAPI 3.1", "object")},
+              public=True),
+    Operation("api.me", "get", "The user and their memberships", {200: ("the user", Me)},
+              ("unauthorized",)),
+    Operation("api.list_projects", "get", "The organization's projects",
+              {200: ("projects", ProjectList)}, IN_ORGANIZATION),
+    Operation("api.get_project", "get", "One project", {200: ("the project", Project)},
+              IN_ORGANIZATION),
+    Operation("api.create_project", "post", "Create a project", {201: ("created", Project)},
+              (*IN_ORGANIZATION, "organization_read_only", "insufficient_role", *BODY),
+              body=CreateProject,
+              links={201: {"GetProject": {"operationId": "get_project", "parameters": {
+                  "org": "$request.path.org", "project_id": "$response.body#/id"}}}}),
+    Operation("api.submit_job", "post", "Submit a job", {202: ("accepted (or an idempotent replay)", Job)},
+              (*IN_ORGANIZATION, *SUBMIT_ERRORS, "idempotency_key_reused"), body=SubmitJob,
+              headers={"Idempotency-Key": {"type": "string", "pattern": "^[\\x20-\\x7e]{1,200}$"}},
+              links={202: _job_links("$response.body#/id")}),
+    Operation("api.submit_jobs", "post", "Submit 1 to 1,000 jobs, all or nothing",
+              {202: ("accepted", JobBatch)}, (*IN_ORGANIZATION, *SUBMIT_ERRORS), body=SubmitBatch,
+              links={202: _job_links("$response.body#/jobs/0/id")}),
+    Operation("api.list_jobs", "get", "The organization's jobs, newest first",
+              {200: ("a page of jobs", JobPage)}, IN_ORGANIZATION,
+              query={"status": {"type": "string", "enum": list(ALL_STATUSES)},
+                     "kind": {"type": "string"},
+                     "limit": {"type": "integer", "description": "1 to 200 (clamped)"},
+                     "cursor": {"type": "string", "description": "next_cursor of the page before"}}),
+    Operation("api.get_job", "get", "One job", {200: ("the job", Job)}, IN_ORGANIZATION),
+    Operation("api.get_job_result", "get", "A completed job's result",
+              {200: ("the result", JobResult)},
+              (*IN_ORGANIZATION, "insufficient_role", "job_not_completed", "result_expired")),
+    Operation("api.cancel_job", "post", "Cancel a job",
+              {200: ("cancelled (it was queued)", Job),
+               202: ("cancel requested (it is running)", Job)},
+              (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
+    Operation("api.job_event_stream", "get", "Server-sent events of the job's status and progress",
+              {200: ("text/event-stream: `status` and `progress` events, data = the job", "stream"),
+               204: ("the finished job named by Last-Event-ID: nothing more to send", None)},
+              (*IN_ORGANIZATION, "too_many_streams"),
+              headers={"Last-Event-ID": {"type": "string"}}),
+)
+
+#: one event of the stream: `status` or `progress` with the job as data, or `error` (access lost)
+SERVER_SENT_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"enum": ["status", "progress", "error"]},
+        "id": {"type": "string", "description": "<attempt>.<status>.<progress digest>"},
+        "data": {"type": "string", "contentMediaType": "application/json",
+                 "contentSchema": {"anyOf": [{"$ref": "#/components/schemas/Job"},
+                                             {"$ref": "#/components/schemas/Error"}]}},
+        "retry": {"type": "integer"},
+    },
+}
+
+RETRY_AFTER = {"Retry-After": {"required": True, "description": "seconds to wait",
+                               "schema": {"type": "integer", "minimum": 0}}}
+
+
+def document(app: Flask) -> dict[str, Any]:
+    """The document of this app's JSON API (built once per app)."""
+    cached = app.extensions.get("spacejobs.openapi")
+    if cached is None:
+        cached = app.extensions["spacejobs.openapi"] = _build(app)
+    return cached
+
+
+def _build(app: Flask) -> dict[str, Any]:
+    inputs = [(m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
+    outputs = [(m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project,
+                                              ProjectList, Me, Error)]
+    _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
+    # The kinds this app runs (each with its own params: unknown fields are invalid_params).
+    schemas["$defs"]["SubmitJob"]["properties"]["kind"]["enum"] = sorted(load_kinds())
+    rules = {rule.endpoint: rule for rule in app.url_map.iter_rules()
+             if rule.endpoint.startswith("api.")}
+    described = {op.endpoint for op in OPERATIONS}
+    if set(rules) - described:
+        raise RuntimeError(f"JSON API routes without an OpenAPI operation: {set(rules) - described}")
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        rule = rules[op.endpoint]
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        paths.setdefault(path, {})[op.method] = _operation(op, rule.arguments)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Space Jobs API", "version": "1",
+                 "description": "Durable, tenant-scoped background jobs. Errors are "
+                                "`{\"error\": {\"code\", \"message\", ...}}`; the codes of each "
+                                "answer are listed with it."},
+        "paths": paths,
+        "components": {
+            "schemas": schemas["$defs"],
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "`spacejobs tokens create EMAIL`"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:
+    parameters = [{"name": name, "in": "path", "required": True,
+                   "schema": {"type": "string", "format": "uuid"}} for name in sorted(arguments)]
+    parameters += [{"name": name, "in": "query", "required": False, "schema": schema}
+                   for name, schema in op.query.items()]
+    parameters += [{"name": name, "in": "header", "required": False, "schema": schema}
+                   for name, schema in op.headers.items()]
+    responses: dict[str, Any] = {}
+    for status, (description, body) in op.answers.items():
+        answer: dict[str, Any] = {"description": description}
+        if body == "stream":
+            answer["content"] = {"text/event-stream": {"schema": SERVER_SENT_EVENT}}
+        elif body == "object":
+            answer["content"] = {"application/json": {"schema": {"type": "object"}}}
+        elif body is not None:
+            answer["content"] = {"application/json": {"schema": _ref(body)}}
+        if status == 202 and op.endpoint == "api.submit_job":
+            answer["headers"] = {"Location": {"required": True, "schema": {"type": "string"}}}
+        if status in op.links:
+            answer["links"] = op.links[status]
+        responses[str(status)] = answer
+    codes = ANY_REQUEST if op.public else (*ANY_REQUEST, *op.errors)
+    by_status: dict[int, list[str]] = {}
+    for code in dict.fromkeys(codes):
+        by_status.setdefault(HTTP_STATUS[code], []).append(code)
+    for status, listed in sorted(by_status.items()):
+        schema = {"$ref": "#/components/schemas/Error",
+                  "properties": {"error": {"properties": {"code": {"enum": listed}}}}}
+        responses[str(status)] = {"description": ", ".join(listed),
+                                  "content": {"application/json": {"schema": schema}}}
+        if status in (429, 503):
+            responses[str(status)]["headers"] = RETRY_AFTER
+    operation: dict[str, Any] = {"operationId": op.endpoint.split(".", 1)[1], "summary": op.summary,
+                                 "parameters": parameters, "responses": responses}
+    if op.body is not None:
+        operation["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": _ref(op.body)}}}
+    if op.public:
+        operation["security"] = []
+    return operation
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
