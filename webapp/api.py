@@ -146,7 +146,7 @@ def submit_job(org: str) -> ResponseReturnValue:
             raise InvalidRequest("Idempotency-Key must be 1 to 200 printable ASCII characters.")
         job, created = submit_in(conn, membership, g.user, body.kind, body.params,
                                  dedup_key=body.dedup_key, idempotency_key=idempotency_key,
-                                 run_after=body.run_after)
+                                 run_after=body.run_after, priority=body.priority)
     response = jsonify(job_json(job))
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
@@ -163,7 +163,8 @@ def submit_jobs(org: str) -> ResponseReturnValue:
         check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
         jobs = submit_many_in(conn, membership, g.user, [
-            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after) for j in body.jobs])
+            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after, j.priority)
+            for j in body.jobs])
     return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
 
 

@@ -39,6 +39,7 @@ class SubmitJob(StrictBody):
     params: dict[str, Any] | None = None
     dedup_key: Key | None = None
     run_after: Moment | None = None
+    priority: Annotated[int, Field(ge=service.MIN_PRIORITY, le=service.MAX_PRIORITY, strict=True)] = 0
 
 
 class SubmitBatch(StrictBody):

@@ -47,6 +47,7 @@ def submit_in(
     dedup_key: str | None = None,
     idempotency_key: str | None = None,
     run_after: datetime | None = None,
+    priority: int = 0,
 ) -> tuple[Job, bool]:
     """In the request's ONE transaction (membership already checked): the kind's rules checked
     and the row (+ event) inserted by models.jobs.service.submit; the wake-up goes out after
@@ -54,7 +55,7 @@ def submit_in(
     submitted = service.submit(
         conn, kind_name, raw_params, organization_id=membership.organization_id,
         requested_by=user.id, dedup_key=dedup_key, idempotency_key=idempotency_key,
-        run_after=run_after, request_id=g.request_id,
+        run_after=run_after, priority=priority, request_id=g.request_id,
         wake=current_app.extensions["spacejobs.wakeups"].wake)
     job = submitted.job
     log.info("job submitted" if submitted.created else "job submit replayed",

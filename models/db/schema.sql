@@ -997,7 +997,7 @@ CREATE FUNCTION submit_job(
     p_organization_id uuid, p_requested_by uuid, p_kind text, p_params jsonb,
     p_max_attempts integer, p_lease_seconds integer, p_org_states text[], p_role text,
     p_dedup_key text, p_idempotency_key text, p_request_id text, p_run_after timestamptz,
-    p_retry_of uuid, p_org_quota integer, p_kind_quota integer)
+    p_retry_of uuid, p_org_quota integer, p_kind_quota integer, p_priority integer)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -1049,13 +1049,15 @@ BEGIN
 
         INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts,
                           lease_seconds, dedup_key, idempotency_key, request_id, run_after,
-                          retry_of)
+                          retry_of, priority)
         VALUES (p_organization_id, p_requested_by, p_kind, p_params,
                 least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
                 p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()),
                 -- an operator's retry-as-new-job points back at the job it retries, in its org
                 (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
-                                            AND r.organization_id = p_organization_id))
+                                            AND r.organization_id = p_organization_id),
+                -- out of range is the column CHECK's refusal, never a silent clamp
+                coalesce(p_priority, 0))
         ON CONFLICT DO NOTHING
         RETURNING * INTO made;
         IF made.id IS NOT NULL THEN
@@ -1111,7 +1113,7 @@ CREATE FUNCTION submit_jobs(
     p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
     p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
     p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
-    p_org_quota integer, p_kind_quotas integer[])
+    p_org_quota integer, p_kind_quotas integer[], p_priorities integer[])
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -1151,13 +1153,14 @@ BEGIN
     RETURN QUERY
     WITH made AS (
         INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
-                               lease_seconds, dedup_key, request_id, run_after)
+                               lease_seconds, dedup_key, request_id, run_after, priority)
         SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
                least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
-               n.dedup_key, p_request_id, coalesce(n.run_after, now())
+               n.dedup_key, p_request_id, coalesce(n.run_after, now()), coalesce(n.priority, 0)
         FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds, p_dedup_keys,
-                    p_run_afters) AS n (id, kind, params, max_attempts, lease_seconds,
-                                        dedup_key, run_after)
+                    p_run_afters, p_priorities) AS n (id, kind, params, max_attempts,
+                                                      lease_seconds, dedup_key, run_after,
+                                                      priority)
         ON CONFLICT DO NOTHING
         RETURNING j.*
     ), audited AS (
@@ -1475,16 +1478,18 @@ REVOKE ALL ON FUNCTION active_jobs(uuid, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION quota_refusal(uuid, text[], integer[], integer, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION admit_jobs(uuid, text[], integer[], integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                  text, text, timestamptz, uuid, integer, integer) FROM PUBLIC;
+                                  text, text, timestamptz, uuid, integer, integer, integer)
+    FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                     text, text, timestamptz, uuid, integer, integer)
+                                     text, text, timestamptz, uuid, integer, integer, integer)
     TO space_app, space_worker;
 REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
-                                   integer[], integer[], text[], timestamptz[], integer, integer[])
+                                   integer[], integer[], text[], timestamptz[], integer, integer[],
+                                   integer[])
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[], integer,
-                                      integer[])
+                                      integer[], integer[])
     TO space_app, space_worker;
 REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;

@@ -37,6 +37,8 @@ from models.results.records import StoredResult
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
+#: a job's priority among its organization's due jobs (the jobs.priority CHECK says the same)
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
 
 Wake = Callable[[str | None], object]
 _wake: Wake | None = None
@@ -74,6 +76,7 @@ class JobRequest:
     params: dict[str, Any] | None = None
     dedup_key: str | None = None
     run_after: datetime | None = None
+    priority: int = 0
 
 
 def submit(
@@ -86,19 +89,22 @@ def submit(
     dedup_key: str | None = None,
     idempotency_key: str | None = None,
     run_after: datetime | None = None,
+    priority: int = 0,
     request_id: str | None = None,
     wake: Wake | None = None,
 ) -> Submitted:
     """Queue one job in the caller's transaction; the wake-up goes out after COMMIT.
 
-    ``wake``: the publisher to use instead of the configured one (the web passes its own).
+    ``run_after``: not before this moment. ``priority``: from -10 to 10, higher first among the
+    organization's due jobs (organizations still take turns). ``wake``: the publisher to use
+    instead of the configured one (the web passes its own).
     """
     job_kind = get_kind(kind)
-    valid = _validated(job_kind, params, dedup_key)
+    valid = _validated(job_kind, params, dedup_key, priority)
     job, created = store.submit(
         conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
         params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
-        request_id=request_id, run_after=run_after)
+        request_id=request_id, run_after=run_after, priority=priority)
     if created:
         _wake_after_commit(conn, str(job.id), wake)
     return Submitted(job, created)
@@ -124,7 +130,7 @@ def submit_many(
     for index, item in enumerate(requests):
         try:
             job_kind = get_kind(item.kind)
-            valid = _validated(job_kind, item.params, item.dedup_key)
+            valid = _validated(job_kind, item.params, item.dedup_key, item.priority)
         except DomainError as error:
             error.details["index"] = index
             raise
@@ -132,7 +138,8 @@ def submit_many(
             earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
             if earlier != index:
                 raise DuplicateJob("The batch holds the same job twice.", index=index)
-        new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after))
+        new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after,
+                                     item.priority))
     # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
     savepoint = conn.begin_nested()
     written = store.submit_many(conn, new_jobs, organization_id=organization_id,
@@ -216,8 +223,11 @@ def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
         finishes.forget(job_id, announced)
 
 
-def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None
-               ) -> dict[str, Any]:
+def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None,
+               priority: int = 0) -> dict[str, Any]:
+    if not (isinstance(priority, int) and MIN_PRIORITY <= priority <= MAX_PRIORITY):
+        raise InvalidRequest(f"The priority is a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}.",
+                             fields=["priority"])
     if dedup_key is not None and not job_kind.rules.dedupable:
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     return job_kind.parse_params(params).model_dump(mode="json")

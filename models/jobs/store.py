@@ -51,6 +51,7 @@ def submit(
     request_id: str | None = None,
     run_after: datetime | None = None,
     retry_of: UUID | None = None,
+    priority: int = 0,
 ) -> tuple[Job, bool]:
     """Insert a queued job, after checking the requester's current standing against the kind's
     rules. Returns ``(job, created)``; ``created`` is False for an Idempotency-Key replay.
@@ -67,6 +68,7 @@ def submit(
         "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
         "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
         "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
+        "priority": priority,
     }).mappings().one()
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)
@@ -89,6 +91,7 @@ class NewJob:
     params: dict[str, Any]
     dedup_key: str | None = None
     run_after: datetime | None = None
+    priority: int = 0
 
 
 def submit_many(
@@ -114,6 +117,7 @@ def submit_many(
         "lease_seconds": [j.kind.lease_seconds for j in jobs],
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
         "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
+        "priorities": [j.priority for j in jobs],
     }).mappings().all()
     if rows and rows[0]["outcome"] == "refused":
         for index, job in enumerate(jobs):  # the first job whose own rules refuse

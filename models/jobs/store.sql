@@ -14,7 +14,7 @@ SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_a
                          :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
                          :idempotency_key, :request_id, CAST(:run_after AS timestamptz),
                          CAST(:retry_of AS uuid), CAST(:org_quota AS integer),
-                         CAST(:kind_quota AS integer))
+                         CAST(:kind_quota AS integer), CAST(:priority AS integer))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
@@ -24,7 +24,7 @@ SELECT * FROM submit_jobs(:organization_id, :requested_by, CAST(:org_states AS t
                           CAST(:params AS jsonb[]), CAST(:max_attempts AS integer[]),
                           CAST(:lease_seconds AS integer[]), CAST(:dedup_keys AS text[]),
                           CAST(:run_afters AS timestamptz[]), CAST(:org_quota AS integer),
-                          CAST(:kind_quotas AS integer[]))
+                          CAST(:kind_quotas AS integer[]), CAST(:priorities AS integer[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs

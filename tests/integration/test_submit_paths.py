@@ -13,7 +13,14 @@ import pytest
 from sqlalchemy import text
 
 from models.db.engine import make_engine
-from models.errors import DuplicateJob, InvalidParams, NotFound, RequesterNotMember, UnknownKind
+from models.errors import (
+    DuplicateJob,
+    InvalidParams,
+    InvalidRequest,
+    NotFound,
+    RequesterNotMember,
+    UnknownKind,
+)
 from models.jobs import service
 from tests.kit.stack import Stack
 
@@ -214,3 +221,45 @@ def test_get_running_and_cancel_from_python(stack: Stack, app_db):
         asked = service.cancel(conn, job.id, organization_id=org, user_id=anna.id)
     assert asked.status == "cancel_requested"
     assert service.wait(job.id, 20, organization_id=org, engine=app_db).job.status == "cancelled"
+
+
+# ------------------------------------------------------------------------- priority
+
+def _priorities(stack: Stack, org) -> dict[str, int]:
+    with stack.admin() as conn:
+        return {str(row.id): row.priority for row in conn.execute(
+            text("SELECT id, priority FROM jobs WHERE organization_id = :org"), {"org": org})}
+
+
+def test_priority_from_the_api_the_batch_and_python_lands_on_the_row(stack: Stack, client, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    url = f"/api/v1/orgs/{org}/jobs"
+    with stack.workers_paused():
+        one = client.post(url, json={"kind": "bench.noop", "priority": 7}, headers=anna.auth)
+        batch = client.post(url + ":batch", json={"jobs": [
+            {"kind": "bench.noop", "priority": -3}, {"kind": "bench.noop"}]}, headers=anna.auth)
+        with app_db.begin() as conn:
+            python = service.submit(conn, "bench.noop", {}, organization_id=org,
+                                    requested_by=anna.id, priority=10).job
+        assert one.status_code == 202 and batch.status_code == 202
+        low, default = (job["id"] for job in batch.get_json()["jobs"])
+        assert _priorities(stack, org) == {one.get_json()["id"]: 7, low: -3, default: 0,
+                                           str(python.id): 10}
+
+
+@pytest.mark.parametrize("priority", [11, -11, 2.5, "high", True])
+def test_a_priority_out_of_range_is_a_400_and_writes_nothing(stack: Stack, client, app_db, priority):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop", "priority": priority},
+                         headers=anna.auth)
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "invalid_request"
+    batch = client.post(f"/api/v1/orgs/{org}/jobs:batch", json={"jobs": [
+        {"kind": "bench.noop"}, {"kind": "bench.noop", "priority": priority}]}, headers=anna.auth)
+    assert batch.status_code == 400
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        with pytest.raises(InvalidRequest), app_db.begin() as conn:
+            service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+                           priority=priority)
+    assert count_jobs(stack, org) == 0
