@@ -215,6 +215,7 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
 # ----------------------------------------------------------------------------- audit log
 
 @api.get("/orgs/<org>/audit")
+@api_limit
 def org_audit(org: str) -> ResponseReturnValue:
     """The organization's audit log, newest first, to its owners and admins (403 for a plain
     member; 404 for anyone else, as everywhere). Filter ``action``; ``cursor`` pages on."""

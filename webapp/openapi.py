@@ -20,11 +20,12 @@ from typing import Any, Literal
 from uuid import UUID
 
 from flask import Flask
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from models.jobs.records import ALL_STATUSES
 from models.kinds import load_kinds
+from models.tenancy import audit
 from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
 from webapp.errors import HTTP_STATUS
 
@@ -128,6 +129,30 @@ class Error(Answer):
     error: ErrorBody
 
 
+class AuditActor(Answer):
+    user_id: UUID | None
+    # "as": how the user acted, in job_events.actor's words (user:<id>, operator:<id>, cli)
+    acted_as: str = Field(alias="as")
+
+
+class AuditEntry(Answer):
+    """One entry of an organization's audit log (never a job's params or result)."""
+
+    id: int
+    action: str
+    actor: AuditActor
+    job_id: UUID | None
+    member_id: UUID | None
+    detail: dict[str, Any]
+    request_id: str | None
+    at: datetime
+
+
+class AuditPage(Answer):
+    entries: list[AuditEntry]
+    next_cursor: str | None
+
+
 # ----------------------------------------------------------------------------- operations
 
 #: what every JSON API request may answer, whatever it asks
@@ -144,7 +169,8 @@ class Operation:
     endpoint: str
     method: str
     summary: str
-    answers: dict[int, tuple[str, type[BaseModel] | str | None]]  # status: (description, body)
+    #: status: (description, body: a model, "object", "stream", "result" (JSON or a file), None)
+    answers: dict[int, tuple[str, type[BaseModel] | str | None]]
     errors: tuple[str, ...] = ()
     body: type[BaseModel] | None = None
     query: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -192,8 +218,10 @@ OPERATIONS = (
                      "cursor": {"type": "string", "description": "next_cursor of the page before"}}),
     Operation("api.get_job", "get", "One job", {200: ("the job", Job)}, IN_ORGANIZATION),
     Operation("api.get_job_result", "get", "A completed job's result",
-              {200: ("the result", JobResult)},
-              (*IN_ORGANIZATION, "insufficient_role", "job_not_completed", "result_expired")),
+              {200: ("the result as JSON, or the file the kind stored (its own Content-Type, as"
+                     " an attachment)", "result")},
+              (*IN_ORGANIZATION, "insufficient_role", "job_not_completed", "result_expired",
+               "result_missing")),
     Operation("api.cancel_job", "post", "Cancel a job",
               {200: ("cancelled (it was queued)", Job),
                202: ("cancel requested (it is running)", Job)},
@@ -203,6 +231,11 @@ OPERATIONS = (
                204: ("the finished job named by Last-Event-ID: nothing more to send", None)},
               (*IN_ORGANIZATION, "too_many_streams"),
               headers={"Last-Event-ID": {"type": "string"}}),
+    Operation("api.org_audit", "get", "The organization's audit log, newest first (owners, admins)",
+              {200: ("a page of entries", AuditPage)}, (*IN_ORGANIZATION, "insufficient_role"),
+              query={"action": {"type": "string", "enum": list(audit.ACTIONS)},
+                     "limit": {"type": "integer", "description": "1 to 200 (clamped)"},
+                     "cursor": {"type": "string", "description": "next_cursor of the page before"}}),
 )
 
 #: one event of the stream: `status` or `progress` with the job as data, or `error` (access lost)
@@ -233,7 +266,7 @@ def document(app: Flask) -> dict[str, Any]:
 def _build(app: Flask) -> dict[str, Any]:
     inputs = [(m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
     outputs = [(m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project,
-                                              ProjectList, Me, Error)]
+                                              ProjectList, Me, Error, AuditPage)]
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
     # The kinds this app runs (each with its own params: unknown fields are invalid_params).
     schemas["$defs"]["SubmitJob"]["properties"]["kind"]["enum"] = sorted(load_kinds())
@@ -277,6 +310,9 @@ def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:
             answer["content"] = {"text/event-stream": {"schema": SERVER_SENT_EVENT}}
         elif body == "object":
             answer["content"] = {"application/json": {"schema": {"type": "object"}}}
+        elif body == "result":
+            answer["content"] = {"application/json": {"schema": _ref(JobResult)},
+                                 "*/*": {"schema": {"type": "string", "format": "binary"}}}
         elif body is not None:
             answer["content"] = {"application/json": {"schema": _ref(body)}}
         if status == 202 and op.endpoint == "api.submit_job":

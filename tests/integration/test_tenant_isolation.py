@@ -280,7 +280,7 @@ def test_non_uuid_ids_are_404_like_a_missing_id(client, org_b: Tenant, endpoint:
 
 # ----------------------------------------------------------------------------- strict bodies
 
-@pytest.mark.parametrize("field", ["organization_id", "requested_by", "priority"])
+@pytest.mark.parametrize("field", ["organization_id", "requested_by", "lease_token"])
 def test_submit_with_unknown_field_is_400_and_creates_nothing(stack: Stack, client, org_b: Tenant,
                                                               field: str):
     org = stack.org()
