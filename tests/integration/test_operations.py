@@ -192,7 +192,6 @@ def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack):
     while not all(states()[pid] is False for pid in online_pids):
         assert time.monotonic() - killed_at < 20, "a killed worker still shows online"
         time.sleep(0.2)
-    assert time.monotonic() - killed_at >= 1.5, "offline before the silence could have passed"
 
 
 def test_operator_cancel_and_retry_as_new_job_are_audited(stack: Stack, client, operator):
