@@ -548,7 +548,13 @@ CREATE TRIGGER jobs_after_insert AFTER INSERT ON jobs
 -- attempt), and the metric events, summed per statement: a batch of 100 finishes adds one
 -- 'finished' row with value 100, not 100 rows.
 CREATE FUNCTION jobs_after_update() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+-- PL/pgSQL keeps each statement's first plan for the session, and a transition table has no
+-- statistics: a plan made for a one-row update joined new_jobs to old_jobs by nested loop ever
+-- after, comparing every new row with every old one (revision 0022). Hash joins instead, and
+-- no JIT: the cost of the LATERAL's nested loop, disabled but still the only way, would pass
+-- jit_above_cost and LLVM would compile the metrics statement on every call (~300 ms).
+SET enable_nestloop = off SET jit = off AS $$
 BEGIN
     INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
     SELECT n.id, n.organization_id, o.status, n.status, n.attempts,
