@@ -311,10 +311,11 @@ class SpaceJobsPeer(Peer):
                 raise PeerError(f"Space Jobs claim cost: a claim leased {len(leased)} jobs")
         self._clear()
         p95 = statistics.quantiles(values, n=20, method="inclusive")[18]
+        mean = statistics.fmean(values)
         return ClaimCost(finished, queued, Figure(
-            statistics.fmean(values), "ms",
-            f"mean of {samples} one-job claims (store.claim_batch, one transaction each, worker role)"
-            f" with {finished:,} finished and {queued:,} queued rows; p95 {p95:.2f} ms"))
+            mean, "ms", f"{samples} one-job claims (store.claim_batch, one transaction each, worker"
+                        f" role) with {finished:,} finished and {queued:,} queued rows",
+            {"mean": mean, "p95": p95}))
 
     def _cleanup(self) -> None:
         stack, servers = self.stack, self.servers

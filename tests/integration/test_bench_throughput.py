@@ -19,7 +19,7 @@ from tests.kit.processes import REPO_ROOT
 from tests.kit.programs import find_program
 from tests.kit.servers import Servers
 
-TINY = ["--quick", "--jobs", "200", "--bulk", "1000", "--latency-seconds", "1", "--web-seconds", "1",
+TINY = ["--quick", "--jobs", "100", "--bulk", "1000", "--latency-seconds", "1", "--web-seconds", "1",
         "--web-connections", "8"]
 OPTIONAL_PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}  # peer -> its package
 
