@@ -15,7 +15,7 @@ Run as root from the repository root (it creates network namespaces):
   servers listen on 127.0.0.1 only and are left alone.
 - **Workers.** One ``celery -A tasks.celery_app worker`` per namespace (``ip netns exec``),
   connecting to the bridge's address. Then, for comparison, the same N workers on 127.0.0.1.
-- **Figures.** They are read from the job rows, as in bench/throughput.py:
+- **Figures.** They are read from the job rows, as in bench/rows.py:
   - the drain rate of M pre-filled ``bench.noop`` jobs (first start to last finish);
   - created → finished latency at a paced rate;
   - the round trip of ``SELECT 1`` from each placement.
@@ -47,12 +47,12 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from bench.throughput import (
+from bench.peers.base import paced
+from bench.rows import (
     KIND,
     BenchError,
     _log,
     latencies,
-    paced,
     percentile,
     phase_rows,
     seed_tenant,

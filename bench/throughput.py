@@ -1,643 +1,352 @@
-"""Throughput and latency of Space Jobs with real Celery worker processes, next to plain Celery.
+"""Space Jobs next to plain Celery, PgQueuer and Procrastinate, in one run, on the same servers,
+with issue 8's targets.
 
-Run from the repository root (the servers are optional: without them the embedded ones start):
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
+        .venv/bin/python -m bench.throughput [--reps 3] [--jobs 5000] [--scale] [--peer NAME ...]
 
-    DATABASE_URL=postgresql://postgres@127.0.0.1/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
-        .venv/bin/python -m bench.throughput [--jobs 5000] [--quick]
-
-Each run gets a fresh database (dropped at the end) and fresh queue names. Every figure about
-what the workers did is read from the database (job rows and their events) or, for plain
-Celery, from Redis counters the tasks keep: never from the workers' own reports.
+The figures are interleaved (for each repetition, for each system, each figure) so that a busy
+moment of this shared machine falls on every system alike; each is reported as the median of
+the repetitions, with the single values. Every system runs in a database (or Redis keys) of its
+own, on its own defaults (bench/peers/), and every figure is read from the system's records:
+for Space Jobs the job rows and job_events, never the workers' reports. ``--scale`` adds what
+takes long: a drain with 16 worker processes, the claim cost behind a large history, and the
+workers' memory after many jobs. ``--quick`` is a smoke run: small sizes, one repetition.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
-import re
-import shutil
-import signal
+import shlex
+import statistics
 import sys
-import tempfile
-import time
+import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from sqlalchemy import event, text
+import redis
 
+from bench.peers import PEERS, Figure, Peer, PeerError, load_peer
+from bench.peers.plain_celery import redis_py_url
 from models.db.engine import libpq_url
-from models.jobs.records import TERMINAL
-from tests.kit import broker, facts
-from tests.kit.processes import WORKER_READY, celery_worker_argv, clean_up_on_signals
-from tests.kit.seeding import Tenant
-from tests.kit.servers import Servers, find_or_start
-from tests.kit.stack import Stack
-
-KIND = "bench.noop"
-CONCURRENCY = 2
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-# ---------------------------------------------------------------------------------------------
-# Small helpers
-# ---------------------------------------------------------------------------------------------
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile: always a value that was actually observed."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def _query_name(queries: dict[str, Any], statement: str, dialect: Any) -> str:
-    """The name of a models SQL block (``-- name --``) that compiles to ``statement``."""
-    for name, clause in queries.items():
-        if str(clause.compile(dialect=dialect)).strip() == statement.strip():
-            return name
-    return statement.split()[0].lower() + " (unnamed statement)"
-
-
-def _rate(count: int, seconds: float, unit: str = "jobs") -> str:
-    return f"{count / seconds:,.0f} {unit}/s" if seconds > 0 else "n/a"
-
-
-def _log(message: str) -> None:
-    # Progress goes to stderr so stdout carries only the report.
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def paced(rate: float, count: int, send: Callable[[], None]) -> float:
-    """Call ``send`` ``count`` times on a fixed schedule; a late call is made at once, never
-    skipped, so a slow sender shows up as a lower achieved rate. Returns the elapsed seconds."""
-    start = time.perf_counter()
-    for index in range(count):
-        delay = start + index / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        send()
-    return time.perf_counter() - start
-
-
-# ---------------------------------------------------------------------------------------------
-# The run's stack (tests/kit): its database, queue, processes and tenants
-# ---------------------------------------------------------------------------------------------
-
-def plain_queue(stack: Stack) -> str:
-    """Plain Celery's queue, named after the run like the stack's own."""
-    return f"plain-bench-{stack.run_id}"
-
-
-def seed_tenant(stack: Stack, label: str) -> Tenant:
-    """One organization per phase, so each phase's rows are told apart by organization_id."""
-    return stack.tenant(f"bench-{label}")
-
-
-# ---------------------------------------------------------------------------------------------
-# What the database says about a phase
-# ---------------------------------------------------------------------------------------------
-
-@dataclass
-class PhaseRows:
-    total: int
-    completed: int
-    single_attempt: int
-    ordered_times: int
-    clean_events: int
-    diagnostics: int
-    claims_by_actor: dict[str, int]
-    first_created: Any
-    last_created: Any
-    first_started: Any
-    last_finished: Any
-
-    def invariants(self, expected: int) -> tuple[bool, str]:
-        ok = (self.total == self.completed == self.single_attempt == self.ordered_times
-              == self.clean_events == expected and self.diagnostics == 0)
-        claims = " / ".join(str(n) for n in self.claims_by_actor.values())
-        return ok, (f"{self.completed}/{expected} completed, {self.single_attempt} in 1 attempt, "
-                    f"{self.clean_events} with events exactly queued>leased>completed, "
-                    f"{self.ordered_times} with created<=started<=finished, "
-                    f"{self.diagnostics} diagnostics, claims by {len(self.claims_by_actor)} "
-                    f"processes ({claims})")
-
-
-def count_finished(stack: Stack, org: uuid.UUID) -> int:
-    with stack.admin() as conn:
-        counts = facts.counts_by_status(conn, org)
-    return sum(counts[status] for status in TERMINAL)
-
-
-def phase_rows(stack: Stack, org: uuid.UUID) -> PhaseRows:
-    with stack.admin() as conn:
-        row = conn.execute(text(
-            "SELECT count(*) AS total,"
-            " count(*) FILTER (WHERE status = 'completed') AS completed,"
-            " count(*) FILTER (WHERE attempts = 1) AS single_attempt,"
-            " count(*) FILTER (WHERE created_at <= started_at AND started_at <= finished_at)"
-            "   AS ordered_times,"
-            " min(created_at) AS first_created, max(created_at) AS last_created,"
-            " min(started_at) AS first_started, max(finished_at) AS last_finished"
-            " FROM jobs WHERE organization_id = :org"), {"org": org}).mappings().one()
-        clean_events = conn.execute(text(
-            "SELECT count(*) FROM (SELECT job_id FROM job_events WHERE organization_id = :org"
-            " GROUP BY job_id HAVING array_agg(to_status ORDER BY id)"
-            " = ARRAY['queued', 'leased', 'completed']) s"), {"org": org}).scalar_one()
-        diagnostics = conn.execute(
-            text("SELECT count(*) FROM job_diagnostics WHERE organization_id = :org"),
-            {"org": org}).scalar_one()
-        claims = dict(conn.execute(text(
-            "SELECT actor, count(*) FROM job_events WHERE organization_id = :org"
-            " AND to_status = 'leased' GROUP BY actor ORDER BY actor"), {"org": org}).all())
-    return PhaseRows(row["total"], row["completed"], row["single_attempt"], row["ordered_times"],
-                     clean_events, diagnostics, claims, row["first_created"], row["last_created"],
-                     row["first_started"], row["last_finished"])
-
-
-def latencies(stack: Stack, org: uuid.UUID) -> list[float]:
-    with stack.admin() as conn:
-        return [float(v) for v in conn.execute(text(
-            "SELECT extract(epoch FROM finished_at - created_at) FROM jobs"
-            " WHERE organization_id = :org AND status = 'completed'"), {"org": org}).scalars()]
-
-
-def wait_finished(stack: Stack, org: uuid.UUID, expected: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (done := count_finished(stack, org)) < expected:
-        stack.processes.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError(f"only {done}/{expected} jobs finished after {timeout:.0f}s")
-        time.sleep(0.2)
-
-
-# ---------------------------------------------------------------------------------------------
-# The report
-# ---------------------------------------------------------------------------------------------
-
-@dataclass
-class Report:
-    header: list[tuple[str, str]] = field(default_factory=list)
-    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
-    checks: list[tuple[str, bool, str]] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-
-    def row(self, number: str, figure: str, value: str, detail: str = "") -> None:
-        self.rows.append((number, figure, value, detail))
-
-    def check(self, phase: str, ok: bool, detail: str) -> None:
-        self.checks.append((phase, ok, detail))
-
-    def render(self, *, complete: bool) -> str:
-        title = "Space Jobs throughput benchmark" + ("" if complete else "  (INCOMPLETE: run failed)")
-        lines = [title, "=" * len(title)]
-        width = max((len(k) for k, _ in self.header), default=0)
-        lines += [f"{key.ljust(width)} : {value}" for key, value in self.header]
-        lines.append("")
-        fig_w = max((len(r[1]) for r in self.rows), default=10)
-        val_w = max((len(r[2]) for r in self.rows), default=10)
-        head = f"{'#':<3}{'figure'.ljust(fig_w)}  {'value'.ljust(val_w)}  detail"
-        lines += [head, "-" * max(len(head), 100)]
-        # Stable sort by number: the store is measured before the web path, but reads after it.
-        ordered = sorted(self.rows, key=lambda r: r[0])
-        lines += [f"{n:<3}{f.ljust(fig_w)}  {v.ljust(val_w)}  {d}".rstrip() for n, f, v, d in ordered]
-        if self.checks:
-            lines += ["", "Invariants (read from the database / Redis, not from worker reports)",
-                      "-" * 100]
-            phase_w = max(len(c[0]) for c in self.checks)
-            lines += [f"{p.ljust(phase_w)}  {'OK  ' if ok else 'FAIL'}  {d}" for p, ok, d in self.checks]
-        if self.extra:
-            lines += ["", *self.extra]
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Phases
-# ---------------------------------------------------------------------------------------------
-
-def enqueue_store(stack: Stack, report: Report, n: int) -> None:
-    """The store's own rate: store.submit in a space_app transaction, then the wake-up."""
-    from models.db.transaction import transaction
-    from models.jobs import store
-    from models.kinds import get_kind
-    from tasks.wakeups import WakeupPublisher
-
-    tenant = seed_tenant(stack, "store")
-    app_db = stack.app_db
-    publisher = WakeupPublisher(stack.redis_url, stack.queue)
-    kind = get_kind(KIND).rules  # store.submit takes the rules (models/ restructuring)
-    in_tx = in_publish = 0.0
-    _log(f"enqueue through the store: {n} jobs")
-    started = time.perf_counter()
-    for _ in range(n):
-        t0 = time.perf_counter()
-        with transaction(app_db, organization_id=tenant.organization_id, user_id=tenant.user_id,
-                         actor=f"user:{tenant.user_id}") as conn:
-            job, _created = store.submit(conn, organization_id=tenant.organization_id,
-                                        requested_by=tenant.user_id, kind=kind, params={})
-        t1 = time.perf_counter()
-        if not publisher.wake(str(job.id)):
-            raise BenchError("wake-up not published")
-        in_publish += time.perf_counter() - t1
-        in_tx += t1 - t0
-    elapsed = time.perf_counter() - started
-    report.row("1b", "enqueue rate, store (submit + publish)", _rate(n, elapsed),
-               f"{n} in {elapsed:.2f} s: transaction {1000 * in_tx / n:.2f} ms"
-               f" + wake-up publish {1000 * in_publish / n:.2f} ms per job")
-    # These rows were only for the rate: remove them and their wake-ups so the drain below
-    # starts from exactly N queued jobs.
-    with stack.admin() as conn:
-        conn.execute(text("DELETE FROM jobs WHERE organization_id = :org"),
-                     {"org": tenant.organization_id})
-    broker.purge_queue(stack.redis_url, stack.queue)
-    with psycopg.connect(libpq_url(stack.admin_url), autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE jobs, job_events")
-
-
-def enqueue_web(stack: Stack, report: Report, client: Any, n: int) -> Tenant:
-    """The web path; with no worker running these jobs become the drain phase's backlog."""
-    tenant = seed_tenant(stack, "drain")
-    url = f"/api/v1/orgs/{tenant.organization_id}/jobs"
-    _log(f"enqueue through the web app (no worker running): {n} jobs")
-    started = time.perf_counter()
-    for _ in range(n):
-        answer = client.post(url, json={"kind": KIND}, headers=tenant.auth)
-        if answer.status_code != 202:
-            raise BenchError(f"submit answered {answer.status_code}: {answer.get_data(as_text=True)}")
-    elapsed = time.perf_counter() - started
-    report.row("1a", "enqueue rate, web (POST .../jobs)", _rate(n, elapsed),
-               f"{n} POSTs in {elapsed:.2f} s ({1000 * elapsed / n:.2f} ms each), all 202;"
-               " Flask test client, 1 thread, commit then wake-up")
-    return tenant
-
-
-def drain(stack: Stack, report: Report, tenant: Tenant, n: int) -> float:
-    waiting = broker.redis_client(stack.redis_url).llen(stack.queue)
-    _log(f"starting the Space Jobs worker; {n} queued jobs, {waiting} wake-ups waiting")
-    argv = celery_worker_argv("tasks.celery_app", stack.queue, "sj-bench", CONCURRENCY)
-    stack.processes.start("spacejobs-worker", argv, stack.env(), ready=WORKER_READY)
-    wait_finished(stack, tenant.organization_id, n, timeout=max(120, n / 10))
-    rows = phase_rows(stack, tenant.organization_id)
-    seconds = (rows.last_finished - rows.first_started).total_seconds()
-    report.row("2", "drain rate, pre-filled queue", _rate(n, seconds),
-               f"{n} jobs, first claim -> last finish {seconds:.2f} s (started_at/finished_at);"
-               f" {waiting} wake-ups waiting (one per submit)")
-    ok, detail = rows.invariants(n)
-    report.check("drain", ok, detail)
-    # As the admin itself: how much of pg_stat_activity a non-privileged role (the owner) may
-    # see differs between PostgreSQL versions.
-    with stack.admin_db.connect() as conn:
-        roles = conn.execute(text(
-            "SELECT usename, count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name LIKE 'spacejobs-worker%' GROUP BY usename")).all()
-    report.check("worker role", [r[0] for r in roles] == ["space_worker"],
-                 "worker connections in pg_stat_activity: "
-                 + ", ".join(f"{r[0]} x{r[1]}" for r in roles))
-    leftover = broker.purge_queue(stack.redis_url, stack.queue)
-    report.extra.append(f"After the drain, {leftover} of the {waiting} wake-ups were still in Redis"
-                        " (surplus: each wake-up drains up to SPACEJOBS_DRAIN_LIMIT jobs); purged.")
-    return n / seconds
-
-
-def end_to_end(stack: Stack, report: Report, client: Any, n: int) -> None:
-    tenant = seed_tenant(stack, "e2e")
-    url = f"/api/v1/orgs/{tenant.organization_id}/jobs"
-    _log(f"end to end with the worker running: {n} jobs")
-    started = time.perf_counter()
-    for _ in range(n):
-        answer = client.post(url, json={"kind": KIND}, headers=tenant.auth)
-        if answer.status_code != 202:
-            raise BenchError(f"submit answered {answer.status_code}")
-    submit_seconds = time.perf_counter() - started
-    backlog = n - count_finished(stack, tenant.organization_id)
-    wait_finished(stack, tenant.organization_id, n, timeout=max(120, n / 10))
-    rows = phase_rows(stack, tenant.organization_id)
-    seconds = (rows.last_finished - rows.first_created).total_seconds()
-    report.row("3", "end-to-end rate (workers running)", _rate(n, seconds),
-               f"{n} jobs, first submit -> last finish {seconds:.2f} s; submits alone "
-               f"{_rate(n, submit_seconds)}, {backlog} unfinished when the last submit returned")
-    ok, detail = rows.invariants(n)
-    report.check("end to end", ok, detail)
-
-
-def latency(stack: Stack, report: Report, client: Any, rate: float, seconds: float) -> None:
-    tenant = seed_tenant(stack, "latency")
-    url = f"/api/v1/orgs/{tenant.organization_id}/jobs"
-    count = max(2, round(rate * seconds))
-    _log(f"latency: {count} jobs at {rate:g}/s")
-    failures = 0
-
-    def send() -> None:
-        nonlocal failures
-        if client.post(url, json={"kind": KIND}, headers=tenant.auth).status_code != 202:
-            failures += 1
-
-    elapsed = paced(rate, count, send)
-    if failures:
-        raise BenchError(f"{failures} submits failed during the latency phase")
-    wait_finished(stack, tenant.organization_id, count, timeout=120)
-    values = [1000 * v for v in latencies(stack, tenant.organization_id)]
-    report.row("4", f"latency created_at->finished_at at {rate:g}/s",
-               f"p50 {percentile(values, 50):.1f} ms",
-               f"p95 {percentile(values, 95):.1f} ms, p99 {percentile(values, 99):.1f} ms, "
-               f"max {max(values):.1f} ms; {count} jobs over {elapsed:.1f} s "
-               f"(achieved {count / elapsed:.1f}/s), web path")
-    ok, detail = phase_rows(stack, tenant.organization_id).invariants(count)
-    report.check("latency", ok, detail)
-
-
-def plain_celery(stack: Stack, report: Report, n: int, rate: float, seconds: float,
-                 spacejobs_drain: float) -> None:
-    from bench import plain_celery as plain
-
-    plain.configure(stack.redis_url, plain_queue(stack))
-    client = broker.redis_client(stack.redis_url)
-    drain_key = f"plain-bench:{stack.run_id}:drain"
-    latency_key = f"plain-bench:{stack.run_id}:latency"
-    _log(f"plain Celery: publishing {n} no-op tasks (no worker running)")
-    started = time.perf_counter()
-    with plain.app.producer_or_acquire() as producer:
-        for _ in range(n):
-            plain.noop.apply_async(kwargs={"key": drain_key, "total": n}, producer=producer)
-    publish_seconds = time.perf_counter() - started
-    report.row("5a", "plain Celery publish rate", _rate(n, publish_seconds, "tasks"),
-               f"{n} apply_async in {publish_seconds:.2f} s (compare 1a/1b)")
-
-    argv = celery_worker_argv("bench.plain_celery", plain_queue(stack), "plain-bench", CONCURRENCY)
-    stack.processes.start("plain-worker", argv, stack.env(PLAIN_BENCH_QUEUE=plain_queue(stack)),
-                          ready=WORKER_READY)
-    deadline = time.monotonic() + max(120, n / 10)
-    while int(client.get(f"{drain_key}:count") or 0) < n:
-        stack.processes.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError("plain Celery drain did not finish")
-        time.sleep(0.1)
-    first = float(client.get(f"{drain_key}:first") or 0)
-    last = float(client.get(f"{drain_key}:last") or 0)
-    plain_seconds = last - first
-    report.row("5b", "plain Celery drain rate, pre-published", _rate(n, plain_seconds, "tasks"),
-               f"{n} tasks, first start -> last done {plain_seconds:.2f} s (Redis INCR counter)")
-    count_ok = int(client.get(f"{drain_key}:count") or 0) == n
-    report.check("plain drain", count_ok and client.llen(plain_queue(stack)) == 0,
-                 f"Redis counter {int(client.get(f'{drain_key}:count') or 0)}/{n}, queue empty")
-
-    count = max(2, round(rate * seconds))
-    _log(f"plain Celery latency: {count} tasks at {rate:g}/s")
-    with plain.app.producer_or_acquire() as producer:
-        elapsed = paced(rate, count, lambda: plain.noop.apply_async(
-            kwargs={"key": latency_key, "sent_at": time.time()}, producer=producer))
-    deadline = time.monotonic() + 60
-    while client.llen(f"{latency_key}:latency") < count:
-        if time.monotonic() > deadline:
-            raise BenchError("plain Celery latency tasks did not all run")
-        time.sleep(0.1)
-    values = [1000 * float(v) for v in client.lrange(f"{latency_key}:latency", 0, -1)]
-    report.row("5c", f"plain Celery latency sent->done at {rate:g}/s",
-               f"p50 {percentile(values, 50):.1f} ms",
-               f"p95 {percentile(values, 95):.1f} ms, p99 {percentile(values, 99):.1f} ms, "
-               f"max {max(values):.1f} ms; {count} tasks over {elapsed:.1f} s")
-    plain_rate = n / plain_seconds
-    report.row("5d", "ratio Space Jobs / plain Celery (drain)", f"{spacejobs_drain / plain_rate:.3f}",
-               f"{spacejobs_drain:,.0f} / {plain_rate:,.0f} per second (2 / 5b)")
-    client.delete(*client.keys(f"plain-bench:{stack.run_id}:*"))
-
-
-def claim_cost(stack: Stack, report: Report, finished_rows: int, samples: int) -> None:
-    """Single claims on a table with 0 and then ``finished_rows`` finished jobs, no worker running."""
-    from models.db.transaction import scope, transaction
-    from models.jobs import store
-
-    tenant = seed_tenant(stack, "claims")
-    worker_db = stack.worker_db
-    params = {"org": tenant.organization_id, "user": tenant.user_id}
-
-    def reset(finished: int) -> None:
-        with stack.admin() as conn:
-            conn.execute(text("TRUNCATE jobs CASCADE"))
-            if finished:
-                conn.execute(text(
-                    "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds,"
-                    " max_attempts, attempts, result, run_after, created_at, updated_at,"
-                    " started_at, finished_at)"
-                    " SELECT :org, :user, 'bench.noop', 'completed', 30, 3, 1, '{}', t, t, t, t,"
-                    "        t + interval '5 milliseconds'"
-                    " FROM (SELECT now() - g * interval '1 second' AS t"
-                    "       FROM generate_series(1, :n) g) s"), {**params, "n": finished})
-            conn.execute(text(
-                "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
-                " SELECT :org, :user, 'bench.noop', 30, 3 FROM generate_series(1, :n)"),
-                {**params, "n": samples})
-            conn.execute(text("ANALYZE jobs"))
-
-    def timed_claims(expect_job: bool) -> list[float]:
-        values = []
-        for _ in range(samples):
-            t0 = time.perf_counter()
-            with transaction(worker_db, actor="worker:bench") as conn:
-                leased = store.claim_batch(conn, "bench", limit=1)
-            values.append(1000 * (time.perf_counter() - t0))
-            if bool(leased) != expect_job:
-                raise BenchError("claim returned an unexpected result")
-        return values
-
-    def captured_claim(expect_job: bool) -> list[tuple[str, Any]]:
-        """The statements a one-job store.claim_batch sends (whatever they are today), with parameters."""
-        seen: list[tuple[str, Any]] = []
-
-        def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-            seen.append((statement, parameters))
-
-        with worker_db.connect() as conn:
-            event.listen(conn, "before_cursor_execute", record)
-            with conn.begin() as trans:
-                scope(conn, actor="worker:bench")
-                seen.clear()  # only the claim's own statements
-                if bool(store.claim_batch(conn, "explain", limit=1)) != expect_job:
-                    raise BenchError("claim returned an unexpected result")
-                trans.rollback()
-            event.remove(conn, "before_cursor_execute", record)
-        return seen
-
-    def explain(statements: list[tuple[str, Any]], state: str) -> list[tuple[str, str, list[str]]]:
-        plans = []
-        with worker_db.connect() as conn, conn.begin() as trans:
-            scope(conn, actor="worker:bench")
-            for statement, parameters in statements:
-                code = re.sub(r"^\s*(--[^\n]*\n\s*)*", "", statement)
-                if code.split(None, 1)[0].upper() not in ("SELECT", "WITH", "UPDATE", "INSERT", "DELETE"):
-                    continue  # SAVEPOINT and the like have no plan
-                plan = conn.exec_driver_sql(
-                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + statement, parameters
-                ).scalars().all()
-                plans.append((_query_name(store.Q, statement, conn.dialect), state, plan))
-            trans.rollback()  # EXPLAIN ANALYZE really leased a row
-        return plans
-
-    with transaction(worker_db) as conn:
-        conn.execute(text("SELECT 1"))  # connect before timing
-    plans: list[tuple[str, str, list[str]]] = []
-    for finished in (0, finished_rows):
-        _log(f"claim cost with {finished} finished rows")
-        reset(finished)
-        if finished:
-            # Plans of what a claim sends while jobs are queued (rolled back: nothing is taken).
-            hit_statements = captured_claim(True)
-            plans = explain(hit_statements, f"{samples} queued")
-        hit = timed_claims(True)
-        empty = timed_claims(False)
-        if finished:
-            # An empty queue also tries the expired leases: plan those statements as well, with
-            # statistics that know about the leases just taken (as autovacuum's would).
-            with stack.admin() as conn:
-                conn.execute(text("ANALYZE jobs"))
-            known = {statement for statement, _ in hit_statements}
-            plans += explain([(st, pa) for st, pa in captured_claim(False) if st not in known],
-                             f"queue empty, {samples} leased")
-        report.row("6", f"claim cost, {finished:,} finished rows",
-                   f"mean {sum(hit) / len(hit):.2f} ms",
-                   f"p95 {percentile(hit, 95):.2f} ms over {samples} claims (each its own transaction);"
-                   f" empty queue: mean {sum(empty) / len(empty):.2f} ms, p95 {percentile(empty, 95):.2f} ms")
-    for name, state, plan in plans:
-        used = sorted(set(re.findall(r"(?:Index Scan|Index Only Scan|Bitmap Index Scan)"
-                                     r"(?: Backward)? (?:using|on) (\w+)", "\n".join(plan))))
-        seq_scan = any("Seq Scan on jobs" in line for line in plan)
-        # The brief's requirement is the claimable index for the main claim; for the others it is
-        # enough that no plan reads the whole jobs table (finished rows included).
-        wanted = "jobs_claimable_idx" if name in ("claim_queued", "claim_batch") else None
-        report.check(f"plan {name}", not seq_scan and (wanted is None or wanted in used),
-                     f"with {finished_rows:,} finished rows: indexes {', '.join(used) or 'none'}"
-                     f"{'; SEQ SCAN on jobs' if seq_scan else ', no scan of the whole jobs table'}")
-        report.extra += [f"EXPLAIN ANALYZE {name} (worker role, {finished_rows:,} finished rows,"
-                         f" {state}; the statement as models.jobs.store.claim_batch sends it):",
-                         *("    " + line for line in plan)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
-
-def machine(servers: Servers) -> list[tuple[str, str]]:
-    redis_version = broker.redis_client(servers.redis_url).info("server").get("redis_version", "?")
-    return [
-        ("machine", f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
-                    f"{platform.system()} {platform.release()} {platform.machine()}"),
-        ("software", f"Python {platform.python_version()}, PostgreSQL {servers.postgres_version()}, "
-                     f"Redis {redis_version}"),
-        ("servers", f"{servers.source}; the benchmark client, the workers, PostgreSQL and Redis "
-                    "share this machine's CPUs"),
-    ]
-
+from tests.kit.processes import clean_up_on_signals
+
+SPACEJOBS = "spacejobs"
+TIMES = "\N{MULTIPLICATION SIGN}"
+# For a target whose peer was left out of the run (its driver then never gave its title).
+NAMES = {"celery": "plain Celery", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One figure of the interleaved repetitions."""
+
+    key: str
+    label: str
+    take: Callable[[Peer, argparse.Namespace], Figure | None]
+    only: str | None = None  # the one peer that has it (Space Jobs' own figures)
+    scale: bool = False  # measured only with --scale
+
+
+MEASURES = [
+    Measure("enqueue", "enqueue, one job per call", lambda p, a: p.enqueue_rate(a.jobs)),
+    Measure("bulk", "bulk enqueue, 1,000 per call", lambda p, a: p.bulk_enqueue_rate(a.bulk)),
+    Measure("web", "web POST …/jobs under wrk",
+            lambda p, a: p.web_rate(a.web_seconds, a.web_connections), only=SPACEJOBS),
+    Measure("drain", "drain, 2 worker processes", lambda p, a: p.drain_rate(a.jobs, 2)),
+    Measure("latency", "latency, paced", lambda p, a: p.latency(a.rate, a.latency_seconds, 2)),
+    Measure("drain16", "drain, 16 worker processes", lambda p, a: p.drain_rate(a.jobs, 16),
+            only=SPACEJOBS, scale=True),
+]
+
+
+class Results:
+    """Every figure measured, by (peer, measure key), in the order of the repetitions."""
+
+    def __init__(self) -> None:
+        self.figures: dict[tuple[str, str], list[Figure]] = {}
+        self.titles: dict[str, str] = {}
+        self.once: dict[str, Figure] = {}  # Space Jobs' scale figures, measured once
+        self.failures: list[str] = []
+
+    def add(self, peer: str, key: str, figure: Figure) -> None:
+        self.figures.setdefault((peer, key), []).append(figure)
+
+    def median(self, peer: str, key: str, part: str | None = None) -> float | None:
+        """The median over the repetitions of the figure's value, or of one of its spread's
+        parts (``p95``); None when it was not measured."""
+        found = self.figures.get((peer, key))
+        if not found:
+            return None
+        return statistics.median(f.spread[part] if part else f.value for f in found)
+
+
+# -- the report's pieces ----------------------------------------------------------------------
+
+def _say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def _load() -> str:
+    return " / ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def machine(admin_url: str, redis_url: str) -> list[str]:
+    with psycopg.connect(libpq_url(admin_url)) as conn:
+        postgres = conn.execute("SHOW server_version").fetchone()[0]
+    redis_version = redis.Redis.from_url(redis_py_url(redis_url)).info("server").get("redis_version", "?")
+    command = shlex.join([os.path.basename(sys.executable), "-m", "bench.throughput", *sys.argv[1:]])
+    return [f"command   : {command}",
+            f"machine   : {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {platform.system()}"
+            f" {platform.release()} {platform.machine()}, Python {platform.python_version()}",
+            f"servers   : PostgreSQL {postgres}, Redis {redis_version}; the benchmark, the workers and"
+            " both servers share this machine's CPUs",
+            f"load      : {_load()} at start (1 / 5 / 15 min)"]
+
+
+def _values(figures: list[Figure]) -> str:
+    if figures[0].spread:
+        return ", ".join(f"{f.spread['p50']:.1f}/{f.spread['p95']:.1f}" for f in figures) + " ms p50/p95"
+    return ", ".join(f"{f.value:,.0f}" for f in figures) + f" {figures[0].unit}"
+
+
+def summary(results: Results, peers: list[str]) -> list[str]:
+    lines = []
+    for measure in MEASURES:
+        for peer in peers:
+            figures = results.figures.get((peer, measure.key))
+            if not figures:
+                continue
+            if figures[0].spread:
+                head = (f"p50 {results.median(peer, measure.key, 'p50'):.1f} ms, p95"
+                        f" {results.median(peer, measure.key, 'p95'):.1f} ms")
+            else:
+                head = f"{results.median(peer, measure.key):,.0f} {figures[0].unit}"
+            lines.append(f"  {measure.label:<30} {results.titles[peer]:<28} {head:<28}"
+                         f" (each: {_values(figures)})")
+    lines += [f"  {label:<30} {results.titles[SPACEJOBS]:<28} {figure}"
+              for label, figure in results.once.items()]
+    return lines
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FALL SHORT"
+
+
+def targets(results: Results, args: argparse.Namespace) -> list[str]:
+    """Issue 8's targets, each from the medians of this one run."""
+    def title(peer: str) -> str:
+        return results.titles.get(peer, NAMES.get(peer, peer))
+
+    def missing(*needed: tuple[str, str]) -> str | None:
+        absent = [f"{title(peer)} {key}" for peer, key in needed if results.median(peer, key) is None]
+        return f"not measured ({', '.join(absent)})" if absent else None
+
+    def ratio(number: str, text: str, key: str, peer: str, factor: float) -> str:
+        head = f"target {number} {text} ≥ {factor:g}{TIMES} {title(peer)}"
+        if why := missing((SPACEJOBS, key), (peer, key)):
+            return f"{head}: {why}"
+        mine, theirs = results.median(SPACEJOBS, key), results.median(peer, key)
+        return (f"{head}: {mine / theirs:.2f}{TIMES} ({mine:,.0f} vs {theirs:,.0f} jobs/s)"
+                f" {_verdict(mine >= factor * theirs)}")
+
+    def absolute(number: str, text: str, key: str, floor: float) -> str:
+        head = f"target {number} {text} ≥ {floor:,.0f} jobs/s"
+        if why := missing((SPACEJOBS, key)):
+            return f"{head}: {why}"
+        mine = results.median(SPACEJOBS, key)
+        return f"{head}: {mine:,.0f} jobs/s {_verdict(mine >= floor)}"
+
+    def latency(number: str, part: str, margin: float) -> str:
+        head = f"target {number} latency {part} ≤ {title('celery')} {part} + {margin:g} ms"
+        if why := missing((SPACEJOBS, "latency"), ("celery", "latency")):
+            return f"{head}: {why}"
+        mine = results.median(SPACEJOBS, "latency", part)
+        theirs = results.median("celery", "latency", part)
+        return (f"{head}: {mine:.1f} vs {theirs:.1f} ms ({mine - theirs:+.1f} ms)"
+                f" {_verdict(mine <= theirs + margin)}")
+
+    lines = [ratio("1a", "drain", "drain", "pgqueuer", 1.1),
+             ratio("1b", "drain", "drain", "celery", 5),
+             ratio("2a", "enqueue (Python API, one process)", "enqueue", "pgqueuer", 1.0),
+             absolute("2b", "bulk submit, 1,000 per call", "bulk", 20_000),
+             absolute("2c", "web POST through gunicorn under wrk", "web", 1_000),
+             latency("3a", "p50", 1),
+             latency("3b", "p95", 2)]
+    if not args.scale:
+        return [*lines, "target 4a-4c (claim cost, 16-process drain, worker RSS): not measured"
+                        " (--scale)"]
+    empty, loaded = results.once.get("claim cost, empty table"), results.once.get("claim cost, loaded")
+    head = (f"target 4a claim with {args.claim_finished:,} finished + {args.claim_queued:,} queued"
+            f" ≤ 1.2{TIMES} empty")
+    if empty and loaded:
+        lines.append(f"{head}: {loaded.value / empty.value:.2f}{TIMES} ({loaded.value:.2f} vs"
+                     f" {empty.value:.2f} ms) {_verdict(loaded.value <= 1.2 * empty.value)}")
+    else:
+        lines.append(f"{head}: not measured")
+    head = f"target 4b drain, 16 processes ≥ 0.9{TIMES} 2 processes"
+    if why := missing((SPACEJOBS, "drain16"), (SPACEJOBS, "drain")):
+        lines.append(f"{head}: {why}")
+    else:
+        many, two = results.median(SPACEJOBS, "drain16"), results.median(SPACEJOBS, "drain")
+        lines.append(f"{head}: {many / two:.2f}{TIMES} ({many:,.0f} vs {two:,.0f} jobs/s)"
+                     f" {_verdict(many >= 0.9 * two)}")
+    rss = results.once.get(f"worker RSS after {args.rss_jobs:,} jobs")
+    head = f"target 4c worker RSS after {args.rss_jobs:,} jobs ≤ 120 MB per process"
+    lines.append(f"{head}: largest {rss.value:.1f} MB {_verdict(rss.value <= 120)}" if rss
+                 else f"{head}: not measured")
+    return lines
+
+
+# -- the run ----------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, help="N jobs per phase (default 5000; 500 with --quick)")
-    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 repetition")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
+    parser.add_argument("--peer", action="append", choices=sorted(PEERS),
+                        help="only this system (repeatable; default: all)")
+    parser.add_argument("--jobs", type=int, help="N for enqueue and drain (default 5000; 500 with --quick)")
+    parser.add_argument("--bulk", type=int, help="jobs for the bulk figure, 1,000 per call (default"
+                                                  " 20000; 2000 with --quick)")
     parser.add_argument("--rate", type=float, default=50, help="paced rate for latency (per second)")
     parser.add_argument("--latency-seconds", type=float,
-                        help="length of the paced latency runs (default 20; 4 with --quick)")
-    parser.add_argument("--claim-rows", type=int,
-                        help="finished rows for the claim-cost figure (default 100000; 20000 with"
-                             " --quick; 0 skips it)")
-    parser.add_argument("--claim-samples", type=int, default=200)
+                        help="length of each paced latency run (default 20; 3 with --quick)")
+    parser.add_argument("--web-seconds", type=float, help="wrk's run (default 10; 2 with --quick)")
+    parser.add_argument("--web-connections", type=int, default=32, help="wrk's keep-alive connections")
+    parser.add_argument("--scale", action="store_true",
+                        help="also the 16-process drain, the claim cost and the workers' RSS")
+    parser.add_argument("--claim-finished", type=int,
+                        help="finished rows for the claim cost (default 1000000; 20000 with --quick)")
+    parser.add_argument("--claim-queued", type=int,
+                        help="queued rows for the claim cost (default 100000; 2000 with --quick)")
+    parser.add_argument("--claim-samples", type=int, default=200, help="claims timed per table")
+    parser.add_argument("--rss-jobs", type=int,
+                        help="jobs drained before reading RSS (default 100000; 2000 with --quick)")
     args = parser.parse_args(argv)
-    args.jobs = args.jobs or (500 if args.quick else 5000)
-    args.latency_seconds = args.latency_seconds or (4 if args.quick else 20)
-    if args.claim_rows is None:
-        args.claim_rows = 20_000 if args.quick else 100_000
-    if args.jobs < 1 or args.rate <= 0:
-        parser.error("--jobs and --rate must be positive")
+    quick = args.quick
+
+    def pick(value: Any, full: Any, small: Any) -> Any:
+        return value if value is not None else (small if quick else full)
+
+    args.reps = pick(args.reps, 3, 1)
+    args.jobs = pick(args.jobs, 5000, 500)
+    args.bulk = pick(args.bulk, 20_000, 2000)
+    args.latency_seconds = pick(args.latency_seconds, 20, 3)
+    args.web_seconds = pick(args.web_seconds, 10, 2)
+    args.claim_finished = pick(args.claim_finished, 1_000_000, 20_000)
+    args.claim_queued = pick(args.claim_queued, 100_000, 2000)
+    args.rss_jobs = pick(args.rss_jobs, 100_000, 2000)
+    if min(args.reps, args.jobs, args.bulk, args.rss_jobs) < 1 or args.rate <= 0:
+        parser.error("--reps, --jobs, --bulk, --rss-jobs and --rate must be positive")
+    args.peer = args.peer or list(PEERS)
     return args
+
+
+def prepare(names: list[str], admin_url: str, redis_url: str, results: Results) -> dict[str, Peer]:
+    """Every peer that can run here; one whose package is missing is left out, and said so."""
+    run_id = uuid.uuid4().hex[:8]
+    ready = {}
+    for name in names:
+        try:
+            peer = load_peer(name)
+        except ImportError as error:
+            _say(f"  {name}: left out, not importable ({error}); pip install -e '.[bench]'")
+            continue
+        _say(f"  {peer.title}: {peer.defaults}")
+        try:
+            peer.prepare(admin_url, redis_url, run_id)
+        except Exception as error:
+            results.failures.append(f"{peer.title}: prepare failed: {error}")
+            _say(f"  {peer.title}: prepare FAILED: {error}")
+            continue
+        ready[name] = peer
+        results.titles[name] = peer.title
+    return ready
+
+
+def measure(results: Results, peer: Peer, name: str, label: str,
+            take: Callable[[], Figure | None]) -> Figure | None:
+    """One figure; a failure is reported and counted, and the run goes on."""
+    try:
+        figure = take()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:
+        results.failures.append(f"{peer.title} {label}: {error}")
+        detail = str(error) if isinstance(error, PeerError) else traceback.format_exc()
+        _say(f"    {label:<30} {peer.title:<28} FAILED: {detail.strip()[-2000:]}")
+        return None
+    if figure is not None:
+        _say(f"    {label:<30} {peer.title:<28} {figure}")
+    return figure
+
+
+def run(args: argparse.Namespace, peers: dict[str, Peer], results: Results) -> None:
+    for rep in range(1, args.reps + 1):
+        _say(f"\nrepetition {rep} of {args.reps} (load {_load()})")
+        for name, peer in peers.items():
+            for each in MEASURES:
+                if (each.only and each.only != name) or (each.scale and not args.scale):
+                    continue
+                figure = measure(results, peer, name, each.label, lambda e=each, p=peer: e.take(p, args))
+                if figure is not None:
+                    results.add(name, each.key, figure)
+    if args.scale and (sj := peers.get(SPACEJOBS)):
+        _say(f"\nscale, Space Jobs alone, once (load {_load()})")
+        for label, take in (
+                ("claim cost, empty table", lambda: sj.claim_cost(0, 0, args.claim_samples).hit),
+                ("claim cost, loaded", lambda: sj.claim_cost(args.claim_finished, args.claim_queued,
+                                                             args.claim_samples).hit),
+                (f"worker RSS after {args.rss_jobs:,} jobs", lambda: sj.rss_after(args.rss_jobs))):
+            if (figure := measure(results, sj, SPACEJOBS, label, take)) is not None:
+                results.once[label] = figure
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # bench.noop in this process too (web app, store)
     clean_up_on_signals()
-    load_at_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    tmp = Path(tempfile.mkdtemp(prefix="spacejobs-bench-"))
-    report = Report()
-    servers: Servers | None = None
-    stack: Stack | None = None
-    complete = False
+    admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    _say("Space Jobs and its peers, one run (issue 8)")
+    for line in machine(admin_url, redis_url):
+        _say(line)
+    _say(f"sizes     : {args.reps} repetition(s); N={args.jobs:,} for enqueue and drain, bulk {args.bulk:,},"
+         f" latency at {args.rate:g}/s for {args.latency_seconds:g} s, wrk {args.web_seconds:g} s with"
+         f" {args.web_connections} connections" + (
+             f"; scale: claim cost {args.claim_finished:,} finished + {args.claim_queued:,} queued rows,"
+             f" RSS after {args.rss_jobs:,} jobs" if args.scale else ""))
+    _say("systems, as they run:")
+    results = Results()
+    peers: dict[str, Peer] = {}
+    interrupted = False
     try:
-        servers = find_or_start(tmp / "servers")
-        _log(f"servers: {servers.source}; migrating a template database and cloning it")
-        # The workers need nothing of the test suite's settings: no beat, no extra kinds.
-        stack = Stack(servers, tmp, label="bench", process_settings={})
-        report.header += machine(servers)
-        drain_limit = os.environ.get("SPACEJOBS_DRAIN_LIMIT", "50")
-        report.header += [
-            ("parameters", f"N={args.jobs} jobs per phase, kind {KIND}, latency at {args.rate:g}/s "
-                           f"for {args.latency_seconds:g} s, SPACEJOBS_DRAIN_LIMIT={drain_limit}"),
-            ("workers", f"1 x `celery -A tasks.celery_app worker -c {CONCURRENCY}` (prefork: "
-                        f"{CONCURRENCY} processes), log level INFO to a file, no beat/sweeper; "
-                        f"plain Celery the same with -A bench.plain_celery"),
-            ("run", f"database {stack.db_name}, queues {stack.queue} / {plain_queue(stack)} "
-                    "(created for this run, removed at the end)"),
-        ]
-
-        client = stack.make_app().test_client()
-
-        enqueue_store(stack, report, args.jobs)
-        drain_tenant = enqueue_web(stack, report, client, args.jobs)
-        drain_rate = drain(stack, report, drain_tenant, args.jobs)
-        end_to_end(stack, report, client, args.jobs)
-        latency(stack, report, client, args.rate, args.latency_seconds)
-        stack.processes.stop_all()
-        broker.purge_queue(stack.redis_url, stack.queue)
-        plain_celery(stack, report, args.jobs, args.rate, args.latency_seconds, drain_rate)
-        stack.processes.stop_all()
-        if args.claim_rows:
-            claim_cost(stack, report, args.claim_rows, args.claim_samples)
-        complete = True
+        peers = prepare(args.peer, admin_url, redis_url, results)
+        run(args, peers, results)
     except KeyboardInterrupt:
-        _log("interrupted")
-    except SystemExit:
-        _log("terminated by a signal")
-        raise
+        interrupted = True
+        _say("\ninterrupted: what was measured so far follows")
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)  # let the cleanup finish
-        _cleanup(servers, stack, tmp)
-        if report.rows:
-            # Other processes on a small machine skew every figure: say how busy it was.
-            report.header.append(("load average", f"{load_at_start} at start, "
-                                  + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " at end (1/5/15 min)"))
-            print(report.render(complete=complete), flush=True)
-    failed = [c for c in report.checks if not c[1]]
-    return 0 if complete and not failed else 1
-
-
-def _cleanup(servers: Servers | None, stack: Stack | None, tmp: Path) -> None:
-    """Stop the workers, remove the queues, drop the databases, stop embedded servers; keep the
-    logs only if a step failed."""
-    steps: list[Callable[[], None]] = []
-    if stack is not None:
-        steps.append(lambda: broker.forget_queues(stack.redis_url, plain_queue(stack),
-                                                  f"{plain_queue(stack)}.sweep"))
-        steps.append(stack.stop)
-    if servers is not None:
-        steps.append(servers.close)
-    errors = []
-    for step in steps:
-        try:
-            step()
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-    for error in errors:
-        _log(f"cleanup: {error}")
-    if errors:
-        _log(f"worker logs kept in {tmp}")
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for peer in peers.values():
+            try:
+                peer.cleanup()
+            except Exception as error:
+                results.failures.append(f"{peer.title} cleanup: {error}")
+    _say(f"\nmedians of {args.reps} repetition(s)")
+    for line in summary(results, list(peers)):
+        _say(line)
+    _say("\ntargets (issue 8), from the medians above")
+    for line in targets(results, args):
+        _say(line)
+    _say(f"\nload      : {_load()} at end (1 / 5 / 15 min)")
+    for failure in results.failures:
+        _say(f"FAILED: {failure.splitlines()[0]}")
+    return 1 if results.failures or interrupted or not peers else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The peers Space Jobs is measured against, each a self-contained driver with one interface.
+"""Space Jobs and the peers it is measured against, each a self-contained driver with one
+interface.
 
     peer = load_peer("pgqueuer").prepare(admin_url, redis_url, run_id)
     try:
@@ -21,6 +22,7 @@ from bench.peers.base import Figure, Peer, PeerError
 
 # name -> "module:class"; imported on demand, so one missing optional package only costs its peer.
 PEERS = {
+    "spacejobs": "bench.peers.spacejobs:SpaceJobsPeer",
     "celery": "bench.peers.plain_celery:PlainCelery",
     "pgqueuer": "bench.peers.pgqueuer:PgQueuerPeer",
     "procrastinate": "bench.peers.procrastinate:ProcrastinatePeer",

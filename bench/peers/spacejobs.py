@@ -1,0 +1,362 @@
+"""Space Jobs itself, driven through the same interface as its peers, plus the figures only it
+has to show: the web submit under `wrk`, a drain with many processes, the workers' memory, and
+the cost of a claim behind a large history.
+
+Everything runs on a stack of the test kit (tests/kit): a database cloned from the migrated
+template, its own Celery queue, the application roles. Producers use the Python API
+(``models.jobs.service``) as ``space_app``, one transaction per call, with the wake-up published
+after COMMIT as the web does. Workers are what ``spacejobs worker --concurrency P`` runs (one
+Celery worker, prefork, P pool processes; tests/kit ``celery_worker_argv``) on every default,
+without beat. Every figure is read from the job rows and ``job_events`` as the owner role.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psutil
+from sqlalchemy import text
+
+from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, paced, rate_figure
+from models.db.queries import queries_beside
+from models.db.transaction import transaction
+from models.jobs import service, store
+from models.kinds import load_kinds
+from models.settings import reload_settings
+from tests.kit import broker
+from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv
+from tests.kit.seeding import Tenant
+from tests.kit.servers import Servers
+from tests.kit.stack import Stack
+
+KIND = "bench.noop"
+Q = queries_beside(__file__)
+# The web figure measures the submit path, not the rate limits that protect it.
+UNLIMITED = "1000000000 per minute"
+
+
+def _version() -> str:
+    found = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[2]), "describe", "--always",
+                            "--dirty"], capture_output=True, text=True, check=False)
+    return found.stdout.strip() or "?"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def vm_rss_mb(pid: int) -> float:
+    """Resident memory of one process in MB, as the kernel counts it (VmRSS, in kB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise PeerError(f"no VmRSS for process {pid}")
+
+
+@dataclass(frozen=True)
+class ClaimCost:
+    """One-job claims timed on a table holding ``finished`` finished and ``queued`` queued rows."""
+
+    finished: int
+    queued: int
+    hit: Figure  # mean ms per claim that leased a job
+
+
+class SpaceJobsPeer(Peer):
+    name = "spacejobs"
+    title = f"Space Jobs {_version()}"
+    defaults: ClassVar[str] = (
+        "one `celery -A tasks.celery_app worker --pool prefork -c P` (what `spacejobs worker"
+        " --concurrency P` runs, less mingle and gossip; P pool processes under one consumer), every"
+        " SPACEJOBS_* default (claim batch up to 100, drain limit 1000, linger 1 s, wake-ups coalesced"
+        " over 1 s), no beat; producer: models.jobs.service.submit / submit_many as space_app, one"
+        " transaction per call, wake-up after COMMIT; web: `spacejobs web --workers 2` (gunicorn"
+        " gthread, 16 threads) with its submit rate limits lifted")
+
+    stack: Stack | None = None
+    servers: Servers | None = None
+
+    def _prepare(self, admin_url: str, redis_url: str) -> None:
+        # bench.noop exists only with this setting, in this process (the producer) and in the
+        # stack's processes (Stack.env sets it for them).
+        os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+        reload_settings()
+        load_kinds()
+        from tasks.wakeups import WakeupPublisher
+
+        self.servers = Servers(admin_url, redis_url, "DATABASE_URL / REDIS_URL")
+        self.stack = Stack(self.servers, self.log_dir, label="bench", process_settings={})
+        self.tenant = self.stack.tenant("bench")
+        self.publisher = WakeupPublisher(self.stack.redis_url, self.stack.queue)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _read(self, name: str, **params: Any) -> Any:
+        with self.stack.admin() as conn:
+            return conn.execute(Q[name], params).mappings().all()
+
+    def _count(self, name: str) -> int:
+        return self._read(name)[0]["count"]
+
+    def _clear(self) -> None:
+        """Empty the tables, the wake-up queue and the coalescing guard, so that the next figure
+        starts from nothing and its first submit publishes a wake-up."""
+        with self.stack.admin() as conn:
+            conn.execute(Q["clear"])
+        broker.purge_queue(self.stack.redis_url, self.stack.queue)
+        broker.redis_client(self.stack.redis_url).delete(
+            f"spacejobs:wake-pending:{self.stack.queue}")
+
+    def _submit_one(self, tenant: Tenant) -> None:
+        with self.stack.app_db.begin() as conn:
+            service.submit(conn, KIND, organization_id=tenant.organization_id,
+                           requested_by=tenant.user_id, wake=self.publisher.wake)
+
+    def _submit_many(self, tenant: Tenant, n: int, batch: int) -> None:
+        for offset in range(0, n, batch):
+            with self.stack.app_db.begin() as conn:
+                service.submit_many(conn, [service.JobRequest(KIND)] * min(batch, n - offset),
+                                    organization_id=tenant.organization_id,
+                                    requested_by=tenant.user_id, wake=self.publisher.wake)
+
+    def _expect_queued(self, n: int) -> None:
+        if (queued := self._count("queued_count")) != n:
+            raise PeerError(f"Space Jobs: {queued} jobs queued after submitting {n}")
+
+    def _start_worker(self, processes: int) -> LoggedProcess:
+        name = f"worker-{uuid.uuid4().hex[:6]}"
+        return self.stack.processes.start(
+            name, celery_worker_argv("tasks.celery_app", self.stack.queue, name, processes),
+            self.stack.env(), ready=WORKER_READY, timeout=120)
+
+    def _wait(self, what: str, done: Any, timeout: float, interval: float = 0.2) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            self.stack.processes.check_alive()
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {p.name}\n{p.output()[-1500:]}" for p in self.stack.processes)
+                raise PeerError(f"Space Jobs: {what} not reached after {timeout:.0f} s\n{logs}")
+            time.sleep(interval)
+
+    def _wait_completed(self, n: int, timeout: float) -> None:
+        self._wait(f"{n} jobs completed", lambda: self._count("completed_count") >= n, timeout)
+        time.sleep(0.5)  # a job run twice would show up as a second chain of events
+
+    def _outcome(self, n: int) -> tuple[Any, Any, int]:
+        """First lease and last completion; raises unless each of the ``n`` jobs ran once."""
+        row = self._read("outcome")[0]
+        if not (row["jobs"] == row["completed_once"] == row["clean_chains"] == n) or row["diagnostics"]:
+            raise PeerError(f"Space Jobs: {row['jobs']} rows, {row['completed_once']} completed in one"
+                            f" attempt, {row['clean_chains']} event chains queued>leased>completed,"
+                            f" {row['diagnostics']} diagnostics, for {n} jobs")
+        claimers = len(self._read("claims_by_worker"))
+        return row["first_leased"], row["last_completed"], claimers
+
+    # -- the peers' figures ----------------------------------------------------------------
+
+    def enqueue_rate(self, n: int) -> Figure:
+        self._clear()
+        started = time.perf_counter()
+        for _ in range(n):
+            self._submit_one(self.tenant)
+        seconds = time.perf_counter() - started
+        self._expect_queued(n)
+        self._clear()
+        return rate_figure(n, seconds, f"service.submit() one per transaction + wake-up, no worker;"
+                                       f" {n} rows queued")
+
+    def bulk_enqueue_rate(self, n: int, batch: int = 1000) -> Figure:
+        self._clear()
+        started = time.perf_counter()
+        self._submit_many(self.tenant, n, batch)
+        seconds = time.perf_counter() - started
+        self._expect_queued(n)
+        self._clear()
+        return rate_figure(n, seconds, f"service.submit_many() of {batch} per transaction, no worker;"
+                                       f" {n} rows queued")
+
+    def drain_rate(self, n: int, processes: int = 2) -> Figure:
+        self._clear()
+        self._submit_many(self.tenant, n, 1000)
+        self._expect_queued(n)
+        worker = self._start_worker(processes)
+        try:
+            self._wait_completed(n, drain_timeout(n))
+            first, last, claimers = self._outcome(n)
+        finally:
+            self.stack.processes.stop(worker)
+        self._clear()
+        return rate_figure(n, (last - first).total_seconds(),
+                           f"1 worker -c {processes} ({processes} pool processes, {claimers} of them"
+                           f" claimed), first lease -> last completion (job_events); {n} jobs"
+                           " completed once")
+
+    def latency(self, rate: float = 50, seconds: float = 20, processes: int = 2) -> Figure:
+        self._clear()
+        count = max(2, round(rate * seconds))
+        worker = self._start_worker(processes)
+        try:
+            time.sleep(1)  # as for the peers: past the pool's start-up
+            elapsed = paced(rate, count, lambda: self._submit_one(self.tenant))
+            self._wait_completed(count, timeout=60)
+            self._outcome(count)
+            rows = self._read("latencies")
+        finally:
+            self.stack.processes.stop(worker)
+        self._clear()
+        if len(rows) != count:
+            raise PeerError(f"Space Jobs: {len(rows)} complete histories for {count} jobs")
+        starts = [float(row["started"]) for row in rows]
+        return latency_figure([float(row["finished"]) for row in rows],
+                              f"service.submit() at {count / elapsed:.1f}/s achieved, 1 worker -c"
+                              f" {processes}, created_at -> completion event (job_events); submit ->"
+                              f" lease p50 {1000 * statistics.median(starts):.1f} ms")
+
+    # -- Space Jobs' own figures -----------------------------------------------------------
+
+    def web_rate(self, seconds: float = 10, connections: int = 32, processes: int = 2) -> Figure:
+        """`POST /api/v1/orgs/{org}/jobs` through `spacejobs web` driven by wrk (keep-alive, one
+        token), no worker running: jobs/s counted from the rows the POSTs created."""
+        wrk = shutil.which("wrk")
+        if wrk is None:
+            raise PeerError("the web figure needs wrk (apt-get install wrk)")
+        self._clear()
+        port = _free_port()
+        web = self.stack.processes.start(
+            f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
+                            "--workers", str(processes)],
+            self.stack.env(SPACEJOBS_SUBMIT_RATE_LIMIT=UNLIMITED,
+                           SPACEJOBS_ORG_SUBMIT_RATE_LIMIT=UNLIMITED))
+        base = f"http://127.0.0.1:{port}"
+        try:
+            self._wait("the web answering", lambda: _answers(base + "/api/v1/me"), timeout=60)
+            # The warm-up's rows belong to an organization of their own and are not counted.
+            warm, measured = self.stack.tenant("bench-web-warm"), self.stack.tenant("bench-web")
+            _wrk(wrk, self.log_dir, base, warm, 2, connections)
+            output = _wrk(wrk, self.log_dir, base, measured, seconds, connections)
+            time.sleep(0.5)  # requests wrk gave up on at its deadline may still commit
+            row = self._read("created_span", org=measured.organization_id)[0]
+        finally:
+            self.stack.processes.stop(web)
+        self._clear()
+        made = row["jobs"]
+        if made < 2:
+            raise PeerError(f"Space Jobs web: {made} rows created by wrk's POSTs:\n{output[-1500:]}")
+        span = (row["last_created"] - row["first_created"]).total_seconds()
+        answered, not_2xx, errors = _wrk_counts(output)
+        return rate_figure(made, span,
+                           f"rows created by {answered} POSTs answered to wrk ({not_2xx} non-2xx,"
+                           f" socket errors {errors}), {connections} keep-alive connections, 2 wrk"
+                           f" threads, `spacejobs web --workers {processes}`, first -> last created_at")
+
+    def rss_after(self, n: int, processes: int = 2) -> Figure:
+        """VmRSS of each process of a worker (the consumer and its pool processes) after it has
+        drained ``n`` jobs; the figure's value is the largest, in MB."""
+        self._clear()
+        self._submit_many(self.tenant, n, 1000)
+        self._expect_queued(n)
+        worker = self._start_worker(processes)
+        try:
+            self._wait_completed(n, drain_timeout(n))
+            self._outcome(n)
+            tree = [psutil.Process(worker.pid), *psutil.Process(worker.pid).children(recursive=True)]
+            sizes = {proc.pid: vm_rss_mb(proc.pid) for proc in tree}
+        finally:
+            self.stack.processes.stop(worker)
+        self._clear()
+        each = ", ".join(f"{'consumer' if pid == worker.pid else 'pool'} {mb:.1f}"
+                         for pid, mb in sizes.items())
+        return Figure(max(sizes.values()), "MB", f"VmRSS after 1 worker -c {processes} drained {n} jobs:"
+                                                 f" {each} MB")
+
+    def claim_cost(self, finished: int, queued: int, samples: int = 200) -> ClaimCost:
+        """``samples`` one-job claims (each its own transaction, as the worker role) on a table
+        holding ``finished`` finished rows and ``queued`` queued ones (at least ``samples``).
+
+        No EXPLAIN: the claim is one call of the SQL function claim_jobs(), whose plan EXPLAIN
+        shows as a bare Function Scan; the ratio to the empty table's cost is the check."""
+        queued = max(queued, samples)
+        self._clear()
+        with self.stack.admin() as conn:
+            params = {"org": self.tenant.organization_id, "user": self.tenant.user_id}
+            if finished:
+                conn.execute(Q["fill_finished"], {**params, "n": finished})
+            conn.execute(Q["fill_queued"], {**params, "n": queued})
+            conn.execute(Q["analyze"])
+        worker_db = self.stack.worker_db
+        with transaction(worker_db) as conn:
+            conn.execute(text("SELECT 1"))  # connected before the timing
+        values = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            with transaction(worker_db, actor="worker:bench") as conn:
+                leased = store.claim_batch(conn, "bench", limit=1)
+            values.append(1000 * (time.perf_counter() - started))
+            if len(leased) != 1:
+                raise PeerError(f"Space Jobs claim cost: a claim leased {len(leased)} jobs")
+        self._clear()
+        p95 = statistics.quantiles(values, n=20, method="inclusive")[18]
+        mean = statistics.fmean(values)
+        return ClaimCost(finished, queued, Figure(
+            mean, "ms", f"{samples} one-job claims (store.claim_batch, one transaction each, worker"
+                        f" role) with {finished:,} finished and {queued:,} queued rows",
+            {"mean": mean, "p95": p95}))
+
+    def _cleanup(self) -> None:
+        stack, servers = self.stack, self.servers
+        self.stack = self.servers = None
+        try:
+            if stack is not None:
+                stack.stop()
+        finally:
+            if servers is not None:
+                servers.close()  # the template database; servers from the environment stay up
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+    except urllib.error.HTTPError:
+        return True  # 401 without a token: the app is serving
+    except OSError:
+        return False
+    return True
+
+
+def _wrk(wrk: str, log_dir: Path, base: str, tenant: Tenant, seconds: float, connections: int) -> str:
+    script = log_dir / f"post-{tenant.organization_id}.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = '{{\"kind\": \"{KIND}\"}}'\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {tenant.member.token}"\n')
+    found = subprocess.run([wrk, "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s",
+                            str(script), f"{base}/api/v1/orgs/{tenant.organization_id}/jobs"],
+                           capture_output=True, text=True, check=False, timeout=seconds + 60)
+    if found.returncode != 0:
+        raise PeerError(f"wrk exited with {found.returncode}: {found.stderr[-1500:]}")
+    return found.stdout
+
+
+def _wrk_counts(output: str) -> tuple[int, int, str]:
+    """Requests wrk saw answered, how many of those were not 2xx/3xx, and its socket errors."""
+    answered = re.search(r"(\d+) requests in", output)
+    not_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    errors = re.search(r"Socket errors: (.*)", output)
+    return (int(answered.group(1)) if answered else 0, int(not_2xx.group(1)) if not_2xx else 0,
+            errors.group(1).strip() if errors else "none")
