@@ -669,7 +669,11 @@ RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, para
                request_id text, more_due boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 -- JIT compiled this short statement on every call once the queue was large (revision 0016).
-SET jit = off AS $$
+-- Every read below has an index made for it, so no sequential or bitmap scan, and a plan of
+-- those indexes does not depend on the statistics: one generic plan a session. Without this a
+-- claim behind 1,000,000 finished rows took 80 ms instead of 1 (revision 0023).
+SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     RETURN QUERY
     WITH RECURSIVE
