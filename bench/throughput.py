@@ -59,6 +59,10 @@ MEASURES = [
             lambda p, a: p.web_rate(a.web_seconds, a.web_connections), only=SPACEJOBS),
     Measure("drain", "drain, 2 worker processes", lambda p, a: p.drain_rate(a.jobs, 2)),
     Measure("latency", "latency, paced", lambda p, a: p.latency(a.rate, a.latency_seconds, 2)),
+    Measure("fairness", "a lone job behind a flood", lambda p, a: p.fairness(a.flood, 2),
+            only=SPACEJOBS),
+    Measure("wait", "service.wait after the finish", lambda p, a: p.wait_latency(a.wait_jobs, 2),
+            only=SPACEJOBS),
     Measure("drain16", "drain, 16 worker processes", lambda p, a: p.drain_rate(a.jobs, 16),
             only=SPACEJOBS, scale=True),
 ]
@@ -78,11 +82,11 @@ class Results:
 
     def median(self, peer: str, key: str, part: str | None = None) -> float | None:
         """The median over the repetitions of the figure's value, or of one of its spread's
-        parts (``p95``); None when it was not measured."""
+        parts (``p95``) or facts (``flood_rate``); None when it was not measured."""
         found = self.figures.get((peer, key))
         if not found:
             return None
-        return statistics.median(f.spread[part] if part else f.value for f in found)
+        return statistics.median(({**f.spread, **f.facts}[part] if part else f.value) for f in found)
 
 
 # -- the report's pieces ----------------------------------------------------------------------
@@ -176,7 +180,8 @@ def targets(results: Results, args: argparse.Namespace) -> list[str]:
              absolute("2b", "bulk submit, 1,000 per call", "bulk", 20_000),
              absolute("2c", "web POST through gunicorn under wrk", "web", 1_000),
              latency("3a", "p50", 1),
-             latency("3b", "p95", 2)]
+             latency("3b", "p95", 2),
+             *framework(results)]
     if not args.scale:
         return [*lines, "target 4a-4c (claim cost, 16-process drain, worker RSS): not measured"
                         " (--scale)"]
@@ -202,6 +207,21 @@ def targets(results: Results, args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def framework(results: Results) -> list[str]:
+    """Issue 11's two figures: the fairness bound and how soon ``wait`` returns."""
+    lines = []
+    head = "issue 11 a lone job behind a flood waits < 1 s while the flood drains ≥ 1,000 jobs/s"
+    wait, rate = results.median(SPACEJOBS, "fairness"), results.median(SPACEJOBS, "fairness", "flood_rate")
+    lines.append(f"{head}: not measured" if wait is None else
+                 f"{head}: {wait:,.1f} ms at {rate:,.0f} jobs/s {_verdict(wait < 1000 and rate >= 1000)}")
+    head = "issue 11 service.wait returns within 50 ms of the finish (p95)"
+    p95 = results.median(SPACEJOBS, "wait", "p95")
+    lines.append(f"{head}: not measured" if p95 is None else
+                 f"{head}: p50 {results.median(SPACEJOBS, 'wait'):.1f} / p95 {p95:.1f} ms"
+                 f" {_verdict(p95 <= 50)}")
+    return lines
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -219,6 +239,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="length of each paced latency run (default 20; 3 with --quick)")
     parser.add_argument("--web-seconds", type=float, help="wrk's run (default 10; 2 with --quick)")
     parser.add_argument("--web-connections", type=int, default=32, help="wrk's keep-alive connections")
+    parser.add_argument("--flood", type=int,
+                        help="the flood a lone job waits behind (default 10000; 2000 with --quick)")
+    parser.add_argument("--wait-jobs", type=int,
+                        help="jobs waited for one at a time (default 200; 20 with --quick)")
     parser.add_argument("--scale", action="store_true",
                         help="also the 16-process drain, the claim cost and the workers' RSS")
     parser.add_argument("--claim-finished", type=int,
@@ -237,6 +261,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.reps = pick(args.reps, 3, 1)
     args.jobs = pick(args.jobs, 5000, 500)
     args.bulk = pick(args.bulk, 20_000, 2000)
+    args.flood = pick(args.flood, 10_000, 2000)
+    args.wait_jobs = pick(args.wait_jobs, 200, 20)
     args.latency_seconds = pick(args.latency_seconds, 20, 3)
     args.web_seconds = pick(args.web_seconds, 10, 2)
     args.claim_finished = pick(args.claim_finished, 1_000_000, 20_000)
@@ -340,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"\nmedians of {args.reps} repetition(s)")
     for line in summary(results, list(peers)):
         _say(line)
-    _say("\ntargets (issue 8), from the medians above")
+    _say("\ntargets (issues 8 and 11), from the medians above")
     for line in targets(results, args):
         _say(line)
     _say(f"\nload      : {_load()} at end (1 / 5 / 15 min)")

@@ -62,6 +62,8 @@ class Figure:
     detail: str
     spread: Mapping[str, float] = field(default_factory=dict)
     load: tuple[float, float, float] = field(default_factory=os.getloadavg)
+    #: other numbers a target needs beside the value (not printed: ``detail`` says them)
+    facts: Mapping[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         if self.spread:

@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -228,6 +229,65 @@ class SpaceJobsPeer(Peer):
                               f" lease p50 {1000 * statistics.median(starts):.1f} ms")
 
     # -- Space Jobs' own figures -----------------------------------------------------------
+
+    def fairness(self, flood: int = 10_000, processes: int = 2, lone_after: float = 0.25) -> Figure:
+        """Issue 11's fairness bound: one organization's ``flood`` queued jobs drain, and
+        ``lone_after`` seconds after the first lease another organization submits one job. The
+        figure is that job's wait (created_at -> its lease event), beside the flood's drain rate
+        and how many flood jobs were still unleased when it started, all from the rows."""
+        self._clear()
+        lone = self.stack.tenant(f"bench-lone-{uuid.uuid4().hex[:6]}")
+        self._submit_many(self.tenant, flood, 1000)
+        worker = self._start_worker(processes)
+        try:
+            self._wait("the flood's first lease", lambda: self._count("leased_events") > 0,
+                       timeout=120, interval=0.01)
+            time.sleep(lone_after)
+            self._submit_one(lone)
+            self._wait_completed(flood + 1, drain_timeout(flood))
+            row = self._read("lone_wait", lone=lone.organization_id)[0]
+        finally:
+            self.stack.processes.stop(worker)
+        self._clear()
+        if not row["flood_left"]:
+            raise PeerError("Space Jobs fairness: the flood had drained before the lone job was"
+                            " leased; nothing was measured (a larger flood is needed)")
+        rate = row["flood_jobs"] / float(row["flood_s"])
+        wait_ms = 1000 * float(row["wait_s"])
+        return Figure(wait_ms, "ms", f"the lone job of a second organization waited {wait_ms:.1f} ms"
+                                     f" (created_at -> its lease event) while {row['flood_left']:,} of"
+                                     f" a {flood:,}-job flood were still to be leased; the flood"
+                                     f" drained at {rate:,.0f} jobs/s, 1 worker -c {processes}",
+                      facts={"flood_rate": rate})
+
+    def wait_latency(self, jobs: int = 200, processes: int = 2) -> Figure:
+        """Issue 11's ``wait``: one job at a time, submitted then waited for with
+        ``service.wait`` from this process; per job, from its completion event (written in the
+        finishing statement just before COMMIT, whose NOTIFY wakes the waiter) to ``wait``
+        returning. Both clocks are this machine's."""
+        self._clear()
+        worker = self._start_worker(processes)
+        delays = []
+        try:
+            time.sleep(1)  # past the pool's start-up
+            org, user = self.tenant.organization_id, self.tenant.user_id
+            for _ in range(jobs):
+                with self.stack.app_db.begin() as conn:
+                    job = service.submit(conn, KIND, organization_id=org, requested_by=user,
+                                         wake=self.publisher.wake).job
+                outcome = service.wait(job.id, 30, organization_id=org, engine=self.stack.app_db)
+                returned = datetime.now(UTC)
+                if outcome.job.status != "completed":
+                    raise PeerError(f"Space Jobs wait: a job ended {outcome.job.status}")
+                delays.append((job.id, returned))
+            done_at = {row["job_id"]: row["at"] for row in self._read("completion_events")}
+        finally:
+            self.stack.processes.stop(worker)
+        self._clear()
+        return latency_figure([(returned - done_at[job_id]).total_seconds()
+                               for job_id, returned in delays],
+                              "service.wait() returning after the job's completion event, one job"
+                              f" at a time, 1 worker -c {processes}")
 
     def web_rate(self, seconds: float = 10, connections: int = 32, processes: int = 2) -> Figure:
         """`POST /api/v1/orgs/{org}/jobs` through `spacejobs web` driven by wrk (keep-alive, one

@@ -68,3 +68,30 @@ SELECT :org, :user, 'bench.noop', 30, 3 FROM generate_series(1, :n)
 
 -- analyze --
 ANALYZE jobs
+
+-- leased_events --
+SELECT count(*) FROM job_events WHERE to_status = 'leased'
+
+-- lone_wait --
+-- The lone organization's job: seconds from its row's created_at to its lease event, and how
+-- many of the flood's jobs were still to be leased at that moment (more than none: it arrived
+-- mid-flood). The flood's drain rate spans its first lease to its last completion.
+WITH lone AS (
+    SELECT j.created_at, e.at AS leased_at
+    FROM jobs j JOIN job_events e ON e.job_id = j.id AND e.to_status = 'leased'
+    WHERE j.organization_id = :lone
+), flood AS (
+    SELECT e.job_id, e.to_status, e.at
+    FROM job_events e JOIN jobs j ON j.id = e.job_id
+    WHERE j.organization_id <> :lone AND e.to_status IN ('leased', 'completed')
+)
+SELECT extract(epoch FROM lone.leased_at - lone.created_at) AS wait_s,
+       (SELECT count(*) FROM flood WHERE flood.to_status = 'leased' AND flood.at > lone.leased_at)
+           AS flood_left,
+       (SELECT count(*) FROM flood WHERE flood.to_status = 'completed') AS flood_jobs,
+       extract(epoch FROM (SELECT max(at) FROM flood WHERE to_status = 'completed')
+                          - (SELECT min(at) FROM flood WHERE to_status = 'leased')) AS flood_s
+FROM lone
+
+-- completion_events --
+SELECT job_id, at FROM job_events WHERE to_status = 'completed'

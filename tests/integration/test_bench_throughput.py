@@ -20,7 +20,7 @@ from tests.kit.programs import find_program
 from tests.kit.servers import Servers
 
 TINY = ["--quick", "--jobs", "100", "--bulk", "1000", "--latency-seconds", "1", "--web-seconds", "1",
-        "--web-connections", "8"]
+        "--web-connections", "8", "--flood", "3000", "--wait-jobs", "5"]
 OPTIONAL_PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}  # peer -> its package
 
 
@@ -40,5 +40,10 @@ def test_quick_run_measures_every_system_and_prints_the_targets(servers: Servers
                      output, re.MULTILINE), output[-6000:]
     assert re.search(r"^target 3a latency p50 .*(PASS|FALL SHORT)$", output, re.MULTILINE), output[-6000:]
     assert re.search(r"^target 2c web POST .*: [\d,]+ jobs/s (PASS|FALL SHORT)$", output, re.MULTILINE)
+    assert re.search(r"^issue 11 a lone job behind a flood .*: [\d,.]+ ms at [\d,]+ jobs/s"
+                     r" (PASS|FALL SHORT)$",
+                     output, re.MULTILINE), output[-6000:]
+    assert re.search(r"^issue 11 service.wait .*: p50 [\d.]+ / p95 [\d.]+ ms (PASS|FALL SHORT)$",
+                     output, re.MULTILINE), output[-6000:]
     if "pgqueuer" in peers:
         assert re.search(r"^target 1a drain .*(PASS|FALL SHORT)$", output, re.MULTILINE), output[-6000:]

@@ -4,6 +4,7 @@ what is refused, and when the wake-up goes out."""
 from __future__ import annotations
 
 import io
+import threading
 import time
 import uuid
 import zipfile
@@ -162,6 +163,42 @@ def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, a
         assert refused.value.details["index"] == 1
         # The caller's own earlier write survives; none of the batch's rows do.
     assert count_jobs(stack, org) == 1
+
+
+def test_simultaneous_submits_with_one_dedup_key_give_one_job(stack: Stack):
+    """Eight transactions submit the same dedup key at the same moment, each on its own
+    connection: the unique index makes all but one wait for the first's COMMIT and then answer
+    the duplicate. Workers are frozen so the first job stays active (a finished one frees the key)."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    engine = make_engine(stack.app_url, pool_size=8)
+    start = threading.Barrier(8)
+    created: list[uuid.UUID] = []
+    duplicates: list[str] = []
+
+    def one() -> None:
+        start.wait()
+        try:
+            with engine.begin() as conn:
+                job = service.submit(conn, "bench.noop", {}, organization_id=org,
+                                     requested_by=anna.id, dedup_key="nightly").job
+                time.sleep(0.05)  # hold the row uncommitted while the others arrive
+            created.append(job.id)
+        except DuplicateJob as refused:
+            duplicates.append(refused.details["job_id"])
+
+    try:
+        with stack.workers_paused():
+            threads = [threading.Thread(target=one) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+            assert len(created) == 1 and len(duplicates) == 7
+            assert set(duplicates) == {str(created[0])}
+            assert count_jobs(stack, org) == 1
+    finally:
+        engine.dispose()
 
 
 # ------------------------------------------------------------------------- get, cancel, running, wait
