@@ -77,6 +77,31 @@ def test_late_finish_with_stale_token_changes_nothing(stack_db: Stack):
         ("queued", 0), ("leased", 1), ("leased", 2), ("completed", 2)]
 
 
+def test_a_stale_row_in_a_batch_finish_is_discarded_and_the_others_commit(stack_db: Stack):
+    drain_queue(stack_db)
+    org, first = new_job(stack_db)
+    jobs = [first] + [new_job(stack_db, org=org)[1] for _ in range(2)]
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        batch = store.claim_batch(conn, "w1", limit=3)
+    assert sorted(j.id for j in batch) == sorted(j.id for j in jobs)
+    tokens = {j.id: j.lease_token for j in batch}
+    assert len(set(tokens.values())) == 3  # each row of the batch has its own token
+    stale = jobs[1].id
+    expire_lease(stack_db, stale)
+    taken_over = claim(stack_db, "w2")
+    assert taken_over.id == stale and taken_over.lease_token != tokens[stale]
+
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        won = store.complete_batch(conn, [(job_id, token, {"by": "w1"}, None)
+                                          for job_id, token in tokens.items()])
+    assert won == {jobs[0].id, jobs[2].id}
+    for job in (jobs[0], jobs[2]):
+        assert stack_db.job_row(job.id)["status"] == "completed"
+    row = stack_db.job_row(stale)
+    assert (row["status"], row["lease_token"], row["result"]) == ("leased", taken_over.lease_token, None)
+    assert "completed" not in [e["to_status"] for e in stack_db.events(stale)]
+
+
 def test_a_live_lease_cannot_be_taken_over_even_with_raw_sql(stack_db: Stack):
     drain_queue(stack_db)
     _, job = new_job(stack_db)
