@@ -171,41 +171,46 @@ class SpaceJobsPeer(Peer):
     # -- the peers' figures ----------------------------------------------------------------
 
     def enqueue_rate(self, n: int) -> Figure:
-        self._clear()
-        started = time.perf_counter()
-        for _ in range(n):
-            self._submit_one(self.tenant)
-        seconds = time.perf_counter() - started
-        self._expect_queued(n)
-        self._clear()
-        return rate_figure(n, seconds, f"service.submit() one per transaction + wake-up, no worker;"
-                                       f" {n} rows queued")
+        return self._timed_enqueue(n, lambda: [self._submit_one(self.tenant) for _ in range(n)],
+                                   "service.submit() one per transaction + wake-up")
 
     def bulk_enqueue_rate(self, n: int, batch: int = 1000) -> Figure:
+        return self._timed_enqueue(n, lambda: self._submit_many(self.tenant, n, batch),
+                                   f"service.submit_many() of {batch} per transaction")
+
+    def _timed_enqueue(self, n: int, submit: Any, how: str) -> Figure:
+        """``submit`` writes ``n`` jobs with no worker running; its time is the figure."""
         self._clear()
         started = time.perf_counter()
-        self._submit_many(self.tenant, n, batch)
+        submit()
         seconds = time.perf_counter() - started
         self._expect_queued(n)
         self._clear()
-        return rate_figure(n, seconds, f"service.submit_many() of {batch} per transaction, no worker;"
-                                       f" {n} rows queued")
+        return rate_figure(n, seconds, f"{how}, no worker; {n} rows queued")
 
     def drain_rate(self, n: int, processes: int = 2) -> Figure:
+        (first, last, claimers), _ = self._drain(n, processes)
+        return rate_figure(n, (last - first).total_seconds(),
+                           f"1 worker -c {processes} ({processes} pool processes, {claimers} of them"
+                           f" claimed), first lease -> last completion (job_events); {n} jobs"
+                           " completed once")
+
+    def _drain(self, n: int, processes: int,
+               inspect: Any = lambda worker: None) -> tuple[tuple[Any, Any, int], Any]:
+        """Queue ``n`` jobs, let one worker drain them, check each ran once; returns the
+        outcome and what ``inspect`` made of the worker before it was stopped."""
         self._clear()
         self._submit_many(self.tenant, n, 1000)
         self._expect_queued(n)
         worker = self._start_worker(processes)
         try:
             self._wait_completed(n, drain_timeout(n))
-            first, last, claimers = self._outcome(n)
+            outcome = self._outcome(n)
+            seen = inspect(worker)
         finally:
             self.stack.processes.stop(worker)
         self._clear()
-        return rate_figure(n, (last - first).total_seconds(),
-                           f"1 worker -c {processes} ({processes} pool processes, {claimers} of them"
-                           f" claimed), first lease -> last completion (job_events); {n} jobs"
-                           " completed once")
+        return outcome, seen
 
     def latency(self, rate: float = 50, seconds: float = 20, processes: int = 2) -> Figure:
         self._clear()
@@ -327,19 +332,12 @@ class SpaceJobsPeer(Peer):
     def rss_after(self, n: int, processes: int = 2) -> Figure:
         """VmRSS of each process of a worker (the consumer and its pool processes) after it has
         drained ``n`` jobs; the figure's value is the largest, in MB."""
-        self._clear()
-        self._submit_many(self.tenant, n, 1000)
-        self._expect_queued(n)
-        worker = self._start_worker(processes)
-        try:
-            self._wait_completed(n, drain_timeout(n))
-            self._outcome(n)
+        def sizes_of(worker: LoggedProcess) -> tuple[int, dict[int, float]]:
             tree = [psutil.Process(worker.pid), *psutil.Process(worker.pid).children(recursive=True)]
-            sizes = {proc.pid: vm_rss_mb(proc.pid) for proc in tree}
-        finally:
-            self.stack.processes.stop(worker)
-        self._clear()
-        each = ", ".join(f"{'consumer' if pid == worker.pid else 'pool'} {mb:.1f}"
+            return worker.pid, {proc.pid: vm_rss_mb(proc.pid) for proc in tree}
+
+        _, (consumer, sizes) = self._drain(n, processes, sizes_of)
+        each = ", ".join(f"{'consumer' if pid == consumer else 'pool'} {mb:.1f}"
                          for pid, mb in sizes.items())
         return Figure(max(sizes.values()), "MB", f"VmRSS after 1 worker -c {processes} drained {n} jobs:"
                                                  f" {each} MB")
