@@ -102,6 +102,10 @@ def wait_for_work(seconds: float) -> bool:
             _listener = psycopg.connect(url, autocommit=True,
                                         application_name=f"spacejobs-listen:{worker_name()}")
             _listener.execute(f"LISTEN {JOBS_CHANNEL}")
+            # A job committed between the claim that found the queue empty and this LISTEN
+            # notified nobody: claim once more before the first wait (later waits keep the
+            # LISTEN, whose notifications queue up while the process runs jobs).
+            return True
         while (left := deadline - time.monotonic()) > 0 and not shutdown.stop_requested():
             for _ in _listener.notifies(timeout=min(left, 0.2), stop_after=1):
                 return True
