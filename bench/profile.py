@@ -30,10 +30,9 @@ from pathlib import Path
 
 import psycopg
 
-from models.db.engine import libpq_url, make_engine, with_database
-from models.db.migrate import upgrade
-from models.db.transaction import owner_transaction
-from models.tenancy import accounts
+from models.db.engine import libpq_url, make_engine
+from tests.kit import seeding
+from tests.kit.servers import Servers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,17 +51,14 @@ def main(argv: list[str] | None = None) -> int:
 
     name = f"sj_profile_{uuid.uuid4().hex[:8]}"
     queue = f"sj-profile-{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    db_url = with_database(args.server, name)
+    servers = Servers(args.server, args.redis, "--server / --redis")
+    db_url = servers.create_database(name, template=servers.migrated_template())
     spy = worker = None
     try:
-        upgrade(db_url)
         admin = make_engine(db_url, pool_size=1)
-        with owner_transaction(admin, actor="profile") as conn:
-            org = accounts.create_organization(conn, "profile")
-            user = accounts.create_user(conn, f"profile-{uuid.uuid4().hex[:6]}@example.test")
-            accounts.add_member(conn, org, user.id, "member")
+        org = seeding.organization(admin, "profile")
+        user = seeding.user(admin, org, "member")
+        admin.dispose()
         with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
             # Owner-role rows, the same shape submit writes (bench.noop, 3 attempts, 30 s lease).
             conn.execute("SET ROLE space_owner")
@@ -135,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         for process in (spy, worker):
             if process is not None:
                 os.killpg(process.pid, signal.SIGKILL)
-        with psycopg.connect(libpq_url(args.server), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        servers.drop_database(name)
+        servers.close()  # the template
 
 
 def python_report(stacks: Path, top: int = 30) -> str:

@@ -88,7 +88,7 @@ def submits_per_second(db_url: str, org: uuid.UUID, user: uuid.UUID, connections
                 with conn.transaction():
                     conn.execute(
                         "SELECT * FROM submit_job(%s, %s, 'bench.noop', '{}', 3, 30,"
-                        " ARRAY['active'], 'member', NULL, NULL, NULL, NULL, NULL, 1000, NULL)",
+                        " ARRAY['active'], 'member', NULL, NULL, NULL, NULL, NULL, 1000, NULL, 0)",
                         (org, user)).fetchall()
                 count += 1
         done.append(count)
@@ -113,29 +113,27 @@ def main() -> None:
         sys.exit("needs wrk (apt-get install wrk)")
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 
-    from models.db.engine import libpq_url, make_engine, with_database
-    from models.db.migrate import upgrade
+    from models.db.engine import make_engine
     from models.db.transaction import owner_transaction
-    from models.tenancy import accounts
+    from tests.kit import seeding
+    from tests.kit.servers import Servers
 
     server = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     name = f"sj_quota_{uuid.uuid4().hex[:8]}"
     queue = f"sj-quota-{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(libpq_url(server), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    db_url = with_database(server, name)
+    servers = Servers(server, redis_url, "DATABASE_URL / REDIS_URL")
+    db_url = servers.create_database(name, template=servers.migrated_template())
     web = None
     stop = threading.Event()
     admin = None
     try:
-        upgrade(db_url)
         admin = make_engine(db_url, pool_size=2)
+        # The default quota applies: this measures what it costs.
+        org = seeding.organization(admin, "quota-bench")
+        user = seeding.user(admin, org, "member")
+        token = user.token
         with owner_transaction(admin, actor="bench") as conn:
-            org = accounts.create_organization(conn, "quota-bench")
-            user = accounts.create_user(conn, f"quota-{uuid.uuid4().hex[:6]}@example.test")
-            accounts.add_member(conn, org, user.id, "member")
-            token = accounts.create_token(conn, user.id)
             built = conn.execute(text("SELECT pg_get_functiondef('admit_jobs'::regproc)")).scalar_one()
 
         port = free_port()
@@ -217,8 +215,8 @@ def main() -> None:
             web.wait(timeout=20)
         if admin is not None:
             admin.dispose()
-        with psycopg.connect(libpq_url(server), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        servers.drop_database(name)
+        servers.close()  # the template
         redis.Redis.from_url(redis_url).delete(queue)
 
 

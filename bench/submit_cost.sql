@@ -13,8 +13,9 @@ DECLARE
     member uuid := current_setting('bench.user')::uuid;
 BEGIN
     FOR i IN 1..current_setting('bench.jobs')::integer LOOP
+        -- no quota (bench.quota measures what it costs), priority 0
         PERFORM * FROM submit_job(org, member, 'bench.noop', '{}', 3, 30, ARRAY['active'],
-                                  'member', NULL, NULL, 'bench', NULL, NULL);
+                                  'member', NULL, NULL, 'bench', NULL, NULL, NULL, NULL, 0);
     END LOOP;
     PERFORM set_config('bench.ms', (extract(epoch FROM clock_timestamp() - started) * 1000)::text,
                        true);
