@@ -65,6 +65,7 @@ from tests.kit.processes import (
     LoggedProcess,
     celery_worker_argv,
     clean_up_on_signals,
+    free_port,
     until_stopped,
 )
 from tests.kit.servers import Servers
@@ -188,12 +189,6 @@ def _alive(pid: int) -> bool:
 # Private servers on 127.0.0.1 and the bridge's address
 # ---------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -204,8 +199,8 @@ class PrivateCluster:
     directory: Path
     addresses: list[str]
     subnet: str
-    pg_port: int = field(default_factory=_free_port)
-    redis_port: int = field(default_factory=_free_port)
+    pg_port: int = field(default_factory=free_port)
+    redis_port: int = field(default_factory=free_port)
     redis_proc: subprocess.Popen[bytes] | None = None
     pg_started: bool = False
     version: str = ""

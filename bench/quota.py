@@ -28,7 +28,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -64,12 +63,6 @@ END $$
 """
 
 
-def free_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return port
 
 
 def submits_per_second(db_url: str, org: uuid.UUID, user: uuid.UUID, connections: int,
@@ -116,6 +109,7 @@ def main() -> None:
     from models.db.engine import make_engine
     from models.db.transaction import owner_transaction
     from tests.kit import seeding
+    from tests.kit.processes import free_port
     from tests.kit.servers import Servers
 
     server = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

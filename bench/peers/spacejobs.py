@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from models.jobs import service, store
 from models.kinds import load_kinds
 from models.settings import reload_settings
 from tests.kit import broker
-from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv
+from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv, free_port
 from tests.kit.seeding import Tenant
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
@@ -55,10 +54,6 @@ def _version() -> str:
     return found.stdout.strip() or "?"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def vm_rss_mb(pid: int) -> float:
@@ -301,7 +296,7 @@ class SpaceJobsPeer(Peer):
         if wrk is None:
             raise PeerError("the web figure needs wrk (apt-get install wrk)")
         self._clear()
-        port = _free_port()
+        port = free_port()
         web = self.stack.processes.start(
             f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
                             "--workers", str(processes)],

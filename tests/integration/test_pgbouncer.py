@@ -19,7 +19,6 @@ import os
 import pwd
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -45,6 +44,7 @@ from models.jobs import service, waiting
 from models.settings import reload_settings
 from models.tenancy.projects import Projects
 from tests.conftest import submit
+from tests.kit.processes import free_port
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack
 
@@ -64,7 +64,7 @@ class PgBouncer:
             # tests run against a TCP server, as in CI (DATABASE_URL).
             pytest.skip("PgBouncer tests need a PostgreSQL server on TCP (DATABASE_URL)")
         self.dir = Path(tempfile.mkdtemp(prefix="sj-pgbouncer-"))
-        self.port = _free_port()
+        self.port = free_port()
         # Clients are trusted (a private listener on loopback); the file's passwords are what
         # pgbouncer logs in to the server with, when the server asks for one.
         users = [(make_url(url).username, make_url(url).password or "") for url in role_urls]
@@ -126,12 +126,6 @@ query_wait_timeout = 30
             self.proc.wait()
         self._handle.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture()

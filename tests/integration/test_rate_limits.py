@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.kit.processes import free_port
 from tests.kit.stack import Stack
 
 
@@ -102,11 +103,7 @@ def black_hole() -> Iterator[int]:
 @pytest.fixture()
 def refused_port() -> int:
     """A port with nothing listening: connections are refused at once."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return port
+    return free_port()
 
 
 @pytest.mark.parametrize("failure", ["black_hole", "refused_port"])

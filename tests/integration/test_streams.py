@@ -4,7 +4,6 @@ with its fixed pool of threads."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from tests.kit.processes import free_port
 from tests.kit.stack import Stack
 
 THREADS = 16
@@ -21,10 +21,7 @@ THREADS = 16
 def web(bare_stack: Stack):
     """`spacejobs web`, one process of 16 threads, with rate limits out of the way: only the
     stream caps stand between the attacker and the threads."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     proc = bare_stack.processes.start(
         "web", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers", "1"],
         bare_stack.env(SPACEJOBS_WEB_THREADS=str(THREADS), SPACEJOBS_EVENTS_MAX_SECONDS="60",

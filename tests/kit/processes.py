@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -160,6 +161,14 @@ class ProcessSet:
         finally:
             for proc in self.running:
                 proc.signal_group(signal.SIGCONT)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts, or
+    one that must refuse connections)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def celery_worker_argv(app_module: str, queue: str, name: str, concurrency: int) -> list[str]:
