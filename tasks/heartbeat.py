@@ -91,6 +91,7 @@ class LeaseKeeper:
             self._running = (_Running(job, rules, started + rules.hard_time_limit)
                              if rules.hard_time_limit else None)
         self._wake.set()
+
     def idle(self) -> None:
         with self._lock:
             self._running = None
@@ -111,9 +112,15 @@ class LeaseKeeper:
         running job's hard time limit. Runs in the thread; public for the unit tests."""
         with self._lock:
             held = list(self._held.values())
-            running = self._running
-        if running is not None and self._clock() > running.kill_at:
-            self._hard_kill(running)
+            overdue = self._running
+            if overdue is not None and self._clock() > overdue.kill_at:
+                # Taken under the lock, so two ticks at once (the thread's and a caller's)
+                # record the timeout and kill once, not twice.
+                self._running = None
+            else:
+                overdue = None
+        if overdue is not None:
+            self._hard_kill(overdue)
         if not held:
             return
         try:
@@ -141,8 +148,6 @@ class LeaseKeeper:
                 self.tick()
 
     def _hard_kill(self, running: _Running) -> None:
-        with self._lock:
-            self._running = None  # once: the process is about to end
         job = running.job
         log.error("job exceeded its hard time limit; killing its worker process",
                   extra=job.log_context)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -398,7 +400,7 @@ def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it()
         def backoff(attempt: int) -> float:
             return 0.0
 
-    keeper.hold([job])
+    # Not held, so no heartbeat thread ticks beside the test's own calls.
     keeper.running(job, Rules(), started=now[0])
     keeper.tick()
     assert killed == [] and leases.status(job_id) == Status.LEASED
@@ -406,6 +408,47 @@ def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it()
     keeper.tick()
     assert killed == [True]
     assert (leases.status(job_id), leases.rows[job_id].error_code) == (Status.FAILED, "timed_out")
+
+
+def test_two_ticks_at_once_past_the_hard_limit_record_the_timeout_and_kill_only_once():
+    # The heartbeat thread and a caller can tick together; a slow clock widens the window
+    # between "past the limit?" and "forget the running job" that they must not both pass.
+    leases = FakeLeases()
+    killed = []
+    now = [100.0]
+
+    def slow_clock() -> float:
+        time.sleep(0.01)
+        return now[0]
+
+    keeper = LeaseKeeper(leases.extend, leases.fail, kill=lambda: killed.append(True),
+                         clock=slow_clock)
+    leases.add("unit.ok")
+    (job,) = leases.finish_and_claim([], claim=1).leased
+
+    class Rules:
+        hard_time_limit = 5.0
+        retry_on_timeout = True
+
+        @staticmethod
+        def backoff(attempt: int) -> float:
+            return 0.0
+
+    keeper.running(job, Rules(), started=now[0])
+    now[0] += 6
+    start = threading.Barrier(8)
+
+    def tick() -> None:
+        start.wait()
+        keeper.tick()
+
+    threads = [threading.Thread(target=tick) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert killed == [True]
+    assert [c for c in leases.calls if c.startswith("fail")] == ["fail(timed_out)"]
 
 
 def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_ones():
