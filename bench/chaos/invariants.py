@@ -117,6 +117,11 @@ def nothing_still_leased(r: ChaosReport) -> Verdict:
     return Verdict("nothing still leased", r.still_leased == 0, f"{r.still_leased} rows leased")
 
 
+def quota_counts_exact(r: ChaosReport) -> Verdict:
+    return Verdict("quota counts exact", r.active_counts_off == 0,
+                   f"{r.active_counts_off} (organization, kind) pairs whose active count is off")
+
+
 def event_chains_consistent(r: ChaosReport) -> Verdict:
     return Verdict("event chains consistent",
                    r.broken_event_chains == 0 and r.status_disagrees_with_events == 0,
@@ -155,7 +160,7 @@ def run_completed(r: ChaosReport) -> Verdict:
 
 
 INVARIANTS = (no_job_lost, every_accepted_job_terminal, no_job_finished_twice, nothing_still_leased,
-              event_chains_consistent, cancels_keep_their_word, only_legitimate_answers,
+              quota_counts_exact, event_chains_consistent, cancels_keep_their_word, only_legitimate_answers,
               workers_and_beat_ride_out_restarts, beat_rides_out_restarts, run_completed)
 
 

@@ -70,6 +70,7 @@ class ChaosReport:
     cancelled_unasked: int = 0
     cancel_answer_contradicted: int = 0
     still_leased: int = 0
+    active_counts_off: int = 0
     broken_event_chains: int = 0
     status_disagrees_with_events: int = 0
     attempts_histogram: dict[int, int] = field(default_factory=dict)
@@ -121,6 +122,8 @@ class ChaosReport:
             ("lost", f"{self.lost}   must be 0"),
             ("finished twice", f"{self.finished_twice}   must be 0 (jobs with >1 '-> completed' event)"),
             ("still leased", f"{self.still_leased}   must be 0"),
+            ("active counts off", f"{self.active_counts_off}   must be 0 ((organization, kind)"
+                                  " pairs whose quota count is not their active jobs; as the owner)"),
             ("event chains broken", f"{self.broken_event_chains + self.status_disagrees_with_events}"
                                     "   must be 0"),
             ("rows without a 202", f"{self.rows_without_202} (commit outcome unknown to the client)"),

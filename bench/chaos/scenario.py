@@ -136,6 +136,8 @@ def run_chaos(
 
         with transaction(operator) as conn:
             claims = read_database(report, conn, tally)
+        with stack.admin() as owner:
+            report.active_counts_off = facts.active_counts_off(owner)
         check_survivors(report, driver.restarts, claims)
         report.stall_notes = _stall_notes(operator, driver.stall_log)
     except KeyboardInterrupt:

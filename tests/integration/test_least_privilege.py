@@ -26,6 +26,7 @@ from models.jobs import store
 from models.jobs.leases import Finished, WorkerLeases
 from models.kinds import get_kind, load_kinds
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit import facts
 from tests.kit.stack import Stack
 
 load_kinds()
@@ -165,6 +166,27 @@ def test_no_application_role_writes_history_directly(world: World, role: str):
                     " actor) VALUES (:job, :org, 'completed', 1, 'worker:attacker')",
                     {"job": world.queued, "org": world.org}, organization_id=world.org)
     assert "permission denied for table job_events" in error
+
+
+@pytest.mark.parametrize("role", ["app", "worker"])
+@pytest.mark.parametrize("attack", [
+    # room under the cap for a flood: every count of the organization set to minus a million
+    "UPDATE active_job_counts SET active = -1000000 WHERE organization_id = :org",
+    "INSERT INTO active_job_counts VALUES (:org, 'bench.noop', 63, -1000000)",
+    "SELECT add_active_jobs(ARRAY[CAST(:org AS uuid)], ARRAY['bench.noop'], ARRAY[-1000000])",
+    # or learn how busy another organization is
+    "SELECT sum(active) FROM active_job_counts",
+    "SELECT recount_active_jobs()",
+])
+def test_no_application_role_moves_or_reads_the_count_the_cap_reads(bare_stack: Stack, world: World,
+                                                                    role: str, attack: str):
+    with bare_stack.admin() as conn:
+        before = conn.execute(text("SELECT active_jobs(:org, NULL)"), {"org": world.org}).scalar()
+    error = refused(getattr(world, role), attack, {"org": world.org}, organization_id=world.org)
+    assert "permission denied for" in error
+    with bare_stack.admin() as conn:
+        assert conn.execute(text("SELECT active_jobs(:org, NULL)"), {"org": world.org}).scalar() == before
+        assert facts.active_counts_off(conn) == 0
 
 
 # ------------------------------------------------------------------------- the worker role

@@ -12,9 +12,13 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from models.db.engine import make_engine
-from models.jobs import service
+from models.db.transaction import transaction
+from models.errors import DuplicateJob, InternalJobError
+from models.jobs import service, store
 from models.tenancy import accounts
 from tests.conftest import served
+from tests.integration.leasing import complete_one
+from tests.kit import facts
 from tests.kit.stack import Stack
 
 
@@ -254,3 +258,128 @@ def test_two_transactions_that_each_submit_twice_never_both_wait_forever(bare_st
 
         answer = probe.test_client().get("/")
         assert answer.status_code == 503 and answer.get_json()["error"]["code"] == "unavailable"
+
+
+# -- the count the cap reads (active_job_counts, revision 0024) -------------------------------
+
+
+def counted(stack: Stack, org: uuid.UUID, kind: str | None = None) -> int:
+    """What admit_jobs() reads for the cap, as the owner."""
+    with stack.admin() as conn:
+        return conn.execute(text("SELECT active_jobs(:o, :k)"), {"o": org, "k": kind}).scalar_one()
+
+
+def counts_off(stack: Stack) -> int:
+    with stack.admin() as conn:
+        return facts.active_counts_off(conn)
+
+
+def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_active(bare_stack):
+    org, gone = bare_stack.org(), bare_stack.org()
+    anna, gina = bare_stack.user(org), bare_stack.user(gone)
+
+    def as_member(who, where):
+        return transaction(bare_stack.app_db, organization_id=where, user_id=who.id,
+                           actor=f"user:{who.id}")
+
+    def step(what: str, noop: int, sleep: int) -> None:
+        assert counts_off(bare_stack) == 0, what
+        assert (counted(bare_stack, org, "bench.noop"), counted(bare_stack, org, "bench.sleep"),
+                counted(bare_stack, org)) == (noop, sleep, noop + sleep), what
+        assert active(bare_stack, org) == noop + sleep, what
+
+    with as_member(anna, org) as conn:
+        first = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+    step("one submit", 1, 0)
+    with as_member(anna, org) as conn:
+        batch = service.submit_many(
+            conn, [service.JobRequest("bench.noop"), service.JobRequest("bench.sleep"),
+                   service.JobRequest("bench.sleep", dedup_key="k")],
+            organization_id=org, requested_by=anna.id)
+    step("a batch of three", 2, 2)
+    with pytest.raises(DuplicateJob), as_member(anna, org) as conn:
+        service.submit(conn, "bench.sleep", {}, organization_id=org, requested_by=anna.id,
+                       dedup_key="k")
+    step("a duplicate refused", 2, 2)
+    with as_member(gina, gone) as conn:
+        service.submit_many(conn, [service.JobRequest("bench.noop")] * 3,
+                            organization_id=gone, requested_by=gina.id)
+    with as_member(anna, org) as conn:
+        store.request_cancel(conn, first.job.id, anna.id)
+    step("a queued job cancelled by the web", 1, 2)
+    with as_member(anna, org) as conn:
+        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+        conn.rollback()
+    step("a submit rolled back", 1, 2)
+
+    # The worker side: claim everything due (other tests' jobs too), then end them every way.
+    with transaction(bare_stack.worker_db) as conn:
+        leased = store.claim_batch(conn, "counter", limit=1000)
+    ours = {job.id: job for job in leased if job.organization_id == org}
+    assert len(ours) == 3
+    step("claimed: still active", 1, 2)
+    noop = next(job for job in ours.values() if job.kind == "bench.noop")
+    sleeps = [job for job in ours.values() if job.kind == "bench.sleep"]
+    with transaction(bare_stack.worker_db) as conn:
+        assert complete_one(conn, noop.id, noop.lease_token, {"ok": True})
+        assert not complete_one(conn, noop.id, uuid.uuid4(), {"stale": True})
+    step("completed (and a stale finish fenced)", 0, 2)
+    with transaction(bare_stack.worker_db) as conn:
+        assert store.fail_attempt(conn, sleeps[0].id, sleeps[0].lease_token, InternalJobError(),
+                                  retry_in=60) == "queued"
+    step("a failed attempt queued again", 0, 2)
+    with as_member(anna, org) as conn:
+        assert store.request_cancel(conn, sleeps[1].id, anna.id).status == "cancel_requested"
+    step("a running job asked to cancel", 0, 2)
+    with transaction(bare_stack.worker_db) as conn:
+        assert store.acknowledge_cancel(conn, sleeps[1].id, sleeps[1].lease_token)
+    step("the cancel acknowledged", 0, 1)
+    others = [(job.id, job.lease_token) for job in leased if job.organization_id != org]
+    with transaction(bare_stack.worker_db) as conn:
+        store.release_batch(conn, others)
+    step("other organizations' leases given back", 0, 1)
+
+    # The owner's ways: an organization deleted with its active jobs, then every job at once.
+    assert counted(bare_stack, gone) == 3
+    with bare_stack.admin() as conn:
+        conn.execute(text("DELETE FROM organizations WHERE id = :o"), {"o": gone})
+    assert counted(bare_stack, gone) == 0
+    step("another organization deleted with its jobs", 0, 1)
+    with bare_stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET status = 'cancelled', finished_at = now()"
+                          " WHERE id = :id"), {"id": batch[1].id})
+    step("the owner's own update", 0, 0)
+    with bare_stack.admin() as conn:
+        conn.execute(text("SELECT recount_active_jobs()"))
+    step("recounted from the jobs", 0, 0)
+
+
+def test_writers_of_one_organization_never_wait_on_each_others_count(bare_stack):
+    """Each writing transaction adds to rows of its own slot: a submit must not wait for another
+    submit of the same organization and kind that has not committed yet."""
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    engine = make_engine(bare_stack.app_url, pool_size=2)
+    done: list[object] = []
+
+    def second() -> None:
+        try:
+            with engine.begin() as conn:
+                done.append(service.submit(conn, "bench.noop", {}, organization_id=org,
+                                           requested_by=anna.id))
+        except Exception as error:
+            done.append(error)
+
+    try:
+        with engine.begin() as first:
+            service.submit(first, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+            racer = threading.Thread(target=second)
+            racer.start()
+            racer.join(timeout=10)
+            still_waiting = racer.is_alive()
+        racer.join(timeout=10)
+    finally:
+        engine.dispose()
+    assert not still_waiting, "the second submit waited for the first one's commit"
+    assert type(done[0]).__name__ == "Submitted", done
+    assert counted(bare_stack, org) == active(bare_stack, org) == 2

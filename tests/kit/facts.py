@@ -67,6 +67,12 @@ def still_leased(conn: Connection) -> int:
     return conn.execute(Q["still_leased"]).scalar_one()
 
 
+def active_counts_off(owner: Connection) -> int:
+    """(organization, kind) pairs whose active count, kept by the triggers for the quota, is not
+    their number of active jobs: must be 0 at every commit. Needs the owner role."""
+    return owner.execute(Q["active_counts_off"]).scalar_one()
+
+
 def finished_twice(conn: Connection) -> int:
     """Jobs with more than one ``-> completed`` event: a second result, which must never be."""
     return conn.execute(Q["finished_twice"]).scalar_one()

@@ -59,6 +59,18 @@ SELECT actor, at FROM job_events WHERE to_status = 'leased' AND actor LIKE 'work
 -- leased_jobs --
 SELECT leased_by, id::text FROM jobs WHERE status = 'leased'
 
+-- active_counts_off --
+-- Owner only. The (organization, kind) pairs whose count in active_job_counts, which the jobs
+-- triggers keep for the quota, is not the number of their active jobs.
+SELECT count(*) FROM (
+    SELECT organization_id, kind, sum(active) AS n FROM active_job_counts
+    GROUP BY organization_id, kind HAVING sum(active) <> 0) AS counted
+FULL JOIN (
+    SELECT organization_id, kind, count(*) AS n FROM jobs
+    WHERE status IN ('queued', 'leased', 'cancel_requested')
+    GROUP BY organization_id, kind) AS actual USING (organization_id, kind)
+WHERE counted.n IS DISTINCT FROM actual.n
+
 -- taken_over_between --
 SELECT count(DISTINCT job_id) FROM job_events
  WHERE job_id::text = ANY(:ids)
