@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from models.db.engine import libpq_url
 from models.db.transaction import transaction
+from models.jobs.records import Status
 from tests.conftest import submit
 from tests.kinds import SECRET_MARKER
 from tests.kit import broker
@@ -113,6 +114,46 @@ def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(bare_stack
     # Only the sweeper could have signalled them; one re-signal drains every due job behind it.
     assert any(row["last_wakeup_at"] > row["created_at"] for row in rows)
     stack.retire(worker, beat)
+
+
+def test_the_sweeper_re_signals_a_backlog_with_one_wake_up_per_claim_batch_and_it_all_runs(
+        bare_stack: Stack):
+    stack = bare_stack
+    stack.retire(*stack.processes)
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    lost_wakeups = stack.make_app(BROKER_URL=UNREACHABLE_BROKER).test_client()
+    answer = lost_wakeups.post(f"/api/v1/orgs/{org}/jobs:batch", headers=anna.auth,
+                               json={"jobs": [{"kind": "bench.noop"}] * 250})
+    assert answer.status_code == 202, answer.get_json()
+    broker.purge_queue(stack.redis_url, stack.queue)
+    with stack.admin() as conn:
+        # Ours unsignalled for an hour; any other queued job signalled just now.
+        conn.execute(text("UPDATE jobs SET last_wakeup_at = CASE WHEN organization_id = :org"
+                          " THEN now() - interval '1 hour' ELSE now() END WHERE status = 'queued'"),
+                     {"org": org})
+    # A grace of a minute: each job is re-signalled by the first sweep only.
+    beat = stack.start_beat(SPACEJOBS_WAKEUP_GRACE="60")
+    try:
+        deadline = time.monotonic() + 20
+        while stack.job_counts(org)[Status.QUEUED] and time.monotonic() < deadline:
+            with stack.admin() as conn:
+                if not conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :org"
+                                         " AND last_wakeup_at < now() - interval '30 minutes'"),
+                                    {"org": org}).scalar_one():
+                    break
+            time.sleep(0.2)
+    finally:
+        stack.retire(beat)
+    # 250 due jobs, claims of up to 100 (SPACEJOBS_CLAIM_BATCH): three wake-ups, not 250.
+    assert broker.queue_length(stack.redis_url, stack.queue) == 3
+    # No lingering, no beat: only those three messages can start the jobs, and they all run.
+    worker = stack.start_worker(concurrency=2, SPACEJOBS_LINGER_SECONDS="0")
+    deadline = time.monotonic() + 30
+    while stack.job_counts(org)[Status.COMPLETED] < 250 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stack.job_counts(org)[Status.COMPLETED] == 250
+    stack.retire(worker)
 
 
 def test_a_lingering_worker_starts_a_new_job_without_any_broker_message(bare_stack: Stack):
