@@ -112,6 +112,8 @@ def register(app: Flask) -> None:
         for header in ("Retry-After", "Allow"):
             if header in response.headers:
                 body.headers[header] = response.headers[header]
+        if error.code == 429 and "Retry-After" not in body.headers:
+            body.headers["Retry-After"] = str(g.get("rate_limit_retry_after", 60))
         return body, status
 
     @app.errorhandler(Exception)

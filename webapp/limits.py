@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
-from flask import Flask, current_app, request, session
-from flask_limiter import Limiter
+from flask import Flask, current_app, g, request, session
+from flask_limiter import Limiter, RequestLimit
 from limits import parse
 from limits.errors import StorageError
 from redis.backoff import NoBackoff
@@ -118,7 +118,8 @@ def configure(app: Flask) -> None:
             "retry": Retry(NoBackoff(), 0), "wrap_exceptions": True,
         }
     limiter = Limiter(key_func=rate_key, storage_options=storage_options,
-                      swallow_errors=fail_open, in_memory_fallback_enabled=fail_open)
+                      swallow_errors=fail_open, in_memory_fallback_enabled=fail_open,
+                      on_breach=_note_retry_after)
     limiter.init_app(app)
     app.extensions["spacejobs.limiter"] = limiter
     for endpoint, view in list(app.view_functions.items()):
@@ -129,6 +130,16 @@ def configure(app: Flask) -> None:
                         else limiter.limit(provider, **options))
             wrapped = decorate(wrapped)
         app.view_functions[endpoint] = wrapped
+
+
+def _note_retry_after(limit: RequestLimit) -> None:
+    """When the breached limit's window ends, for the 429's Retry-After (webapp/errors.py): the
+    per-response rate-limit headers, which would carry it, are off."""
+    try:
+        wait = limit.reset_at - time.time()
+    except Exception:  # the storage failed between the hit and this read: a whole window
+        wait = limit.limit.get_expiry()
+    g.rate_limit_retry_after = max(1, int(wait))
 
 
 def check_organization_submits(organization_id: UUID) -> None:
