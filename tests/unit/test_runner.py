@@ -7,6 +7,7 @@ import json
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -382,6 +383,18 @@ def test_batch_size_starts_at_one_doubles_and_shrinks_for_long_jobs():
     assert batch.next(1000) == 1
 
 
+@dataclass
+class HardLimited:
+    """The rules the heartbeat reads of a running job: a hard limit of 5 s."""
+
+    retry_on_timeout: bool
+    hard_time_limit: float = 5.0
+
+    @staticmethod
+    def backoff(attempt: int) -> float:
+        return 0.0
+
+
 def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it():
     leases = FakeLeases()
     killed = []
@@ -392,16 +405,8 @@ def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it()
     report = leases.finish_and_claim([], claim=1)
     (job,) = report.leased
 
-    class Rules:
-        hard_time_limit = 5.0
-        retry_on_timeout = False
-
-        @staticmethod
-        def backoff(attempt: int) -> float:
-            return 0.0
-
     # Not held, so no heartbeat thread ticks beside the test's own calls.
-    keeper.running(job, Rules(), started=now[0])
+    keeper.running(job, HardLimited(retry_on_timeout=False), started=now[0])
     keeper.tick()
     assert killed == [] and leases.status(job_id) == Status.LEASED
     now[0] += 6
@@ -426,15 +431,7 @@ def test_two_ticks_at_once_past_the_hard_limit_record_the_timeout_and_kill_only_
     leases.add("unit.ok")
     (job,) = leases.finish_and_claim([], claim=1).leased
 
-    class Rules:
-        hard_time_limit = 5.0
-        retry_on_timeout = True
-
-        @staticmethod
-        def backoff(attempt: int) -> float:
-            return 0.0
-
-    keeper.running(job, Rules(), started=now[0])
+    keeper.running(job, HardLimited(retry_on_timeout=True), started=now[0])
     now[0] += 6
     start = threading.Barrier(8)
 
