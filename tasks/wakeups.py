@@ -45,7 +45,7 @@ class WakeupPublisher:
             if queue:
                 celery.conf.task_default_queue = queue
         self._celery = celery
-        self._guard_key = "spacejobs:wake-pending:" + celery.conf.task_default_queue
+        self._guard_key = guard_key(celery.conf.task_default_queue)
         self._guard_ms = settings.wakeup_coalesce_ms
         self._redis = redis.Redis.from_url(
             redis_py_url(celery.conf.broker_url), socket_timeout=settings.broker_timeout,
@@ -90,6 +90,11 @@ class WakeupPublisher:
     def _count(self, name: str) -> None:
         if self._counters is not None:
             self._counters.add(name)
+
+
+def guard_key(queue: str) -> str:
+    """The Redis key that says a wake-up for ``queue`` is on its way (see the module's doc)."""
+    return "spacejobs:wake-pending:" + queue
 
 
 def redis_py_url(url: str) -> str:

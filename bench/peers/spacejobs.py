@@ -36,6 +36,7 @@ from models.db.transaction import transaction
 from models.jobs import service, store
 from models.kinds import load_kinds
 from models.settings import reload_settings
+from tasks.wakeups import guard_key
 from tests.kit import broker
 from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv, free_port
 from tests.kit.seeding import Tenant
@@ -115,8 +116,7 @@ class SpaceJobsPeer(Peer):
         with self.stack.admin() as conn:
             conn.execute(Q["clear"])
         broker.purge_queue(self.stack.redis_url, self.stack.queue)
-        broker.redis_client(self.stack.redis_url).delete(
-            f"spacejobs:wake-pending:{self.stack.queue}")
+        broker.redis_client(self.stack.redis_url).delete(guard_key(self.stack.queue))
 
     def _submit_one(self, tenant: Tenant) -> None:
         with self.stack.app_db.begin() as conn:

@@ -247,7 +247,11 @@ def first_attempt_with_its_file(stack: Stack, *, stall_seconds: float) -> tuple[
     first = stack.start_worker(concurrency=1)
     job = submit(stack.make_app().test_client(), org, anna, "test.stall_file",
                  {"seconds": stall_seconds})
-    wait_until(lambda: files_of(stack, job["id"]), what="the first attempt's file")
+    try:
+        wait_until(lambda: files_of(stack, job["id"]), what="the first attempt's file")
+    except AssertionError:
+        stack.retire(first)  # not left to claim the next tests' jobs
+        raise
     [written] = files_of(stack, job["id"])
     return first, job, written
 

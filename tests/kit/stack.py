@@ -24,6 +24,7 @@ from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs.records import Status
 from models.results.store import LocalResultStore
+from tasks.wakeups import guard_key
 from tests.kit import broker, facts, seeding
 from tests.kit.processes import (
     BEAT_READY,
@@ -111,8 +112,13 @@ class Stack:
                                     self.env(**extra_env), ready=BEAT_READY, timeout=30)
 
     def retire(self, *procs: LoggedProcess) -> None:
-        """Kill processes a test started, so the next test of the module does not inherit them."""
+        """Kill processes a test started, so the next test of the module does not inherit them,
+        nor the wake-up guard they leave: a worker killed with a wake-up it had taken but not
+        started never clears the guard, and for SPACEJOBS_WAKEUP_COALESCE_MS every submit then
+        counts on a wake-up that died with it. In production the sweeper re-signals those jobs;
+        a test without beat would wait for nothing."""
         self.processes.stop(*procs)
+        broker.redis_client(self.redis_url).delete(guard_key(self.queue))
 
     def workers_paused(self) -> contextlib.AbstractContextManager[None]:
         """Freeze every worker and beat (SIGSTOP) so a test can change the world between a
