@@ -112,8 +112,8 @@ def register(app: Flask) -> None:
         for header in ("Retry-After", "Allow"):
             if header in response.headers:
                 body.headers[header] = response.headers[header]
-        if error.code == 429 and "Retry-After" not in body.headers:
-            body.headers["Retry-After"] = str(g.get("rate_limit_retry_after", 60))
+        if error.code == 429 and "rate_limit_retry_after" in g:  # Flask-Limiter's breach
+            body.headers["Retry-After"] = str(g.rate_limit_retry_after)
         return body, status
 
     @app.errorhandler(Exception)

@@ -132,14 +132,19 @@ def configure(app: Flask) -> None:
         app.view_functions[endpoint] = wrapped
 
 
-def _note_retry_after(limit: RequestLimit) -> None:
-    """When the breached limit's window ends, for the 429's Retry-After (webapp/errors.py): the
-    per-response rate-limit headers, which would carry it, are off."""
+def retry_after(limit: RequestLimit) -> int:
+    """Seconds until the breached limit's window ends, for a 429's Retry-After."""
     try:
         wait = limit.reset_at - time.time()
     except Exception:  # the storage failed between the hit and this read: a whole window
         wait = limit.limit.get_expiry()
-    g.rate_limit_retry_after = max(1, int(wait))
+    return max(1, int(wait))
+
+
+def _note_retry_after(limit: RequestLimit) -> None:
+    """Every breach: its Retry-After, for the 429 webapp/errors.py answers (the per-response
+    rate-limit headers, which would carry it, are off)."""
+    g.rate_limit_retry_after = retry_after(limit)
 
 
 def check_organization_submits(organization_id: UUID) -> None:

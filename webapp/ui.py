@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from webapp.auth import (
 )
 from webapp.errors import HTTP_STATUS
 from webapp.jobs import list_page, start_job
-from webapp.limits import address_key, limited, login_account_key
+from webapp.limits import address_key, limited, login_account_key, retry_after
 from webapp.results import stored_result_response
 from webapp.status import describe, label_of
 
@@ -122,12 +121,11 @@ def safe_next(target: str | None) -> str | None:
 
 def _throttled(limit: RequestLimit) -> Response:
     """What a throttled sign-in sees: the form again, saying why and for how long."""
-    wait = max(1, int(limit.reset_at - time.time()))
     body = render_template("login.html", csrf=csrf_token(), person=None,
                            next=safe_next(request.form.get("next")),
                            email=request.form.get("email", ""),
                            error="Too many sign-in attempts. Wait a minute, then try again.")
-    return Response(body, status=429, headers={"Retry-After": str(wait)})
+    return Response(body, status=429, headers={"Retry-After": str(retry_after(limit))})
 
 
 def _failed_sign_in(response: Response) -> bool:
