@@ -18,7 +18,7 @@ from models.jobs.records import Status
 from tests.conftest import submit
 from tests.kinds import SECRET_MARKER
 from tests.kit import broker
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 
@@ -134,25 +134,23 @@ def test_the_sweeper_re_signals_a_backlog_with_one_wake_up_per_claim_batch_and_i
                      {"org": org})
     # A grace of a minute: each job is re-signalled by the first sweep only.
     beat = stack.start_beat(SPACEJOBS_WAKEUP_GRACE="60")
+
+    def still_unsignalled() -> int:
+        with stack.admin() as conn:
+            return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :org"
+                                     " AND last_wakeup_at < now() - interval '30 minutes'"),
+                                {"org": org}).scalar_one()
+
     try:
-        deadline = time.monotonic() + 20
-        while stack.job_counts(org)[Status.QUEUED] and time.monotonic() < deadline:
-            with stack.admin() as conn:
-                if not conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :org"
-                                         " AND last_wakeup_at < now() - interval '30 minutes'"),
-                                    {"org": org}).scalar_one():
-                    break
-            time.sleep(0.2)
+        wait_until(lambda: still_unsignalled() == 0, what="the sweep's re-signals")
     finally:
         stack.retire(beat)
     # 250 due jobs, claims of up to 100 (SPACEJOBS_CLAIM_BATCH): three wake-ups, not 250.
-    assert broker.queue_length(stack.redis_url, stack.queue) == 3
+    assert queue_length(stack) == 3
     # No lingering, no beat: only those three messages can start the jobs, and they all run.
     worker = stack.start_worker(concurrency=2, SPACEJOBS_LINGER_SECONDS="0")
-    deadline = time.monotonic() + 30
-    while stack.job_counts(org)[Status.COMPLETED] < 250 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert stack.job_counts(org)[Status.COMPLETED] == 250
+    wait_until(lambda: stack.job_counts(org)[Status.COMPLETED] == 250, timeout=30,
+               what="all 250 jobs completed")
     stack.retire(worker)
 
 

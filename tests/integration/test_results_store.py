@@ -14,7 +14,7 @@ import signal
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.leasing import claim_one
 from tests.kit.processes import LoggedProcess
 from tests.kit.seeding import TestUser
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 from tests.s3server import CREDENTIALS, REGION, new_bucket, s3_client, s3_server
 
 #: a worker of this module keeps JSON results over 2,000 bytes in the store
@@ -56,14 +56,6 @@ def files_of(stack: Stack, job_id: object) -> list[str]:
 
 def file_bytes(stack: Stack, key: str) -> bytes:
     return b"".join(stack.results().open(key).chunks())
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        time.sleep(0.1)
 
 
 def age(path: Path, seconds: float) -> None:

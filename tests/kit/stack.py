@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,15 @@ class Stack:
                 raise AssertionError(f"job {job_id} is {row['status']}, not {statuses}; "
                                      f"events {self.events(job_id)}")
             time.sleep(0.05)
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds; fail saying ``what`` was not reached in time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager
