@@ -177,17 +177,16 @@ def test_submits_need_read_committed(bare_stack):
         engine.dispose()
 
 
-def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
-    """The interleaving a count alone gets wrong: T1 has written the last job the cap allows
-    but not committed it; T2, which cannot see that row, must wait for T1 and then be refused,
-    never admitted beside it."""
-    org = bare_stack.org()
-    anna = bare_stack.user(org)
-    set_quota(bare_stack, org, 2)
-    engine = make_engine(bare_stack.app_url, pool_size=2)
-    submit = lambda conn: service.submit(conn, "bench.noop", {}, organization_id=org,  # noqa: E731
-                                         requested_by=anna.id)
+def submit_beside_an_uncommitted_one(stack: Stack, org: uuid.UUID, user: uuid.UUID, *,
+                                     patience: float) -> tuple[bool, object]:
+    """T1 submits and, before T1 commits, T2 submits on another connection. Returns whether T2
+    was still waiting after ``patience`` seconds, and what T2 got once T1 had committed (its
+    ``Submitted``, or the error it raised)."""
+    engine = make_engine(stack.app_url, pool_size=2)
     outcome: list[object] = []
+
+    def submit(conn) -> object:
+        return service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=user)
 
     def second() -> None:
         try:
@@ -197,18 +196,31 @@ def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
             outcome.append(error)
 
     try:
-        with engine.begin() as conn:
-            submit(conn)
         with engine.begin() as first:
-            submit(first)  # the second of two, uncommitted
+            submit(first)
             racer = threading.Thread(target=second)
             racer.start()
-            racer.join(timeout=1.0)
-            assert racer.is_alive(), f"T2 did not wait for T1: {outcome}"
+            racer.join(timeout=patience)
+            waited = racer.is_alive()
         racer.join(timeout=10)
     finally:
         engine.dispose()
-    assert type(outcome[0]).__name__ == "TooManyJobs", outcome
+    return waited, outcome[0] if outcome else None
+
+
+def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
+    """The interleaving a count alone gets wrong: T1 has written the last job the cap allows
+    but not committed it; T2, which cannot see that row, must wait for T1 and then be refused,
+    never admitted beside it."""
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+    set_quota(bare_stack, org, 2)
+    with bare_stack.app_db.begin() as conn:
+        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+    # T1 writes the second of two
+    waited, outcome = submit_beside_an_uncommitted_one(bare_stack, org, anna.id, patience=1.0)
+    assert waited, f"T2 did not wait for T1: {outcome}"
+    assert type(outcome).__name__ == "TooManyJobs", outcome
     assert active(bare_stack, org) == 2
 
 
@@ -278,36 +290,32 @@ def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_
     org, gone = bare_stack.org(), bare_stack.org()
     anna, gina = bare_stack.user(org), bare_stack.user(gone)
 
-    def as_member(who, where):
-        return transaction(bare_stack.app_db, organization_id=where, user_id=who.id,
-                           actor=f"user:{who.id}")
-
     def step(what: str, noop: int, sleep: int) -> None:
         assert counts_off(bare_stack) == 0, what
         assert (counted(bare_stack, org, "bench.noop"), counted(bare_stack, org, "bench.sleep"),
                 counted(bare_stack, org)) == (noop, sleep, noop + sleep), what
         assert active(bare_stack, org) == noop + sleep, what
 
-    with as_member(anna, org) as conn:
+    with bare_stack.app_db.begin() as conn:
         first = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
     step("one submit", 1, 0)
-    with as_member(anna, org) as conn:
+    with bare_stack.app_db.begin() as conn:
         batch = service.submit_many(
             conn, [service.JobRequest("bench.noop"), service.JobRequest("bench.sleep"),
                    service.JobRequest("bench.sleep", dedup_key="k")],
             organization_id=org, requested_by=anna.id)
     step("a batch of three", 2, 2)
-    with pytest.raises(DuplicateJob), as_member(anna, org) as conn:
+    with pytest.raises(DuplicateJob), bare_stack.app_db.begin() as conn:
         service.submit(conn, "bench.sleep", {}, organization_id=org, requested_by=anna.id,
                        dedup_key="k")
     step("a duplicate refused", 2, 2)
-    with as_member(gina, gone) as conn:
+    with bare_stack.app_db.begin() as conn:
         service.submit_many(conn, [service.JobRequest("bench.noop")] * 3,
                             organization_id=gone, requested_by=gina.id)
-    with as_member(anna, org) as conn:
-        store.request_cancel(conn, first.job.id, anna.id)
+    with bare_stack.app_db.begin() as conn:
+        service.cancel(conn, first.job.id, organization_id=org, user_id=anna.id)
     step("a queued job cancelled by the web", 1, 2)
-    with as_member(anna, org) as conn:
+    with bare_stack.app_db.begin() as conn:
         service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
         conn.rollback()
     step("a submit rolled back", 1, 2)
@@ -328,8 +336,9 @@ def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_
         assert store.fail_attempt(conn, sleeps[0].id, sleeps[0].lease_token, InternalJobError(),
                                   retry_in=60) == "queued"
     step("a failed attempt queued again", 0, 2)
-    with as_member(anna, org) as conn:
-        assert store.request_cancel(conn, sleeps[1].id, anna.id).status == "cancel_requested"
+    with bare_stack.app_db.begin() as conn:
+        assert service.cancel(conn, sleeps[1].id, organization_id=org,
+                              user_id=anna.id).status == "cancel_requested"
     step("a running job asked to cancel", 0, 2)
     with transaction(bare_stack.worker_db) as conn:
         assert store.acknowledge_cancel(conn, sleeps[1].id, sleeps[1].lease_token)
@@ -359,27 +368,7 @@ def test_writers_of_one_organization_never_wait_on_each_others_count(bare_stack)
     submit of the same organization and kind that has not committed yet."""
     org = bare_stack.org()
     anna = bare_stack.user(org)
-    engine = make_engine(bare_stack.app_url, pool_size=2)
-    done: list[object] = []
-
-    def second() -> None:
-        try:
-            with engine.begin() as conn:
-                done.append(service.submit(conn, "bench.noop", {}, organization_id=org,
-                                           requested_by=anna.id))
-        except Exception as error:
-            done.append(error)
-
-    try:
-        with engine.begin() as first:
-            service.submit(first, "bench.noop", {}, organization_id=org, requested_by=anna.id)
-            racer = threading.Thread(target=second)
-            racer.start()
-            racer.join(timeout=10)
-            still_waiting = racer.is_alive()
-        racer.join(timeout=10)
-    finally:
-        engine.dispose()
-    assert not still_waiting, "the second submit waited for the first one's commit"
-    assert type(done[0]).__name__ == "Submitted", done
+    waited, outcome = submit_beside_an_uncommitted_one(bare_stack, org, anna.id, patience=10)
+    assert not waited, "the second submit waited for the first one's commit"
+    assert type(outcome).__name__ == "Submitted", outcome
     assert counted(bare_stack, org) == active(bare_stack, org) == 2
