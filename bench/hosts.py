@@ -190,7 +190,6 @@ def _alive(pid: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-
 @dataclass
 class PrivateCluster:
     """A PostgreSQL cluster (Debian's binaries, run as ``postgres``) and a redis-server of this

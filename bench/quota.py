@@ -63,8 +63,6 @@ END $$
 """
 
 
-
-
 def submits_per_second(db_url: str, org: uuid.UUID, user: uuid.UUID, connections: int,
                        seconds: float) -> float:
     """``connections`` threads submitting one job per transaction as space_app, for ``seconds``."""

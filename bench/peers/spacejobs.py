@@ -55,8 +55,6 @@ def _version() -> str:
     return found.stdout.strip() or "?"
 
 
-
-
 def vm_rss_mb(pid: int) -> float:
     """Resident memory of one process in MB, as the kernel counts it (VmRSS, in kB)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
