@@ -87,11 +87,18 @@ class Settings(BaseSettings):
     sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
     wakeup_grace: float = Field(
         5, ge=0, description="seconds a due job waits for its wake-up before the sweeper re-sends it")
-    keep_jobs_days: float = Field(30, gt=0, description="retention of finished jobs")
-    keep_results_days: float = Field(7, gt=0, description="retention of results")
-    keep_events_days: float = Field(30, gt=0, description="retention of job events")
-    keep_audit_days: float = Field(
-        365, gt=0, description="retention of the organizations' audit log")
+    # Retention is the database's policy (models/ops/retention.py): these are read only by
+    # `spacejobs db upgrade`, which writes those that are set into it.
+    keep_jobs_days: float | None = Field(
+        None, gt=0, description="retention of finished jobs, in days (30 unless set); "
+                                "`spacejobs db upgrade` writes it into the database's policy")
+    keep_results_days: float | None = Field(
+        None, gt=0, description="retention of results, in days (7 unless set); as above")
+    keep_events_days: float | None = Field(
+        None, gt=0, description="retention of job events, in days (30 unless set); as above")
+    keep_audit_days: float | None = Field(
+        None, gt=0, description="retention of the organizations' audit log, in days "
+                                "(365 unless set); as above")
 
     # -- results store ---------------------------------------------------------------------
     results_store: Literal["local", "s3"] = Field(

@@ -44,20 +44,8 @@ class SweepReport:
         return asdict(self)
 
 
-DAY = 86_400.0
-
 #: when this process last ran the orphan sweep (time.monotonic()), None before the first
 _last_orphan_sweep: float | None = None
-
-
-def retention() -> dict[str, float]:
-    """Ages in seconds, from the days in the settings (see README, "Retention")."""
-    settings = get_settings()
-    return {
-        "jobs_age": settings.keep_jobs_days * DAY,
-        "results_age": settings.keep_results_days * DAY,
-        "events_age": settings.keep_events_days * DAY,
-    }
 
 
 def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepReport:
@@ -93,9 +81,9 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
             break
         report.wakeups_sent += 1
     with transaction(engine, actor="sweeper") as conn:
-        purged = store.purge_finished(conn, **retention(), batch=batch)
-        report.audit_deleted = audit.purge(conn, age=get_settings().keep_audit_days * DAY,
-                                           batch=batch)
+        # The ages are the database's retention policy: the sweeper only bounds the batch.
+        purged = store.purge_finished(conn, batch=batch)
+        report.audit_deleted = audit.purge(conn, batch=batch)
     report.jobs_deleted = purged["jobs_deleted"]
     report.results_dropped = purged["results_dropped"]
     report.events_deleted = purged["events_deleted"]

@@ -29,6 +29,7 @@ from models.db.roles import admin_url
 from models.db.transaction import owner_transaction
 from models.errors import DomainError
 from models.logs import configure_logging
+from models.ops import retention
 from models.settings import get_settings, reload_settings
 from models.tenancy import accounts, passwords, sessions
 from models.tenancy.access import ORG_STATES, ROLE_RANK
@@ -85,6 +86,41 @@ def db_upgrade() -> None:
     except OperationalError:
         raise click.ClickException("The database is unreachable (check DATABASE_URL).") from None
     click.echo("database is up to date", err=True)
+
+
+# ----------------------------------------------------------------------------- retention
+
+@main.group("retention")
+def retention_group() -> None:
+    """How long history is kept: the database's policy, which the sweeper only applies."""
+
+
+def _echo_policy(policy: retention.RetentionPolicy) -> None:
+    for name, days in (("jobs", policy.jobs_days), ("results", policy.results_days),
+                       ("events", policy.events_days), ("audit", policy.audit_days)):
+        click.echo(f"{name}\t{days:g} days")
+
+
+@retention_group.command("show")
+def retention_show() -> None:
+    """Print the ages past which finished jobs, results, events and audit entries are deleted."""
+    _echo_policy(_run(retention.read))
+
+
+@retention_group.command("set")
+@click.option("--jobs-days", type=float, help="Finished jobs, with their events and diagnostics.")
+@click.option("--results-days", type=float, help="Results of finished jobs (then 410 result_expired).")
+@click.option("--events-days", type=float, help="Events of finished jobs (the job row stays).")
+@click.option("--audit-days", type=float, help="The organizations' audit log.")
+def retention_set(jobs_days: float | None, results_days: float | None, events_days: float | None,
+                  audit_days: float | None) -> None:
+    """Change the ages given, keep the others, and print the policy."""
+    if None is jobs_days is results_days is events_days is audit_days:
+        raise click.UsageError("Give at least one of --jobs-days, --results-days, --events-days, "
+                               "--audit-days.")
+    _echo_policy(_run(lambda c: retention.change(
+        c, jobs_days=jobs_days, results_days=results_days, events_days=events_days,
+        audit_days=audit_days)))
 
 
 # ----------------------------------------------------------------------------- users, orgs, tokens

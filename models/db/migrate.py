@@ -31,6 +31,8 @@ from sqlalchemy import Connection, text
 from models.db.engine import make_engine
 from models.db.queries import queries_beside
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_password
+from models.ops import retention
+from models.settings import get_settings
 
 Q = queries_beside(__file__)
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -61,6 +63,9 @@ def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = 
                 command.stamp(config, "head")
             else:
                 command.upgrade(config, revision)
+            if revision == "head":
+                # the deployment's SPACEJOBS_KEEP_* ages, where set, become the database's policy
+                retention.apply_settings(conn, get_settings())
     finally:
         engine.dispose()
 

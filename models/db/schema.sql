@@ -235,8 +235,8 @@ CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
 -- downloaded which job, who joined or left it or changed role, how its state changed. Written
 -- in the transaction of the action itself (a rolled-back action leaves no entry); append-only
 -- for the application roles (INSERT, never UPDATE or DELETE); retention is purge_org_audit(),
--- as the owner. Never a job's params or result: detail holds names (a kind, a role, a state)
--- and ids, under the few keys the CHECK allows.
+-- as the owner, past the age retention_policy holds. Never a job's params or result: detail
+-- holds names (a kind, a role, a state) and ids, under the few keys the CHECK allows.
 CREATE TABLE org_audit (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
@@ -1273,27 +1273,45 @@ END $$;
 -- Retention
 -- =============================================================================================
 
--- Finished jobs, their events and their results are deleted by age, in bounded batches, by the
--- sweeper. The purge runs as the owner (SECURITY DEFINER) because it must see every
--- organization's events, which the worker role may not read; only the worker role may call it,
--- and it touches nothing that is not finished (the transition trigger allows exactly one change
--- to a finished row: dropping its result). A result in the results store is a file the database
--- cannot delete: the keys of the files it let go come back in dropped_refs, and the sweeper
--- deletes those files once this has committed (the orphan sweep catches any it missed).
-CREATE FUNCTION purge_finished_jobs(jobs_age interval, results_age interval, events_age interval,
-                                    batch integer)
+-- Retention is a policy the database holds: the ages below, which only the owner writes
+-- (`spacejobs retention set`, and `spacejobs db upgrade` from SPACEJOBS_KEEP_*). The purge
+-- functions read them; their caller, the sweeper as the worker role, chooses only a batch size,
+-- so worker credentials cannot make history go sooner.
+CREATE TABLE retention_policy (
+    -- one row: the policy of this database
+    singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    keep_jobs     interval NOT NULL DEFAULT interval '30 days' CHECK (keep_jobs > interval '0'),
+    keep_results  interval NOT NULL DEFAULT interval '7 days' CHECK (keep_results > interval '0'),
+    keep_events   interval NOT NULL DEFAULT interval '30 days' CHECK (keep_events > interval '0'),
+    keep_audit    interval NOT NULL DEFAULT interval '365 days' CHECK (keep_audit > interval '0'),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO retention_policy DEFAULT VALUES;
+
+-- Finished jobs, their events and their results are deleted past the policy's ages, in bounded
+-- batches, by the sweeper. As the owner (SECURITY DEFINER) because it must see every
+-- organization's events, which the worker role may not read. A hostile caller chooses only the
+-- batch (capped): it cannot make anything go sooner than the policy says, and it touches
+-- nothing that is not finished (the transition trigger allows exactly one change to a finished
+-- row: dropping its result). A result in the results store is a file the database cannot
+-- delete: the keys of the files it let go come back in dropped_refs, and the sweeper deletes
+-- those files once this has committed (the orphan sweep catches any it missed).
+CREATE FUNCTION purge_finished_jobs(batch integer)
 RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer,
                dropped_refs text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    policy retention_policy;
+    n CONSTANT integer := least(greatest(batch, 0), 10000);
     refs_of_jobs text[];
     refs_of_results text[];
 BEGIN
-    -- Whole jobs first: their events and diagnostics go with them (ON DELETE CASCADE).
+    SELECT * INTO STRICT policy FROM retention_policy;
+    -- Whole jobs first: their events and diagnostics go with them.
     WITH old AS (
         SELECT id FROM jobs
-        WHERE finished_at < now() - jobs_age AND status IN ('completed', 'failed', 'cancelled')
-        ORDER BY finished_at LIMIT batch
+        WHERE finished_at < now() - policy.keep_jobs AND status IN ('completed', 'failed', 'cancelled')
+        ORDER BY finished_at LIMIT n
         FOR UPDATE SKIP LOCKED
     ), gone AS (
         DELETE FROM jobs j USING old WHERE j.id = old.id RETURNING j.result_ref
@@ -1303,9 +1321,9 @@ BEGIN
 
     WITH old AS (
         SELECT id, result_ref FROM jobs
-        WHERE finished_at < now() - results_age AND result IS NOT NULL
+        WHERE finished_at < now() - policy.keep_results AND result IS NOT NULL
           AND result_expired_at IS NULL AND status IN ('completed', 'failed', 'cancelled')
-        ORDER BY finished_at LIMIT batch
+        ORDER BY finished_at LIMIT n
         FOR UPDATE SKIP LOCKED
     ), dropped AS (
         UPDATE jobs j SET result = NULL, result_ref = NULL, result_expired_at = now()
@@ -1316,8 +1334,9 @@ BEGIN
 
     WITH old AS (
         SELECT e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
-        WHERE j.finished_at < now() - events_age AND j.status IN ('completed', 'failed', 'cancelled')
-        ORDER BY j.finished_at LIMIT batch
+        WHERE j.finished_at < now() - policy.keep_events
+          AND j.status IN ('completed', 'failed', 'cancelled')
+        ORDER BY j.finished_at LIMIT n
     )
     DELETE FROM job_events e USING old WHERE e.id = old.id;
     GET DIAGNOSTICS events_deleted = ROW_COUNT;
@@ -1397,12 +1416,14 @@ CREATE TRIGGER organizations_audit AFTER UPDATE OF state ON organizations
     FOR EACH ROW WHEN (NEW.state IS DISTINCT FROM OLD.state)
     EXECUTE FUNCTION organizations_audit();
 
--- Retention of the audit log, by age, in bounded batches, by the sweeper. As the owner: no
--- application role may delete an entry.
-CREATE FUNCTION purge_org_audit(age interval, batch integer) RETURNS integer
+-- Retention of the audit log past the policy's age, in bounded batches, by the sweeper. As the
+-- owner: no application role may delete an entry, and a caller chooses only the batch.
+CREATE FUNCTION purge_org_audit(batch integer) RETURNS integer
 LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     WITH old AS (
-        SELECT id FROM org_audit WHERE at < now() - age LIMIT batch FOR UPDATE SKIP LOCKED
+        SELECT a.id FROM org_audit a
+        WHERE a.at < now() - (SELECT p.keep_audit FROM retention_policy p)
+        LIMIT least(greatest(batch, 0), 10000) FOR UPDATE SKIP LOCKED
     ), gone AS (
         DELETE FROM org_audit a USING old WHERE a.id = old.id RETURNING 1
     )
@@ -1559,8 +1580,8 @@ REVOKE ALL ON FUNCTION count_event(text, text, double precision) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION count_event(text, text, double precision) TO space_app, space_worker;
 REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
-REVOKE ALL ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION purge_finished_jobs(interval, interval, interval, integer) TO space_worker;
+REVOKE ALL ON FUNCTION purge_finished_jobs(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION purge_finished_jobs(integer) TO space_worker;
 REVOKE ALL ON FUNCTION result_files_in_use(text[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION result_files_in_use(text[], uuid[]) TO space_worker;
 REVOKE ALL ON FUNCTION results_without_files(text[], timestamptz) FROM PUBLIC;
@@ -1594,8 +1615,8 @@ REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid) TO space_worker;
 REVOKE ALL ON FUNCTION memberships_audit() FROM PUBLIC;
 REVOKE ALL ON FUNCTION organizations_audit() FROM PUBLIC;
-REVOKE ALL ON FUNCTION purge_org_audit(interval, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION purge_org_audit(interval, integer) TO space_worker;
+REVOKE ALL ON FUNCTION purge_org_audit(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION purge_org_audit(integer) TO space_worker;
 REVOKE ALL ON FUNCTION login_challenge(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_login(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION login_challenge(text), check_login(text, text) TO space_app;

@@ -458,17 +458,14 @@ def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> li
     ]
 
 
-def purge_finished(
-    conn: Connection, *, jobs_age: float, results_age: float, events_age: float, batch: int = 1000
-) -> dict[str, Any]:
-    """Retention (ages in seconds): delete finished jobs, drop old results, delete old events.
+def purge_finished(conn: Connection, *, batch: int = 1000) -> dict[str, Any]:
+    """Retention: delete finished jobs, drop old results, delete old events, each past the age
+    the database's policy holds (models/ops/retention.py); at most ``batch`` of each.
 
     ``dropped_refs`` lists the stored files of the jobs and results it dropped: the caller
     deletes them once this transaction has committed (the orphan sweep does, should it not)."""
     row = conn.execute(
-        Q["purge_finished"],
-        {"jobs_age": jobs_age, "results_age": results_age, "events_age": events_age, "batch": batch},
-    ).mappings().one()
+        Q["purge_finished"], {"batch": batch}).mappings().one()
     return dict(row)  # jobs_deleted, results_dropped, events_deleted, dropped_refs
 
 

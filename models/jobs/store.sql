@@ -245,9 +245,9 @@ WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_r
 FOR UPDATE
 
 -- purge_finished --
--- Retention, bounded per call; the function is in models/db/schema.sql (it never touches an active job).
-SELECT * FROM purge_finished_jobs(:jobs_age * interval '1 second', :results_age * interval '1 second',
-                                  :events_age * interval '1 second', :batch)
+-- Retention, bounded per call, past the ages of the database's retention_policy; the function
+-- is in models/db/schema.sql (it never touches an active job).
+SELECT * FROM purge_finished_jobs(:batch)
 
 -- claim_controls --
 -- Operator controls (tiny table): paused kinds are never claimed, limited kinds are counted.

@@ -8,7 +8,8 @@ changes by triggers, cancels by the cancel statement (models.jobs.store.request_
 download is a read, so :func:`record_download` writes it.
 
 Owners and admins read the log; no application role may change or delete an entry, and
-retention (:func:`purge`) deletes old ones through a function that runs as the owner. An entry
+retention (:func:`purge`) deletes old ones through a function that runs as the owner, past
+the age the database's retention policy holds (its caller cannot choose it). An entry
 holds names and ids only, never a job's params or result.
 """
 
@@ -76,6 +77,7 @@ def entries(
     return [AuditEntry(**row) for row in rows]
 
 
-def purge(conn: Connection, *, age: float, batch: int = 1000) -> int:
-    """Retention (age in seconds): delete entries older than that; returns how many."""
-    return conn.execute(Q["purge"], {"age": age, "batch": batch}).scalar_one()
+def purge(conn: Connection, *, batch: int = 1000) -> int:
+    """Retention: delete at most ``batch`` entries older than the database's policy says
+    (models/ops/retention.py); returns how many."""
+    return conn.execute(Q["purge"], {"batch": batch}).scalar_one()

@@ -23,5 +23,6 @@ ORDER BY at DESC, id DESC
 LIMIT :limit
 
 -- purge --
--- Retention, bounded per call (purge_org_audit() in the schema, as the owner).
-SELECT purge_org_audit(:age * interval '1 second', :batch)
+-- Retention, bounded per call, past the age of the database's retention_policy
+-- (purge_org_audit() in the schema, as the owner).
+SELECT purge_org_audit(:batch)

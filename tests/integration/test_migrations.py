@@ -130,7 +130,7 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
         "jobs  kind=table  owner=space_owner  row_security=True  force_row_security=True",
         "jobs worker_queue_update  command=UPDATE  mode=PERMISSIVE  roles=space_worker",
         "column jobs.retry_of to space_operator  privileges=SELECT",
-        "function purge_finished_jobs(interval,interval,interval,integer) to space_worker"
+        "function purge_finished_jobs(integer) to space_worker"
         "  privileges=EXECUTE",
         "\ndatabase to PUBLIC  privileges=CONNECT",
         "jobs jobs_after_update  definition=CREATE TRIGGER jobs_after_update AFTER UPDATE",

@@ -295,7 +295,8 @@ def test_retention_deletes_the_file_with_the_result_and_with_the_job(
     assert files_of(stack, kept_result["id"]) == [ref]
 
     # Results older than about a second are dropped: the row stays, the file goes.
-    beat = stack.start_beat(SPACEJOBS_KEEP_RESULTS_DAYS="0.00001")
+    stack.set_retention(results_days=0.00001)
+    beat = stack.start_beat()
     wait_until(lambda: stack.job_row(kept_result["id"])["result_expired_at"] is not None,
                what="the result's expiry")
     assert stack.job_row(kept_result["id"])["result_ref"] is None
@@ -308,7 +309,8 @@ def test_retention_deletes_the_file_with_the_result_and_with_the_job(
     deleted = submit(client, org, anna, "projects_archive")
     stack.wait_for(deleted["id"], "completed")
     assert len(files_of(stack, deleted["id"])) == 1
-    beat = stack.start_beat(SPACEJOBS_KEEP_JOBS_DAYS="0.00001")
+    stack.set_retention(results_days=7, jobs_days=0.00001)
+    beat = stack.start_beat()
 
     def row_gone() -> bool:
         with stack.admin() as conn:

@@ -1,21 +1,28 @@
-"""Retention: finished jobs, results and events go by age, in bounded batches; active jobs never."""
+"""Retention: finished jobs, results and events go by age, in bounded batches; active jobs never.
+
+The ages are the database's policy (retention_policy, models/ops/retention.py). The worker role
+that runs the purge chooses only a batch size: the attacks at the end of this module call the
+purge functions as space_worker with every argument they take, and nothing younger than the
+policy's ages goes.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from models.db.transaction import transaction
 from models.jobs import store
-from models.settings import get_settings
+from models.ops import retention
 from models.tenancy import audit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
-
-DAY = 86_400
 
 
 def old_job(stack: Stack, org, user, *, status: str, days: float, result=None) -> uuid.UUID:
@@ -39,10 +46,26 @@ def exists(stack: Stack, job_id) -> bool:
         return conn.execute(text("SELECT count(*) FROM jobs WHERE id = :id"), {"id": job_id}).scalar() == 1
 
 
-def purge(stack: Stack, batch: int = 1000, **ages: float) -> dict[str, int]:
-    settings = {"jobs_age": 30 * DAY, "results_age": 7 * DAY, "events_age": 30 * DAY} | ages
+DEFAULT_POLICY = retention.RetentionPolicy(jobs_days=30, results_days=7, events_days=30,
+                                           audit_days=365)
+
+
+@pytest.fixture(autouse=True)
+def default_policy(bare_stack: Stack) -> Iterator[None]:
+    """Each test starts from, and leaves, the policy a new database has."""
+    yield
+    bare_stack.set_retention(**vars(DEFAULT_POLICY))
+
+
+def purge(stack: Stack, batch: int = 1000) -> dict[str, int]:
+    """The sweeper's purge, as the worker role."""
     with transaction(stack.worker_db, actor="sweeper") as conn:
-        return store.purge_finished(conn, batch=batch, **settings)
+        return store.purge_finished(conn, batch=batch)
+
+
+def test_a_new_database_keeps_the_documented_ages(bare_stack: Stack):
+    with bare_stack.admin() as conn:
+        assert retention.read(conn) == DEFAULT_POLICY
 
 
 def test_old_finished_jobs_go_with_their_events_and_active_jobs_stay(bare_stack: Stack):
@@ -129,13 +152,15 @@ def test_events_of_old_finished_jobs_go_but_the_job_row_stays(bare_stack: Stack)
             leased = claim_one(conn, "w")
         complete_one(conn, leased.id, leased.lease_token, {})
     assert len(stack.events(job_id)) == 3
-    assert purge(stack, events_age=0)["events_deleted"] >= 3
+    stack.set_retention(events_days=1e-7)  # 9 ms
+    time.sleep(0.05)
+    assert purge(stack)["events_deleted"] >= 3
     assert stack.events(job_id) == [] and exists(stack, job_id)
 
 
 def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack):
     """The worker may not delete an entry itself (tests/integration/test_least_privilege.py);
-    purge_org_audit() does, as the owner, past SPACEJOBS_KEEP_AUDIT_DAYS (365 by default)."""
+    purge_org_audit() does, as the owner, past the policy's audit age (365 days by default)."""
     stack = bare_stack
     org = stack.org()
     stack.user(org)  # a fresh 'member.add' entry, which stays
@@ -151,13 +176,11 @@ def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack)
                 "SELECT extract(day FROM now() - at)::int FROM org_audit"
                 " WHERE organization_id = :org ORDER BY at"), {"org": org}).scalars())
 
-    age = get_settings().keep_audit_days * DAY
-    assert age == 365 * DAY
     with transaction(stack.worker_db, actor="sweeper") as conn:
-        assert audit.purge(conn, age=age, batch=2) == 2
+        assert audit.purge(conn, batch=2) == 2
     with transaction(stack.worker_db, actor="sweeper") as conn:
-        assert audit.purge(conn, age=age, batch=2) == 1
-        assert audit.purge(conn, age=age, batch=2) == 0
+        assert audit.purge(conn, batch=2) == 1
+        assert audit.purge(conn, batch=2) == 0
     assert ages() == [300, 0]
 
 
@@ -174,7 +197,8 @@ def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
             return conn.execute(text("SELECT count(*) FROM org_audit WHERE organization_id = :org"),
                                 {"org": org}).scalar_one()
 
-    beat = stack.start_beat(SPACEJOBS_KEEP_AUDIT_DAYS="1")
+    stack.set_retention(audit_days=1)
+    beat = stack.start_beat()
     try:
         deadline = time.monotonic() + 30
         while left() and time.monotonic() < deadline:
@@ -185,3 +209,132 @@ def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
     finally:
         stack.retire(beat)
     assert "sweep failed" not in beat.output()
+
+
+# ------------------------------------------------------------------------- the worker cannot aim it
+
+def audit_entries(stack: Stack) -> int:
+    with stack.admin() as conn:
+        return conn.execute(text("SELECT count(*) FROM org_audit")).scalar_one()
+
+
+def history(stack: Stack, job_id: uuid.UUID) -> tuple:
+    """What retention would take of a job: its row, its result, its events."""
+    return (exists(stack, job_id) and stack.job_row(job_id)["result"], len(stack.events(job_id)))
+
+
+def as_worker(stack: Stack, sql: str) -> None:
+    with transaction(stack.worker_db, actor="attacker") as conn:
+        conn.execute(text(sql))
+
+
+@pytest.mark.parametrize("call", [
+    # the ages the function took from its caller before revision 0025
+    "SELECT purge_org_audit(interval '0', 1000000)",
+    "SELECT purge_org_audit(interval '-1 year', 2147483647)",
+])
+def test_the_worker_cannot_give_the_audit_purge_an_age(bare_stack: Stack, call: str):
+    """Attack: as space_worker, purge_org_audit(interval '0', 1000000) deleted every entry of
+    every organization, minutes old."""
+    stack = bare_stack
+    stack.user(stack.org())  # a fresh 'member.add' entry
+    before = audit_entries(stack)
+    with pytest.raises(DBAPIError) as refused:
+        as_worker(stack, call)
+    assert "function purge_org_audit(interval, integer) does not exist" in str(refused.value.orig)
+    assert audit_entries(stack) == before > 0
+
+
+@pytest.mark.parametrize("batch", [-1, 0, 1, 1000000, 2147483647])
+def test_the_audit_purge_takes_nothing_younger_than_the_policy_whatever_the_batch(
+        bare_stack: Stack, batch: int):
+    stack = bare_stack
+    org = stack.org()
+    stack.user(org)
+    with stack.admin() as conn:
+        conn.execute(text("INSERT INTO org_audit (organization_id, actor, action, at)"
+                          " VALUES (:org, 'cli', 'member.remove', now() - interval '364 days')"),
+                     {"org": org})
+    before = audit_entries(stack)
+    with transaction(stack.worker_db, actor="attacker") as conn:
+        assert audit.purge(conn, batch=batch) == 0
+    assert audit_entries(stack) == before
+
+
+@pytest.mark.parametrize("call", [
+    "SELECT * FROM purge_finished_jobs(interval '0', interval '0', interval '0', 1000000)",
+    "SELECT * FROM purge_finished_jobs('-1 year', '-1 year', '-1 year', 2147483647)",
+])
+def test_the_worker_cannot_give_the_history_purge_an_age(bare_stack: Stack, call: str):
+    """Attack: as space_worker, purge_finished_jobs(interval '0', interval '0', interval '0',
+    1000000) deleted every finished job, minutes old, with its events, diagnostics and result."""
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org)
+    fresh = old_job(stack, org, user.id, status="completed", days=0.001, result={"kept": True})
+    before = history(stack, fresh)
+    assert before == ({"kept": True}, 1)
+    with pytest.raises(DBAPIError) as refused:
+        as_worker(stack, call)
+    assert "function purge_finished_jobs(" in str(refused.value.orig)
+    assert "does not exist" in str(refused.value.orig)
+    assert history(stack, fresh) == before
+
+
+@pytest.mark.parametrize("batch", [-1, 0, 1, 1000000, 2147483647])
+def test_the_history_purge_takes_nothing_younger_than_the_policy_whatever_the_batch(
+        bare_stack: Stack, batch: int):
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org)
+    stack.set_retention(jobs_days=2, results_days=2, events_days=2)
+    young = [old_job(stack, org, user.id, status=s, days=1.9, result={"kept": True})
+             for s in ("completed", "failed", "cancelled")]
+    before = [history(stack, j) for j in young]
+    purge(stack, batch=batch)
+    assert [history(stack, j) for j in young] == before
+
+
+def test_what_is_past_the_policy_still_goes_in_capped_batches(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org)
+    stack.set_retention(jobs_days=2)
+    old = [old_job(stack, org, user.id, status="completed", days=2.1) for _ in range(3)]
+    young = old_job(stack, org, user.id, status="completed", days=1.9)
+    purge(stack, batch=-1)
+    assert all(exists(stack, j) for j in old)
+    assert purge(stack, batch=2147483647)["jobs_deleted"] >= 3
+    assert not any(exists(stack, j) for j in old) and exists(stack, young)
+
+
+@pytest.mark.parametrize("engine", ["app_db", "worker_db", "operator_db"])
+@pytest.mark.parametrize("statement", [
+    "UPDATE retention_policy SET keep_jobs = interval '1 second', keep_audit = interval '1 second'",
+    "DELETE FROM retention_policy",
+    "INSERT INTO retention_policy (singleton) VALUES (true)",
+])
+def test_no_application_role_may_change_the_policy(bare_stack: Stack, engine: str, statement: str):
+    with pytest.raises(DBAPIError) as refused, transaction(getattr(bare_stack, engine)) as conn:
+        conn.execute(text(statement))
+    assert "permission denied for table retention_policy" in str(refused.value.orig)
+    with bare_stack.admin() as conn:
+        assert retention.read(conn) == DEFAULT_POLICY
+
+
+def test_the_policy_is_set_and_shown_by_the_cli_and_by_db_upgrade(bare_stack: Stack):
+    stack = bare_stack
+    done = stack.cli("retention", "set", "--audit-days", "400", "--events-days", "10")
+    assert done.returncode == 0, done.stderr
+    shown = stack.cli("retention", "show")
+    assert shown.stdout.splitlines() == ["jobs\t30 days", "results\t7 days", "events\t10 days",
+                                         "audit\t400 days"]
+    refused = stack.cli("retention", "set", "--jobs-days", "0")
+    assert refused.returncode != 0 and "above 0" in refused.stderr
+    assert stack.cli("retention", "set").returncode != 0
+    # A deployment's SPACEJOBS_KEEP_* become the policy at `db upgrade`; the others stay.
+    upgraded = stack.cli("db", "upgrade", SPACEJOBS_KEEP_JOBS_DAYS="90")
+    assert upgraded.returncode == 0, upgraded.stderr
+    with stack.admin() as conn:
+        assert retention.read(conn) == retention.RetentionPolicy(
+            jobs_days=90, results_days=7, events_days=10, audit_days=400)

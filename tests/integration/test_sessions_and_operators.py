@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -19,7 +17,6 @@ from models.db.transaction import transaction
 from models.tenancy import accounts, passwords
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.test_job_lifecycle import read_events
-from tests.kit.processes import REPO_ROOT
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 
@@ -41,11 +38,6 @@ def kind_paused(stack: Stack, kind: str) -> bool:
     with transaction(stack.operator_db) as conn:
         return bool(conn.execute(text("SELECT paused FROM kind_settings WHERE kind = :k"),
                                  {"k": kind}).scalar_one_or_none())
-
-
-def cli(stack: Stack, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], input=stdin, text=True,
-                          capture_output=True, env=stack.env(), cwd=REPO_ROOT, timeout=60)
 
 
 # ----------------------------------------------------------------------------- /ops: 404 for every method
@@ -234,16 +226,16 @@ def test_a_new_password_or_a_sign_out_from_the_cli_ends_every_session(stack: Sta
     first, second = app.test_client(), app.test_client()
     sign_in(first, user)
     sign_in(second, user)
-    done = cli(stack, "users", "set-password", user.email, "--password-stdin", stdin="a brand new password\n")
+    done = stack.cli("users", "set-password", user.email, "--password-stdin", stdin="a brand new password\n")
     assert done.returncode == 0, done.stderr
     assert "2 web session(s) signed out" in done.stderr and "brand new" not in done.stdout + done.stderr
     for browser in (first, second):
         assert browser.get(f"/orgs/{org}/jobs").headers["Location"].startswith("/login")
     user.password = "a brand new password"
     sign_in(first, user)
-    assert cli(stack, "users", "sign-out", user.email).returncode == 0
+    assert stack.cli("users", "sign-out", user.email).returncode == 0
     assert first.get(f"/orgs/{org}/jobs").headers["Location"].startswith("/login")
-    short = cli(stack, "users", "set-password", user.email, "--password-stdin", stdin="short\n")
+    short = stack.cli("users", "set-password", user.email, "--password-stdin", stdin="short\n")
     assert short.returncode != 0 and "10 to 1024 characters" in short.stderr
 
 
@@ -302,19 +294,19 @@ def test_tokens_revoke_refuses_the_very_next_request(stack: Stack, client):
     org = stack.org()
     user = stack.user(org, role="member")
     assert client.get("/api/v1/me", headers=user.auth).status_code == 200
-    done = cli(stack, "tokens", "revoke", "-", stdin=user.token + "\n")
+    done = stack.cli("tokens", "revoke", "-", stdin=user.token + "\n")
     assert done.returncode == 0, done.stderr
     assert client.get("/api/v1/me", headers=user.auth).status_code == 401
 
     with stack.admin() as conn:
         second = accounts.create_token(conn, user.id)
-    listed = cli(stack, "tokens", "list", user.email).stdout.splitlines()
+    listed = stack.cli("tokens", "list", user.email).stdout.splitlines()
     live = [line.split()[0] for line in listed if line.endswith("live")]
     assert len(listed) == 2 and len(live) == 1
     assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {second}"}).status_code == 200
-    assert cli(stack, "tokens", "revoke", live[0]).returncode == 0
+    assert stack.cli("tokens", "revoke", live[0]).returncode == 0
     assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {second}"}).status_code == 401
-    again = cli(stack, "tokens", "revoke", live[0])
+    again = stack.cli("tokens", "revoke", live[0])
     assert again.returncode != 0 and "No live token" in again.stderr
 
 

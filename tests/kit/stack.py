@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -23,6 +25,7 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs.records import Status
+from models.ops import retention
 from models.results.store import LocalResultStore
 from tasks.wakeups import guard_key
 from tests.kit import broker, facts, seeding
@@ -164,6 +167,17 @@ class Stack:
         """A transaction as the owner role (through the admin connection), for set-up and
         inspection no application role may do."""
         return owner_transaction(self.admin_db, actor=self.label)
+
+    def cli(self, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+        """``spacejobs ARGS`` against this stack's database, as an operator runs it."""
+        return subprocess.run([sys.executable, "-m", "webapp.cli", *args], input=stdin, text=True,
+                              capture_output=True, env=self.env(**env), cwd=REPO_ROOT, timeout=60)
+
+    def set_retention(self, **days: float) -> None:
+        """Change the database's retention policy as the owner (``spacejobs retention set``):
+        ``jobs_days``, ``results_days``, ``events_days``, ``audit_days``."""
+        with self.admin() as conn:
+            retention.change(conn, **days)
 
     def org(self, name: str | None = None, state: str = "active") -> uuid.UUID:
         return seeding.organization(self.admin_db, name, state)
