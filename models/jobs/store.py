@@ -120,22 +120,32 @@ def submit_many(
         "priorities": [j.priority for j in jobs],
     }).mappings().all()
     if rows and rows[0]["outcome"] == "refused":
-        for index, job in enumerate(jobs):  # the first job whose own rules refuse
+        # The database checked the strictest rules of the batch at once: name the first job
+        # whose own rules refuse, with its own reason (a member's export passes where their
+        # import does not).
+        standing = _standing(rows[0])
+        for index, job in enumerate(jobs):
             try:
-                _raise_refusal(rows[0], job.kind.org_states, job.kind.role)
+                check_allowed(standing, org_states=job.kind.org_states, role=job.kind.role)
             except DomainError as refusal:
                 refusal.details["index"] = index
                 raise
+        raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
     if rows and rows[0]["outcome"] == "over_quota":
         _raise_over_quota(rows[0])
     written = {row["id"]: Job.from_row(row) for row in rows}
     return [written.get(job_id) for job_id in ids]
 
 
+def _standing(row: Any) -> Standing | None:
+    """The requester's standing as the database read it for a refused submit."""
+    if row["member_role"] is None:
+        return None
+    return Standing(row["member_role"], row["member_organization_state"])
+
+
 def _raise_refusal(row: Any, org_states: frozenset[str], role: str) -> None:
-    standing = (Standing(row["member_role"], row["member_organization_state"])
-                if row["member_role"] is not None else None)
-    check_allowed(standing, org_states=org_states, role=role)
+    check_allowed(_standing(row), org_states=org_states, role=role)
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
 
 

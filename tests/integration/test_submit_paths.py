@@ -121,6 +121,24 @@ def test_a_refused_batch_names_the_item_and_writes_nothing(stack: Stack, client,
     assert count_jobs(stack, org) == 0
 
 
+@pytest.mark.parametrize("role, state, status, code", [
+    ("member", "active", 403, "insufficient_role"),   # an import needs an admin
+    ("owner", "read_only", 409, "organization_read_only"),  # an import writes
+])
+def test_a_batch_refused_by_one_kinds_rules_names_that_item_and_its_reason(
+        stack: Stack, client, role: str, state: str, status: int, code: str):
+    """Attack: a member's batch of an export and an import answered 409 organization_unavailable
+    at index 0 (the export, which they may run) instead of 403 insufficient_role at index 1."""
+    org = stack.org(state=state)
+    anna = stack.user(org, role=role)
+    body = {"jobs": [{"kind": "projects_export"},
+                     {"kind": "projects_import", "params": {"projects": [{"name": "a"}]}}]}
+    answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json=body, headers=anna.auth)
+    error = answer.get_json()["error"]
+    assert (answer.status_code, error["code"], error["index"]) == (status, code, 1)
+    assert count_jobs(stack, org) == 0
+
+
 def test_a_batch_meeting_an_active_duplicate_is_refused_whole(stack: Stack, client):
     org = stack.org()
     anna = stack.user(org, role="owner")
