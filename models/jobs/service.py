@@ -34,6 +34,8 @@ from models.jobs import store, waiting
 from models.jobs.records import Job, Status
 from models.kinds import JobKind, get_kind
 from models.results.records import StoredResult
+from models.tenancy import member_jobs
+from models.tenancy.access import require_membership
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
@@ -162,12 +164,18 @@ def get(conn: Connection, job_id: UUID, *, organization_id: UUID) -> Job | None:
     return store.get(conn, job_id)
 
 
-def cancel(conn: Connection, job_id: UUID, *, organization_id: UUID, user_id: UUID) -> Job:
+def cancel(conn: Connection, job_id: UUID, *, organization_id: UUID, user_id: UUID,
+           request_id: str | None = None) -> Job:
     """A queued job is cancelled at once; a running one is asked to stop (cancel_requested) and
-    stops at its next safe point. JobFinished for a job that had already ended, NotFound for
-    one that is not the organization's."""
+    stops at its next safe point.
+
+    The rule is the web's, from the same function (models.tenancy.member_jobs.cancel): the user
+    must be a current member, and either the job's requester or holding the kind's role
+    (InsufficientRole otherwise). JobFinished for a job that had already ended, NotFound for
+    one that is not the organization's or a user who is not its member."""
     scope(conn, organization_id=organization_id, user_id=user_id, actor=f"user:{user_id}")
-    return store.request_cancel(conn, job_id, user_id)
+    membership = require_membership(conn, organization_id, user_id)
+    return member_jobs.cancel(conn, membership, job_id, user_id, request_id)
 
 
 def running(conn: Connection, *, organization_id: UUID, kind: str | None = None) -> list[Job]:
