@@ -341,3 +341,38 @@ def test_a_removal_waits_for_the_finish_that_checked_the_membership(bare_stack: 
     thread.join(10)
     assert finished and removed and removed[0] >= finished[0] - 0.05
     assert stack.job_row(job.id)["status"] == "completed"
+
+
+# ------------------------------------------------------------------------- the counters' one door
+
+def counters(stack: Stack) -> dict[tuple[str, str], float]:
+    """metric_counters after folding every recorded event, as the operator reads them."""
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        store.fold_metrics(conn)
+    with transaction(stack.operator_db) as conn:
+        return {(row.name, row.kind): row.value for row in conn.execute(text(
+            "SELECT name, kind, value FROM metric_counters WHERE name LIKE 'spacejobs_wakeups_%'"))}
+
+
+@pytest.mark.parametrize("kind, by", [
+    ("", -1e9),                 # a counter that goes down reads as a reset to every rate()
+    ("", float("nan")),         # and NaN or Infinity poison it for good
+    ("", float("inf")),
+    ("", 1e12),
+    ("<script>alert(1)</script> and 10,000 more labels", 1),
+])
+def test_the_web_cannot_move_a_counter_backwards_poison_it_or_grow_its_labels(
+        bare_stack: Stack, world: World, kind: str, by: float):
+    """Attack: as space_app, count_event('spacejobs_wakeups_published_total', '', -1e9)."""
+    before = counters(bare_stack)
+    with transaction(world.app, organization_id=world.org, user_id=world.user) as conn:
+        conn.execute(text("SELECT count_event('spacejobs_wakeups_published_total', :kind, :by)"),
+                     {"kind": kind, "by": by})
+    assert counters(bare_stack) == before
+
+
+def test_the_counters_door_still_counts_what_our_code_sends(bare_stack: Stack, world: World):
+    before = counters(bare_stack).get(("spacejobs_wakeups_failed_total", "bench.noop"), 0)
+    with transaction(world.app) as conn:
+        conn.execute(text("SELECT count_event('spacejobs_wakeups_failed_total', 'bench.noop', 3)"))
+    assert counters(bare_stack)[("spacejobs_wakeups_failed_total", "bench.noop")] == before + 3
