@@ -206,9 +206,9 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
 @api_limit
 def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
-    user = current_user()
+    # one statement authenticates the token and finds the membership (as a submit does)
     with org_transaction(org) as (conn, membership):
-        job = member_jobs.cancel(conn, membership, jid, user.id, g.request_id)
+        job = member_jobs.cancel(conn, membership, jid, g.request_id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
 
 

@@ -366,8 +366,7 @@ def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
 @signed_in
 def cancel(org: str, job_id: str) -> ResponseReturnValue:
     with org_page(org) as page:
-        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.user.id,
-                                 g.request_id)
+        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.request_id)
     if job.status == "cancel_requested":
         flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
     else:

@@ -175,7 +175,7 @@ def cancel(conn: Connection, job_id: UUID, *, organization_id: UUID, user_id: UU
     one that is not the organization's or a user who is not its member."""
     scope(conn, organization_id=organization_id, user_id=user_id, actor=f"user:{user_id}")
     membership = require_membership(conn, organization_id, user_id)
-    return member_jobs.cancel(conn, membership, job_id, user_id, request_id)
+    return member_jobs.cancel(conn, membership, job_id, request_id)
 
 
 def running(conn: Connection, *, organization_id: UUID, kind: str | None = None) -> list[Job]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +30,7 @@ from models.errors import (
 from models.jobs.records import RUNNING, Job, LeasedJob, Status
 from models.kinds.rules import KindRules
 from models.settings import get_settings
-from models.tenancy.access import ROLE_RANK, check_allowed
+from models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
 
 Q = queries_beside(__file__)
 
@@ -203,14 +203,20 @@ def running(conn: Connection, organization_id: UUID, *, kind: str | None = None)
 
 
 def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
-                   request_id: str | None = None) -> Job:
+                   request_id: str | None = None, *, kind_roles: Mapping[str, str] | None = None,
+                   as_operator: bool = False) -> Job:
     """queued → cancelled at once; leased → cancel_requested. Terminal → JobFinished.
 
-    A cancel that changed the job is written to the organization's audit log as ``user_id``'s
-    (with the transaction's actor: a member's or an operator's), in the same statement."""
-    row = conn.execute(Q["request_cancel"], {"id": str(job_id), "user_id": user_id,
-                                             "request_id": request_id}).mappings()
-    row = row.one_or_none()
+    The statement applies the one rule for every cancel: ``user_id`` is an operator (with
+    ``as_operator``), or a current member who started the job or holds the role its kind needs
+    (``kind_roles``: kind → role, from the registry; a kind missing from it needs an owner).
+    InsufficientRole when the rule refuses. A cancel that changed the job is written to the
+    organization's audit log as ``user_id``'s (with the transaction's actor: a member's or an
+    operator's), in the same statement."""
+    roles = dict(kind_roles or {})
+    row = conn.execute(Q["request_cancel"], {
+        "id": str(job_id), "user_id": user_id, "request_id": request_id,
+        "kind_roles": json.dumps(roles), "as_operator": as_operator}).mappings().one_or_none()
     if row is not None:
         return Job.from_row(row)
     job = get(conn, job_id)
@@ -218,7 +224,9 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
         raise NotFound()
     if job.finished:
         raise JobFinished(status=job.status)
-    return job  # already cancel_requested: asking twice changes nothing
+    if job.status == Status.CANCEL_REQUESTED:
+        return job  # asking twice changes nothing
+    raise cancel_refused(roles.get(job.kind, "owner"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -119,13 +119,25 @@ RETURNING j.id
 -- request_cancel --
 -- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
 -- A parent's children that have not ended are cancelled with it, the same way.
+-- The one rule for every cancel (the API, the pages, the Python API, the operators) is here,
+-- where the row changes: an operator, when the caller says it acts as one and the user is one;
+-- else a current member of a live organization who started the job or holds the role its kind
+-- needs (:kind_roles, the registry's kind -> role; a kind it does not name needs an owner).
 -- The same statement writes who asked to the organization's audit log (the actor says whether
 -- a member or an operator did); asking again changes nothing and writes nothing.
 WITH asked AS (
-    UPDATE jobs
-    SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+    UPDATE jobs j
+    SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
         cancel_requested_at = now(), cancel_requested_by = :user_id
-    WHERE id = :id AND status IN ('queued', 'leased')
+    WHERE j.id = :id AND j.status IN ('queued', 'leased')
+      AND (EXISTS (SELECT 1 FROM users u
+                   WHERE u.id = :user_id AND u.is_operator AND CAST(:as_operator AS boolean))
+           OR EXISTS (SELECT 1 FROM memberships m JOIN organizations o ON o.id = m.organization_id
+                      WHERE m.organization_id = j.organization_id AND m.user_id = :user_id
+                        AND o.state <> 'deleted'
+                        AND (j.requested_by = :user_id
+                             OR role_rank(m.role) >= role_rank(coalesce(
+                                    CAST(:kind_roles AS jsonb) ->> j.kind, 'owner')))))
     RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
            error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
            finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at

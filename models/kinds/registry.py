@@ -102,6 +102,12 @@ def required_role(name: str) -> str:
     return found.rules.role if found else "owner"
 
 
+def kind_roles() -> dict[str, str]:
+    """Every known kind's role, for the cancel statement (a kind it does not name needs an
+    owner, as in :func:`required_role`)."""
+    return {name: kind.rules.role for name, kind in load_kinds().items()}
+
+
 def get_kind(name: object) -> JobKind:
     if not isinstance(name, str) or name not in load_kinds():
         raise UnknownKind()

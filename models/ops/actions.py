@@ -48,7 +48,7 @@ def cancel(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_id: UU
     """Cancel any organization's job, as the operator (same rules as a user's cancel)."""
     org = _org_of(operator_db, job_id)
     with _as_operator(app_db, org, operator_id) as conn:
-        job = store.request_cancel(conn, job_id, operator_id, request_id)
+        job = store.request_cancel(conn, job_id, operator_id, request_id, as_operator=True)
         _audit(conn, operator_id, "cancel", str(job_id), {"status": job.status}, request_id)
     return job
 

@@ -79,6 +79,7 @@ def has_role(membership: Membership, role: str) -> bool:
 
 def may_cancel(membership: Membership, requested_by: UUID, kind_role: str) -> bool:
     """The person who started the job may stop it; so may a member holding the kind's role.
+    (What the pages offer; the cancel statement, models/jobs/store.sql, enforces the same.)
 
     A plain member may not cancel an admin's import (a kind that needs ``admin``), though they
     may cancel their own export.
@@ -91,11 +92,10 @@ def may_read_result(membership: Membership, kind_role: str) -> bool:
     return has_role(membership, kind_role)
 
 
-def check_may_cancel(membership: Membership, requested_by: UUID, kind_role: str) -> None:
-    if not may_cancel(membership, requested_by, kind_role):
-        raise InsufficientRole(
-            f"Only the person who started this job, or a member with the {kind_role} role, "
-            "may cancel it.")
+def cancel_refused(kind_role: str) -> InsufficientRole:
+    """What a refused cancel says (the cancel statement applies :func:`may_cancel`'s rule)."""
+    return InsufficientRole(f"Only the person who started this job, or a member with the "
+                            f"{kind_role} role, may cancel it.")
 
 
 def check_may_read_result(membership: Membership, kind_role: str) -> None:

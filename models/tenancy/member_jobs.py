@@ -1,6 +1,8 @@
 """What a member may do with their organization's jobs beyond submitting one: cancel it, read
-its result. The JSON API and the pages both come here, so one rule holds for both: the
-requester or a member with the kind's role may cancel; the result needs the kind's role.
+its result. The JSON API, the pages and the Python API (models.jobs.service) all come here:
+the requester or a member with the kind's role may cancel (applied by the cancel statement
+itself, models.jobs.store.request_cancel, which the operators' cancel shares); the result
+needs the kind's role.
 
 Every function runs in the caller's transaction, scoped to the organization, after
 :func:`models.tenancy.access.require_membership` gave the CURRENT membership.
@@ -18,12 +20,11 @@ from models.db.queries import queries_beside
 from models.errors import JobNotCompleted, NotFound, ResultExpired
 from models.jobs import store
 from models.jobs.records import ACTIVE, Job, Status
-from models.kinds import required_role
+from models.kinds import kind_roles, required_role
 from models.results.records import StoredResult
 from models.tenancy import audit
 from models.tenancy.access import (
     Membership,
-    check_may_cancel,
     check_may_read_result,
     may_cancel,
     may_read_result,
@@ -51,17 +52,14 @@ def rights(membership: Membership, job: Job) -> JobRights:
     )
 
 
-def cancel(conn: Connection, membership: Membership, job_id: UUID, user_id: UUID,
+def cancel(conn: Connection, membership: Membership, job_id: UUID,
            request_id: str | None = None) -> Job:
     """queued → cancelled, leased → cancel_requested, if this member may stop this job (and
-    written to the organization's audit log, in the same statement)."""
-    job = store.get(conn, job_id)
-    if job is None:
-        raise NotFound()
-    # requested_by and kind are part of the job's immutable snapshot (the transition trigger
-    # refuses to change them), so the check cannot go stale before the UPDATE below.
-    check_may_cancel(membership, job.requested_by, required_role(job.kind))
-    return store.request_cancel(conn, job_id, user_id, request_id)
+    written to the organization's audit log, in the same statement); InsufficientRole if not.
+    ``membership`` is the caller's proof that it read the current one (the statement reads it
+    again, in the same snapshot as the row it changes)."""
+    return store.request_cancel(conn, job_id, membership.user_id, request_id,
+                                kind_roles=kind_roles())
 
 
 def read_result(conn: Connection, membership: Membership, job_id: UUID,

@@ -15,7 +15,8 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.errors import InsufficientRole, NotFound
-from models.jobs import service
+from models.jobs import service, store
+from models.kinds import kind_roles
 from models.tenancy import accounts, passwords
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.test_job_lifecycle import read_events
@@ -194,6 +195,39 @@ def test_a_plain_member_cannot_cancel_an_admins_import(stack: Stack, app, client
         assert client.post(f"/api/v1/orgs/{org}/jobs/{imported['id']}/cancel",
                            headers=admin.auth).status_code == 200
     assert stack.job_row(imported["id"])["status"] == "cancelled"
+
+
+def test_the_cancel_statement_itself_holds_the_rule_for_every_caller(stack: Stack, client):
+    """Attack: code that reached the cancel statement without the web's check (the Python API
+    did) let anyone in the organization stop anything. The rule now lives in the statement."""
+    org = stack.org()
+    admin = stack.user(org, role="admin")
+    member = stack.user(org, role="member")
+    other_admin = stack.user(org, role="admin")
+    leaving = stack.user(org, role="admin")
+    outsider = stack.user(stack.org(), role="owner")
+
+    def cancel(user, job, **rule):
+        with transaction(stack.app_db, organization_id=org, user_id=user.id) as conn:
+            return store.request_cancel(conn, job["id"], user.id, **rule)
+
+    with stack.workers_paused():
+        imported = submit(client, org, admin, "projects_import", {"projects": [{"name": "x"}]})
+        own = submit(client, org, leaving, "projects_export")
+        with pytest.raises(InsufficientRole):
+            cancel(member, imported, kind_roles=kind_roles())
+        with pytest.raises(InsufficientRole):  # without the registry's roles, only an owner
+            cancel(other_admin, imported)
+        with pytest.raises(InsufficientRole):  # says it is an operator; is not one
+            cancel(member, imported, as_operator=True)
+        with pytest.raises(InsufficientRole):  # an owner, of another organization
+            cancel(outsider, imported, kind_roles=kind_roles())
+        with stack.admin() as conn:  # the requester, removed since
+            accounts.remove_member(conn, org, leaving.id)
+        with pytest.raises(InsufficientRole):
+            cancel(leaving, own, kind_roles=kind_roles())
+        assert {stack.job_row(j["id"])["status"] for j in (imported, own)} == {"queued"}
+        assert cancel(admin, imported, kind_roles=kind_roles()).status == "cancelled"
 
 
 def test_reading_a_result_needs_the_kinds_role(stack: Stack, app, client):
