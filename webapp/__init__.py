@@ -66,6 +66,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         SESSION_COOKIE_SECURE=settings.session_cookie_secure,
         SESSION_IDLE_SECONDS=settings.session_idle_minutes * 60,
         PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.session_max_hours),
+        # The cookie is written when the session changes, not re-sent on every answer: the
+        # server-side session ends PERMANENT_SESSION_LIFETIME after sign-in whatever the cookie
+        # says, and an answer that never read the session (the 404 of an unknown URL, and so
+        # the operators' 404 for everyone else) must carry no cookie, stamped with the time.
+        SESSION_REFRESH_EACH_REQUEST=False,
         LOGIN_RATE_LIMIT_ACCOUNT=settings.login_rate_limit_account,
         LOGIN_RATE_LIMIT_ADDRESS=settings.login_rate_limit_address,
         JSON_SORT_KEYS=False,

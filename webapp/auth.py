@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from flask import current_app, g, request, session
+from flask.sessions import SessionMixin
 from sqlalchemy import Connection, Engine
 
 from models.db.transaction import opened, transaction
@@ -62,24 +63,37 @@ def page_user() -> User | None:
     return remember(*found) if found else None
 
 
-def identify(*, allow_token: bool = True, allow_session: bool) -> tuple[User, str] | None:
+def identify(*, allow_token: bool = True, allow_session: bool,
+             cookie: SessionMixin | None = None) -> tuple[User, str] | None:
     """``(user, "token" | "session")`` or None. Records nothing: see :func:`remember`.
 
     A request that sends a bearer token is judged by that token alone: a bad token is no
-    one, even when a session cookie rides along.
+    one, even when a session cookie rides along. ``cookie`` is the session to read, the
+    request's own by default (see :func:`untouched_session`).
     """
     token = bearer_token() if allow_token else None
     if token is not None:
         with transaction(engine()) as conn:
             user = authenticate(conn, token)
         return (user, "token") if user else None
-    if allow_session and session.get("sid"):
+    cookie = session if cookie is None else cookie
+    if allow_session and cookie.get("sid"):
         with transaction(engine()) as conn:
-            found = sessions.resume(conn, session["sid"], idle_seconds=idle_seconds())
+            found = sessions.resume(conn, cookie["sid"], idle_seconds=idle_seconds())
         if found is not None:
             return found.user, "session"
-        session.clear()  # the cookie names a dead session: drop it
+        cookie.clear()  # the cookie names a dead session: drop it
     return None
+
+
+def untouched_session() -> SessionMixin:
+    """The session as the request's cookie holds it, opened apart from the request's own, so
+    that reading it (or dropping a dead one) leaves no trace in the answer: no ``Vary: Cookie``,
+    no cookie written or cleared. For a refusal that must answer exactly as a URL that does not
+    exist, which never looks at the session."""
+    interface = current_app.session_interface
+    return (interface.open_session(current_app, request)  # type: ignore[arg-type]
+            or interface.make_null_session(current_app))  # type: ignore[arg-type]
 
 
 def remember(user: User, method: str) -> User:

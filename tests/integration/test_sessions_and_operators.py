@@ -10,9 +10,11 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
+from flask import url_for
 from sqlalchemy import text
 
 from models.db.transaction import transaction
@@ -71,6 +73,56 @@ def test_every_ops_url_answers_every_method_with_the_404_of_an_unknown_url(stack
                     assert (answer.status_code, answer.data) == (404, expected.data), (method, url, headers)
                     assert "Allow" not in answer.headers, (method, url)
     assert stack.job_row(job["id"])["status"] == "completed"
+
+
+def _operator_urls(app, job_id: str) -> list[str]:
+    """Every route of the operators' blueprint in the app's url_map, its variables filled in
+    (with real values where the name says what they hold, so an operator's request would act)."""
+    known = {"job_id": job_id, "kind": "bench.noop", "action": "pause"}
+    urls = []
+    with app.test_request_context():
+        for rule in app.url_map.iter_rules():
+            if rule.endpoint.startswith("ops."):
+                urls.append(url_for(rule.endpoint, **{name: known.get(name, uuid.uuid4().hex)
+                                                      for name in rule.arguments}))
+    return urls
+
+
+def _seen(answer) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """What a stranger sees of an answer: status, body and every header but Date."""
+    return answer.status_code, answer.data, sorted((k, v) for k, v in answer.headers if k != "Date")
+
+
+def test_an_operator_url_answers_exactly_the_404_of_an_unknown_url_headers_included(stack: Stack, app,
+                                                                                   client):
+    """Attack: anonymous GET /ops, /ops/api/jobs, /metrics... answered the body of /nope but
+    added ``Vary: Cookie``, which an unknown URL does not: the operators' routes could be listed."""
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    job = submit(client, org, owner, "bench.noop")
+    signed_in = app.test_client()
+    sign_in(signed_in, owner)
+    visited_login = app.test_client()
+    visited_login.get("/login")  # a cookie that holds no session yet
+    urls = _operator_urls(app, job["id"])
+    assert {"/ops", "/ops/api/jobs", "/metrics"} <= set(urls) and len(urls) >= 8
+    callers = {"anonymous": (client, {}), "a browser that opened /login": (visited_login, {}),
+               "a signed-in non-operator": (signed_in, {}),
+               "a non-operator's token": (client, owner.auth)}
+    for who, (browser, credential) in callers.items():
+        for accept in ({}, HTML):
+            for method in ("GET", "POST"):
+                headers = {**credential, **accept, "X-Request-ID": "same-for-both"}
+                for url in urls:
+                    unknown = browser.open(f"/nope-{uuid.uuid4().hex}", method=method, headers=headers)
+                    answer = browser.open(url, method=method, headers=headers)
+                    assert unknown.status_code == 404
+                    assert _seen(answer) == _seen(unknown), (who, method, url, accept)
+                    # nor a cookie stamped with the time, which would tell two answers apart too
+                    assert "Set-Cookie" not in answer.headers, (who, method, url)
+    # and nothing was done: the job ran once, as submitted, and no retry was made of it
+    assert stack.wait_for(job["id"], "completed", "cancelled")["status"] == "completed"
+    assert sum(stack.job_counts(org).values()) == 1
 
 
 # ----------------------------------------------------------------------------- CSRF by how it authenticated
