@@ -53,6 +53,7 @@ from webapp.auth import (
     sign_out,
 )
 from webapp.errors import HTTP_STATUS
+from webapp.inputs import MalformedJSON, parse_json
 from webapp.jobs import list_page, start_job
 from webapp.limits import address_key, limited, login_account_key, retry_after
 from webapp.results import stored_result_response
@@ -318,12 +319,9 @@ def _import_file() -> Any:
     if upload is None or not upload.filename:
         raise InvalidParams("Choose a JSON file to import.")
     try:
-        return json.loads(upload.read())
-    except json.JSONDecodeError as error:
-        raise InvalidParams(f"The file is not valid JSON (line {error.lineno}, "
-                            f"column {error.colno}).") from None
-    except (UnicodeDecodeError, RecursionError):
-        raise InvalidParams("The file is not valid JSON.") from None
+        return parse_json(upload.read())
+    except MalformedJSON as error:
+        raise InvalidParams(f"The file is not valid JSON ({error}).") from None
 
 
 @dataclass(frozen=True)
