@@ -30,6 +30,7 @@ from models.errors import InvalidRequest, NotFound, Unauthorized
 from models.tenancy import sessions
 from models.tenancy.access import Membership, current_member, require_membership
 from models.tenancy.accounts import User, authenticate, principal
+from webapp import failed_auth
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -43,6 +44,12 @@ def bearer_token() -> str | None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def presents_credential() -> bool:
+    """Whether this request carries what :func:`identify` would look up: a bearer token, or a
+    session cookie that names a session (the cookie is signed: a stranger cannot make one up)."""
+    return bearer_token() is not None or bool(session.get("sid"))
 
 
 def current_user(*, allow_session: bool = False) -> User:
@@ -75,13 +82,17 @@ def identify(*, allow_token: bool = True, allow_session: bool,
     if token is not None:
         with transaction(engine()) as conn:
             user = authenticate(conn, token)
-        return (user, "token") if user else None
+        if user is None:
+            failed_auth.count_failure()
+            return None
+        return user, "token"
     cookie = session if cookie is None else cookie
     if allow_session and cookie.get("sid"):
         with transaction(engine()) as conn:
             found = sessions.resume(conn, cookie["sid"], idle_seconds=idle_seconds())
         if found is not None:
             return found.user, "session"
+        failed_auth.count_failure()
         cookie.clear()  # the cookie names a dead session: drop it
     return None
 
@@ -184,6 +195,7 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
         # transaction to what it found (models.tenancy.accounts.principal).
         with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
             if found is None:
+                failed_auth.count_failure()
                 raise Unauthorized()
             remember(found[0], "token")
             yield conn, current_member(found[1])

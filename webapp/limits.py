@@ -3,7 +3,10 @@
 Every request that costs work is counted per credential (a hash of the API token, else of the
 web session, else the client address): the JSON API's reads and writes (``API_RATE_LIMIT``),
 job polling (``POLL_RATE_LIMIT``), submits (``SUBMIT_RATE_LIMIT``, and per organization
-``ORG_SUBMIT_RATE_LIMIT`` once the member is known) and the operators' JSON API.
+``ORG_SUBMIT_RATE_LIMIT`` once the member is known) and the operators' JSON API. A credential
+is counted before it is checked, so a made-up token would get a budget of its own each time:
+failed authentications are counted per client address and across all of them
+(webapp/failed_auth.py), which refuses the flood before its lookups.
 
 Redis can fail; no request waits on it for long. Its client gives up after
 ``RATE_LIMIT_TIMEOUT`` seconds (connect and read, no retries), and then ``RATE_LIMIT_FAIL``
@@ -40,7 +43,8 @@ def rate_key() -> str:
     """Per API token (hashed: the key is stored in Redis), else per web session, else per
     client address.
 
-    The limiter runs before the view, so it cannot wait for authentication to name the user.
+    The limiter runs before the view, so it cannot wait for authentication to name the user;
+    the tokens that then fail are counted by webapp/failed_auth.py, per address.
     """
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
