@@ -155,7 +155,13 @@ class Settings(BaseSettings):
     session_cookie_secure: bool = Field(
         False, description="`1` marks the session cookie `Secure` (set it when served over HTTPS)")
     login_rate_limit_account: str = Field(
-        "5 per minute", description="failed sign-ins allowed per email address")
+        "5 per minute", description="failed sign-ins allowed per email address from one client "
+                                    "address")
+    login_rate_limit_account_global: str = Field(
+        "20 per minute", description="failed sign-ins allowed per email address from all client "
+                                     "addresses together, the backstop against guessing from many "
+                                     "addresses (keep it above the per-address limit: then one "
+                                     "address alone cannot lock the person out)")
     login_rate_limit_address: str = Field(
         "20 per minute", description="failed sign-ins allowed per client address")
     failed_auth_rate_limit_address: str = Field(

@@ -73,6 +73,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         # the operators' 404 for everyone else) must carry no cookie, stamped with the time.
         SESSION_REFRESH_EACH_REQUEST=False,
         LOGIN_RATE_LIMIT_ACCOUNT=settings.login_rate_limit_account,
+        LOGIN_RATE_LIMIT_ACCOUNT_GLOBAL=settings.login_rate_limit_account_global,
         LOGIN_RATE_LIMIT_ADDRESS=settings.login_rate_limit_address,
         FAILED_AUTH_RATE_LIMIT_ADDRESS=settings.failed_auth_rate_limit_address,
         FAILED_AUTH_RATE_LIMIT_GLOBAL=settings.failed_auth_rate_limit_global,

@@ -59,11 +59,17 @@ def address_key() -> str:
     return "addr:" + (request.remote_addr or "unknown")
 
 
-def login_account_key() -> str:
-    """Sign-in attempts per account: the email as typed, normalised and hashed (a Redis key
-    should not hold an address)."""
+def login_account_global_key() -> str:
+    """Sign-in attempts per account, from every client address: the email as typed, normalised
+    and hashed (a Redis key should not hold an email address)."""
     email = request.form.get("email", "").strip().lower()
     return "login:" + _digest(email)
+
+
+def login_account_key() -> str:
+    """Sign-in attempts per account from this client address: the email is the attacker's to
+    choose, so a limit on it alone would let one address lock its owner out everywhere."""
+    return login_account_global_key() + ":" + address_key()
 
 
 def _digest(value: str) -> str:
