@@ -18,6 +18,7 @@ growing intervals); ``closed`` answers 503 ``unavailable`` with ``Retry-After``.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -56,7 +57,19 @@ def rate_key() -> str:
 
 
 def address_key() -> str:
-    return "addr:" + (request.remote_addr or "unknown")
+    """The client's address; for IPv6, its /64: a subscriber is given at least that block, and
+    each of its 2**64 addresses is theirs to pick, so counting each apart would give one client
+    that many budgets."""
+    raw = request.remote_addr or "unknown"
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:  # not an IP address (a unix socket's peer): as it comes
+        return "addr:" + raw
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return "addr:" + str(address.ipv4_mapped)
+        return "addr:" + str(ipaddress.IPv6Network((address, 64), strict=False))
+    return "addr:" + str(address)
 
 
 def login_account_global_key() -> str:

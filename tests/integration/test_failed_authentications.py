@@ -128,3 +128,17 @@ def test_a_session_cookie_replayed_after_sign_out_is_counted_like_a_made_up_toke
     assert [a.status_code for a in answers[:5]] == [302] * 5
     assert {a.status_code for a in answers[5:]} == {429}
     assert int(answers[-1].headers["Retry-After"]) > 0
+
+
+def test_made_up_tokens_from_every_address_of_one_ipv6_block_share_its_budget(bare_stack: Stack):
+    """Attack: the same flood from a new IPv6 address each time, all in the one /64 that a single
+    subscriber is given whole: each address had a budget of its own, so the flood never ran out."""
+    app = bare_stack.make_app(FAILED_AUTH_RATE_LIMIT_ADDRESS="5 per minute",
+                              FAILED_AUTH_RATE_LIMIT_GLOBAL="1000 per minute")
+    client = app.test_client()
+    flood = [client.get("/api/v1/me", headers=made_up(),
+                        environ_base={"REMOTE_ADDR": f"2001:db8:1:2::{i:x}"}).status_code
+             for i in range(1, 21)]
+    assert flood == [401] * 5 + [429] * 15
+    neighbour = client.get("/api/v1/me", headers=made_up(), environ_base={"REMOTE_ADDR": "2001:db8:1:3::1"})
+    assert neighbour.status_code == 401  # the next /64 is someone else's
