@@ -194,11 +194,12 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
         # One statement authenticates the token, finds the membership and scopes the
         # transaction to what it found (models.tenancy.accounts.principal).
         with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
-            if found is None:
-                failed_auth.count_failure()
-                raise Unauthorized()
-            remember(found[0], "token")
-            yield conn, current_member(found[1])
+            if found is not None:
+                remember(found[0], "token")
+                yield conn, current_member(found[1])
+        if found is None:
+            failed_auth.count_failure()  # once the connection is back in the pool
+            raise Unauthorized()
         return
     user = user or current_user()
     with transaction(engine(), organization_id=org_id, user_id=user.id,

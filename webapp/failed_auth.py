@@ -20,6 +20,7 @@ spent by one process therefore admits one more lookup in each other process.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -74,7 +75,7 @@ def install(app: Flask, presents_credential: Callable[[], bool]) -> None:
         left = spent.seconds_left(address_key(), EVERYONE)
         if left and presents_credential():
             raise RateLimited("Too many failed authentications; wait, then try again.",
-                              retry_after=max(1, round(left + 0.5)))
+                              retry_after=max(1, math.ceil(left)))
 
 
 def count_failure() -> None:
