@@ -162,9 +162,26 @@ class Settings(BaseSettings):
     session_cookie_secure: bool = Field(
         False, description="`1` marks the session cookie `Secure` (set it when served over HTTPS)")
     login_rate_limit_account: str = Field(
-        "5 per minute", description="failed sign-ins allowed per email address")
+        "5 per minute", description="failed sign-ins allowed per email address from one client "
+                                    "address")
+    login_rate_limit_account_global: str = Field(
+        "20 per minute", description="failed sign-ins allowed per email address from all client "
+                                     "addresses together, the backstop against guessing from many "
+                                     "addresses (keep it above the per-address limit: then one "
+                                     "address alone cannot lock the person out)")
     login_rate_limit_address: str = Field(
         "20 per minute", description="failed sign-ins allowed per client address")
+    failed_auth_rate_limit_address: str = Field(
+        "30 per minute", description="failed authentications (an unknown or revoked API token, "
+                                     "a dead session cookie) allowed per client address; past "
+                                     "it, that address's requests that carry a credential are "
+                                     "answered 429 without a database lookup")
+    failed_auth_rate_limit_global: str = Field(
+        "600 per minute", description="failed authentications allowed from all client addresses "
+                                      "together, the backstop against a flood spread over many "
+                                      "addresses: past it, every request that carries a "
+                                      "credential is answered 429 until its window ends (keep it "
+                                      "well above the per-address budget)")
 
     # -- broker ----------------------------------------------------------------------------
     broker_timeout: float = Field(

@@ -7,6 +7,22 @@ import contextlib
 import socket
 import threading
 
+from sqlalchemy.engine import make_url
+
+
+def postgres_address(database_url: str) -> tuple[str, int] | str:
+    """Where a database URL's server listens: (host, port), or the embedded server's socket."""
+    url = make_url(database_url)
+    if url.query.get("host"):  # embedded server: a unix socket directory
+        return f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
+    return (url.host or "127.0.0.1", url.port or 5432)
+
+
+def through(database_url: str, partition: Partition) -> str:
+    """The same role and database, reached through ``partition``."""
+    url = make_url(database_url)
+    return url.set(host="127.0.0.1", port=partition.port, query={}).render_as_string(hide_password=False)
+
 
 class Partition:
     def __init__(self, target: tuple[str, int] | str) -> None:

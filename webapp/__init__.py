@@ -18,8 +18,9 @@ from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
 from models.settings import get_settings
 from tasks.wakeups import WakeupPublisher
-from webapp import errors, inputs, limits, ops, ui
+from webapp import errors, failed_auth, inputs, limits, ops, ui
 from webapp.api import api
+from webapp.auth import presents_credential
 from webapp.limits import limiter_storage
 from webapp.streams import StreamSlots
 
@@ -66,8 +67,16 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         SESSION_COOKIE_SECURE=settings.session_cookie_secure,
         SESSION_IDLE_SECONDS=settings.session_idle_minutes * 60,
         PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.session_max_hours),
+        # The cookie is written when the session changes, not re-sent on every answer: the
+        # server-side session ends PERMANENT_SESSION_LIFETIME after sign-in whatever the cookie
+        # says, and an answer that never read the session (the 404 of an unknown URL, and so
+        # the operators' 404 for everyone else) must carry no cookie, stamped with the time.
+        SESSION_REFRESH_EACH_REQUEST=False,
         LOGIN_RATE_LIMIT_ACCOUNT=settings.login_rate_limit_account,
+        LOGIN_RATE_LIMIT_ACCOUNT_GLOBAL=settings.login_rate_limit_account_global,
         LOGIN_RATE_LIMIT_ADDRESS=settings.login_rate_limit_address,
+        FAILED_AUTH_RATE_LIMIT_ADDRESS=settings.failed_auth_rate_limit_address,
+        FAILED_AUTH_RATE_LIMIT_GLOBAL=settings.failed_auth_rate_limit_global,
         JSON_SORT_KEYS=False,
     )
     if config:
@@ -112,6 +121,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         return response
 
     inputs.install(app)
+    failed_auth.install(app, presents_credential)
     app.register_blueprint(api)
     app.register_blueprint(ops.bp)
     app.register_blueprint(ui.bp)

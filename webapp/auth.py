@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from flask import current_app, g, request, session
+from flask.sessions import SessionMixin
 from sqlalchemy import Connection, Engine
 
 from models.db.transaction import opened, transaction
@@ -29,6 +30,7 @@ from models.errors import InvalidRequest, NotFound, Unauthorized
 from models.tenancy import sessions
 from models.tenancy.access import Membership, current_member, require_membership
 from models.tenancy.accounts import User, authenticate, principal
+from webapp import failed_auth
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -42,6 +44,12 @@ def bearer_token() -> str | None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def presents_credential() -> bool:
+    """Whether this request carries what :func:`identify` would look up: a bearer token, or a
+    session cookie that names a session (the cookie is signed: a stranger cannot make one up)."""
+    return bearer_token() is not None or bool(session.get("sid"))
 
 
 def current_user(*, allow_session: bool = False) -> User:
@@ -62,24 +70,41 @@ def page_user() -> User | None:
     return remember(*found) if found else None
 
 
-def identify(*, allow_token: bool = True, allow_session: bool) -> tuple[User, str] | None:
+def identify(*, allow_token: bool = True, allow_session: bool,
+             cookie: SessionMixin | None = None) -> tuple[User, str] | None:
     """``(user, "token" | "session")`` or None. Records nothing: see :func:`remember`.
 
     A request that sends a bearer token is judged by that token alone: a bad token is no
-    one, even when a session cookie rides along.
+    one, even when a session cookie rides along. ``cookie`` is the session to read, the
+    request's own by default (see :func:`untouched_session`).
     """
     token = bearer_token() if allow_token else None
     if token is not None:
         with transaction(engine()) as conn:
             user = authenticate(conn, token)
-        return (user, "token") if user else None
-    if allow_session and session.get("sid"):
+        if user is None:
+            failed_auth.count_failure()
+            return None
+        return user, "token"
+    cookie = session if cookie is None else cookie
+    if allow_session and cookie.get("sid"):
         with transaction(engine()) as conn:
-            found = sessions.resume(conn, session["sid"], idle_seconds=idle_seconds())
+            found = sessions.resume(conn, cookie["sid"], idle_seconds=idle_seconds())
         if found is not None:
             return found.user, "session"
-        session.clear()  # the cookie names a dead session: drop it
+        failed_auth.count_failure()
+        cookie.clear()  # the cookie names a dead session: drop it
     return None
+
+
+def untouched_session() -> SessionMixin:
+    """The session as the request's cookie holds it, opened apart from the request's own, so
+    that reading it (or dropping a dead one) leaves no trace in the answer: no ``Vary: Cookie``,
+    no cookie written or cleared. For a refusal that must answer exactly as a URL that does not
+    exist, which never looks at the session."""
+    interface = current_app.session_interface
+    return (interface.open_session(current_app, request)  # type: ignore[arg-type]
+            or interface.make_null_session(current_app))  # type: ignore[arg-type]
 
 
 def remember(user: User, method: str) -> User:
@@ -169,10 +194,12 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
         # One statement authenticates the token, finds the membership and scopes the
         # transaction to what it found (models.tenancy.accounts.principal).
         with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
-            if found is None:
-                raise Unauthorized()
-            remember(found[0], "token")
-            yield conn, current_member(found[1])
+            if found is not None:
+                remember(found[0], "token")
+                yield conn, current_member(found[1])
+        if found is None:
+            failed_auth.count_failure()  # once the connection is back in the pool
+            raise Unauthorized()
         return
     user = user or current_user()
     with transaction(engine(), organization_id=org_id, user_id=user.id,

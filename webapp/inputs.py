@@ -1,10 +1,13 @@
 """What the web accepts before any view reads it: input that Python or PostgreSQL would choke on
 is a 400 ``invalid_request`` here, never a 500 later.
 
-- JSON bodies: nesting past Python's recursion limit (``RecursionError`` in the parser),
-  ``NaN``/``Infinity`` and numbers that overflow to infinity (PostgreSQL's jsonb has neither),
-  and strings with a NUL character or a lone surrogate (PostgreSQL text cannot hold NUL; a
-  lone surrogate cannot be encoded as UTF-8) are refused as malformed.
+- JSON, wherever it enters (request bodies through the app's JSON provider, uploaded files):
+  one parser, :func:`parse_json`. It refuses text that is not UTF-8, nesting past Python's
+  recursion limit (``RecursionError`` in the parser), ``NaN``/``Infinity`` and numbers that
+  overflow to infinity (PostgreSQL's jsonb has neither) or have more digits than Python
+  converts, an object that repeats a key (two readers could take different values), and
+  strings with a NUL character or a lone surrogate (PostgreSQL text cannot hold NUL; a lone
+  surrogate cannot be encoded as UTF-8).
 - URLs and forms: a NUL character anywhere in the path, the query string or a form field.
 - Numbers in query strings and forms: only finite values in range (:func:`bounded_float`,
   :func:`whole_number`).
@@ -24,15 +27,55 @@ from models.errors import InvalidRequest
 INT4_MAX = 2**31 - 1
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("a JSON number must be finite")
+class MalformedJSON(ValueError):
+    """A document :func:`parse_json` refuses. Its text says why in words fit for the sender
+    (where, or what kind of value), never the document's content."""
+
+
+def parse_json(document: str | bytes) -> Any:
+    """The one parser of every JSON document that enters the web; MalformedJSON for anything
+    PostgreSQL could not store or Python could not handle (the module's docstring lists them)."""
+    try:
+        text = document.decode("utf-8-sig") if isinstance(document, bytes) else document
+        value = json.loads(text, parse_float=_finite, parse_int=_whole, parse_constant=_no_constant,
+                           object_pairs_hook=_unique_keys)
+    except MalformedJSON:
+        raise
+    except json.JSONDecodeError as error:
+        raise MalformedJSON(f"line {error.lineno}, column {error.colno}") from None
+    except UnicodeDecodeError:
+        raise MalformedJSON("it is not UTF-8 text") from None
+    except RecursionError:
+        raise MalformedJSON("it is nested too deeply") from None
+    except ValueError:
+        raise MalformedJSON("it cannot be read") from None
+    _check_strings(value)
     return value
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise MalformedJSON("a number is too large")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        raise MalformedJSON("a number is too large") from None
+
+
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    raise MalformedJSON(f"{name} is not a JSON value")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise MalformedJSON("an object repeats a key")
+    return value
 
 
 def _check_strings(value: Any) -> None:
@@ -43,8 +86,11 @@ def _check_strings(value: Any) -> None:
         item = pending.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                raise ValueError("a JSON string holds a NUL character")
-            item.encode("utf-8")  # UnicodeEncodeError (a ValueError) on a lone surrogate
+                raise MalformedJSON("a string holds a NUL character")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise MalformedJSON("a string holds a lone surrogate") from None
         elif isinstance(item, dict):
             pending.extend(item.keys())
             pending.extend(item.values())
@@ -53,16 +99,13 @@ def _check_strings(value: Any) -> None:
 
 
 class StrictJSONProvider(DefaultJSONProvider):
-    """Flask's JSON, reading only what PostgreSQL can store. Every failure is a ValueError,
-    which ``request.get_json(silent=True)`` turns into "no JSON object" (400)."""
+    """Flask's JSON, read by :func:`parse_json`. Its failures are ValueErrors, which
+    ``request.get_json(silent=True)`` turns into "no JSON object" (400)."""
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
-        try:
-            value = json.loads(s, parse_float=_finite, parse_constant=_no_constant, **kwargs)
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
-        _check_strings(value)
-        return value
+        if kwargs:
+            raise TypeError("the strict JSON parser takes no options")
+        return parse_json(s)
 
 
 def install(app: Flask) -> None:

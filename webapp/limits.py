@@ -3,7 +3,10 @@
 Every request that costs work is counted per credential (a hash of the API token, else of the
 web session, else the client address): the JSON API's reads and writes (``API_RATE_LIMIT``),
 job polling (``POLL_RATE_LIMIT``), submits (``SUBMIT_RATE_LIMIT``, and per organization
-``ORG_SUBMIT_RATE_LIMIT`` once the member is known) and the operators' JSON API.
+``ORG_SUBMIT_RATE_LIMIT`` once the member is known) and the operators' JSON API. A credential
+is counted before it is checked, so a made-up token would get a budget of its own each time:
+failed authentications are counted per client address and across all of them
+(webapp/failed_auth.py), which refuses the flood before its lookups.
 
 Redis can fail; no request waits on it for long. Its client gives up after
 ``RATE_LIMIT_TIMEOUT`` seconds (connect and read, no retries), and then ``RATE_LIMIT_FAIL``
@@ -15,6 +18,7 @@ growing intervals); ``closed`` answers 503 ``unavailable`` with ``Retry-After``.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -40,7 +44,8 @@ def rate_key() -> str:
     """Per API token (hashed: the key is stored in Redis), else per web session, else per
     client address.
 
-    The limiter runs before the view, so it cannot wait for authentication to name the user.
+    The limiter runs before the view, so it cannot wait for authentication to name the user;
+    the tokens that then fail are counted by webapp/failed_auth.py, per address.
     """
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
@@ -52,14 +57,32 @@ def rate_key() -> str:
 
 
 def address_key() -> str:
-    return "addr:" + (request.remote_addr or "unknown")
+    """The client's address; for IPv6, its /64: a subscriber is given at least that block, and
+    each of its 2**64 addresses is theirs to pick, so counting each apart would give one client
+    that many budgets."""
+    raw = request.remote_addr or "unknown"
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:  # not an IP address (a unix socket's peer): as it comes
+        return "addr:" + raw
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return "addr:" + str(address.ipv4_mapped)
+        return "addr:" + str(ipaddress.IPv6Network((address, 64), strict=False))
+    return "addr:" + str(address)
+
+
+def login_account_global_key() -> str:
+    """Sign-in attempts per account, from every client address: the email as typed, normalised
+    and hashed (a Redis key should not hold an email address)."""
+    email = request.form.get("email", "").strip().lower()
+    return "login:" + _digest(email)
 
 
 def login_account_key() -> str:
-    """Sign-in attempts per account: the email as typed, normalised and hashed (a Redis key
-    should not hold an address)."""
-    email = request.form.get("email", "").strip().lower()
-    return "login:" + _digest(email)
+    """Sign-in attempts per account from this client address: the email is the attacker's to
+    choose, so a limit on it alone would let one address lock its owner out everywhere."""
+    return login_account_global_key() + ":" + address_key()
 
 
 def _digest(value: str) -> str:

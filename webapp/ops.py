@@ -34,7 +34,7 @@ from models.kinds import load_kinds
 from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
-from webapp.auth import csrf_token, engine, identify, parse_id, remember
+from webapp.auth import csrf_token, engine, identify, parse_id, remember, untouched_session
 from webapp.inputs import bounded_float, whole_number
 from webapp.limits import api_limit
 
@@ -64,12 +64,14 @@ def hide_from_everyone_else() -> None:
 
 def require_operator() -> User:
     """The operator, by bearer token or by web session (whose unsafe requests then need the
-    CSRF token); anyone else: 404, as if nothing were here."""
+    CSRF token); anyone else: 404, as if nothing were here. The session is read apart from
+    the request's own, so that the 404 carries nothing an unknown URL's does not (Flask adds
+    ``Vary: Cookie`` to any answer whose session was read)."""
     if "user" in g:
         if not g.user.is_operator:
             raise NotFound()
         return g.user
-    found = identify(allow_session=True)
+    found = identify(allow_session=True, cookie=untouched_session())
     if found is None or not found[0].is_operator:
         raise NotFound()
     return remember(*found)

@@ -53,8 +53,9 @@ from webapp.auth import (
     sign_out,
 )
 from webapp.errors import HTTP_STATUS
+from webapp.inputs import MalformedJSON, parse_json
 from webapp.jobs import list_page, start_job
-from webapp.limits import address_key, limited, login_account_key, retry_after
+from webapp.limits import address_key, limited, login_account_global_key, login_account_key, retry_after
 from webapp.results import stored_result_response
 from webapp.status import describe, label_of
 
@@ -129,12 +130,18 @@ def _throttled(limit: RequestLimit) -> Response:
 
 
 def _failed_sign_in(response: Response) -> bool:
-    return response.status_code != 302
+    """A password was checked and did not match. A throttled try checked none and is not
+    counted: else one address, hammering at its own limit, would push the account's limit
+    across all addresses over too, and keep its owner out everywhere."""
+    return response.status_code == 401
 
 
+# Per account from one address first; across addresses, a larger backstop (webapp/limits.py).
 @bp.route("/login", methods=["GET", "POST"])
 @limited("LOGIN_RATE_LIMIT_ACCOUNT", key_func=login_account_key, methods=["POST"],
          deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-account")
+@limited("LOGIN_RATE_LIMIT_ACCOUNT_GLOBAL", key_func=login_account_global_key, methods=["POST"],
+         deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-account-global")
 @limited("LOGIN_RATE_LIMIT_ADDRESS", key_func=address_key, methods=["POST"],
          deduct_when=_failed_sign_in, on_breach=_throttled, scope="login-address")
 def login() -> ResponseReturnValue:
@@ -318,12 +325,9 @@ def _import_file() -> Any:
     if upload is None or not upload.filename:
         raise InvalidParams("Choose a JSON file to import.")
     try:
-        return json.loads(upload.read())
-    except json.JSONDecodeError as error:
-        raise InvalidParams(f"The file is not valid JSON (line {error.lineno}, "
-                            f"column {error.colno}).") from None
-    except (UnicodeDecodeError, RecursionError):
-        raise InvalidParams("The file is not valid JSON.") from None
+        return parse_json(upload.read())
+    except MalformedJSON as error:
+        raise InvalidParams(f"The file is not valid JSON ({error}).") from None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ def assert_400(answer, *codes: str) -> None:
     '{"kind": "bench.noop", "dedup_key": "\\ud800"}',             # a lone surrogate
     '{"kind": "bench.noop", "dedup_key": "' + "k" * 100_000 + '"}',
     '{"kind": "' + "k" * 100_000 + '"}',
+    '{"kind": "bench.noop", "params": {"x": 1' + "0" * 5000 + "}}",   # past int's digit limit
+    '{"kind": "bench.sleep", "kind": "bench.noop"}',              # which kind? (was 202: the last)
 ])
 def test_malformed_json_bodies_are_400(client, people, body):
     org, anna, _ = people

@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 
 import psycopg
-from sqlalchemy.engine import make_url
 
 from models.db.engine import libpq_url
 from models.db.roles import WORKER_ROLE, role_url
 from tests.conftest import submit
 from tests.kit.stack import Stack
-from tests.netproxy import Partition
+from tests.netproxy import Partition, postgres_address, through
 
 
 def terminate_backends(stack: Stack) -> int:
@@ -32,26 +31,14 @@ def test_web_and_workers_reconnect_after_their_connections_are_killed(stack: Sta
     stack.wait_for(after["id"], "completed")               # and so do the workers'
 
 
-def _proxied_worker_url(stack: Stack, partition: Partition) -> str:
-    url = make_url(role_url(WORKER_ROLE, stack.admin_url))
-    return url.set(host="127.0.0.1", port=partition.port, query={}).render_as_string(hide_password=False)
-
-
-def _postgres_address(stack: Stack) -> tuple[str, int] | str:
-    url = make_url(stack.admin_url)
-    if url.query.get("host"):  # embedded server: a unix socket directory
-        return f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
-    return (url.host or "127.0.0.1", url.port or 5432)
-
-
 def test_worker_cut_off_mid_job_is_replaced_and_its_late_finish_is_fenced(bare_stack: Stack):
     stack = bare_stack
     org = stack.org()
     anna = stack.user(org, role="owner")
     client = stack.make_app().test_client()
-    partition = Partition(_postgres_address(stack))
-    cut_off = stack.start_worker(concurrency=1,
-                                 SPACEJOBS_WORKER_DATABASE_URL=_proxied_worker_url(stack, partition))
+    partition = Partition(postgres_address(stack.admin_url))
+    worker_url = through(role_url(WORKER_ROLE, stack.admin_url), partition)
+    cut_off = stack.start_worker(concurrency=1, SPACEJOBS_WORKER_DATABASE_URL=worker_url)
     job = submit(client, org, anna, "test.stall", {"seconds": 6})   # lease 2 s, no checkpoints
     first = stack.wait_for(job["id"], "leased")
     partition.cut()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
+from flask import url_for
 from sqlalchemy import text
 
 from models.db.transaction import transaction
@@ -66,6 +68,56 @@ def test_every_ops_url_answers_every_method_with_the_404_of_an_unknown_url(stack
                     assert (answer.status_code, answer.data) == (404, expected.data), (method, url, headers)
                     assert "Allow" not in answer.headers, (method, url)
     assert stack.job_row(job["id"])["status"] == "completed"
+
+
+def _operator_urls(app, job_id: str) -> list[str]:
+    """Every route of the operators' blueprint in the app's url_map, its variables filled in
+    (with real values where the name says what they hold, so an operator's request would act)."""
+    known = {"job_id": job_id, "kind": "bench.noop", "action": "pause"}
+    urls = []
+    with app.test_request_context():
+        for rule in app.url_map.iter_rules():
+            if rule.endpoint.startswith("ops."):
+                urls.append(url_for(rule.endpoint, **{name: known.get(name, uuid.uuid4().hex)
+                                                      for name in rule.arguments}))
+    return urls
+
+
+def _seen(answer) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """What a stranger sees of an answer: status, body and every header but Date."""
+    return answer.status_code, answer.data, sorted((k, v) for k, v in answer.headers if k != "Date")
+
+
+def test_an_operator_url_answers_exactly_the_404_of_an_unknown_url_headers_included(stack: Stack, app,
+                                                                                   client):
+    """Attack: anonymous GET /ops, /ops/api/jobs, /metrics... answered the body of /nope but
+    added ``Vary: Cookie``, which an unknown URL does not: the operators' routes could be listed."""
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    job = submit(client, org, owner, "bench.noop")
+    signed_in = app.test_client()
+    sign_in(signed_in, owner)
+    visited_login = app.test_client()
+    visited_login.get("/login")  # a cookie that holds no session yet
+    urls = _operator_urls(app, job["id"])
+    assert {"/ops", "/ops/api/jobs", "/metrics"} <= set(urls) and len(urls) >= 8
+    callers = {"anonymous": (client, {}), "a browser that opened /login": (visited_login, {}),
+               "a signed-in non-operator": (signed_in, {}),
+               "a non-operator's token": (client, owner.auth)}
+    for who, (browser, credential) in callers.items():
+        for accept in ({}, HTML):
+            for method in ("GET", "POST"):
+                headers = {**credential, **accept, "X-Request-ID": "same-for-both"}
+                for url in urls:
+                    unknown = browser.open(f"/nope-{uuid.uuid4().hex}", method=method, headers=headers)
+                    answer = browser.open(url, method=method, headers=headers)
+                    assert unknown.status_code == 404
+                    assert _seen(answer) == _seen(unknown), (who, method, url, accept)
+                    # nor a cookie stamped with the time, which would tell two answers apart too
+                    assert "Set-Cookie" not in answer.headers, (who, method, url)
+    # and nothing was done: the job ran once, as submitted, and no retry was made of it
+    assert stack.wait_for(job["id"], "completed", "cancelled")["status"] == "completed"
+    assert sum(stack.job_counts(org).values()) == 1
 
 
 # ----------------------------------------------------------------------------- CSRF by how it authenticated
@@ -367,13 +419,12 @@ def test_failed_sign_ins_are_throttled_per_account_and_per_address(stack: Stack)
                                             "csrf": csrf_of(page)}, environ_base={"REMOTE_ADDR": addr})
 
     assert [attempt(anna, "wrong").status_code for _ in range(3)] == [401, 401, 401]
-    throttled = attempt(anna, PASSWORD)  # even the right password: the account waits
+    throttled = attempt(anna, PASSWORD)  # even the right password: the account waits, here
     assert throttled.status_code == 429 and int(throttled.headers["Retry-After"]) > 0
     assert "Too many sign-in attempts" in throttled.get_data(as_text=True)
-    assert attempt(anna, PASSWORD, addr="10.0.0.2").status_code == 429  # per account, any address
-    # The address: 4 refused attempts so far (a throttled one counts too); one more failure for
-    # another account reaches its limit of 5.
-    assert attempt(bob, "wrong").status_code == 401
+    # The address: 3 failed sign-ins so far (a throttled try checks no password and is not
+    # counted); two more for another account reach its limit of 5.
+    assert [attempt(bob, "wrong").status_code for _ in range(2)] == [401, 401]
     assert attempt(bob, PASSWORD).status_code == 429
     assert attempt(bob, PASSWORD, addr="10.0.0.3").status_code == 302  # elsewhere bob is fine
 
@@ -382,6 +433,29 @@ def test_failed_sign_ins_are_throttled_per_account_and_per_address(stack: Stack)
     for _ in range(4):
         sign_in(calm, bob)
         calm.post("/logout", data={"csrf": csrf_of(calm.get(f"/orgs/{org}/jobs"))})
+
+
+def test_one_address_failing_sign_ins_for_someone_cannot_lock_them_out_elsewhere(stack: Stack):
+    """Attack: three wrong passwords a minute for someone else's email, from one address, kept
+    that person out from every address (the per-account limit was keyed on the email alone,
+    which the attacker chooses) and every throttled try counted again, so it never ended."""
+    anna = stack.user(stack.org(), role="member", password=PASSWORD)
+    app = stack.make_app(LOGIN_RATE_LIMIT_ACCOUNT="3 per minute",
+                         LOGIN_RATE_LIMIT_ACCOUNT_GLOBAL="5 per minute")
+
+    def attempt(password: str, addr: str):
+        browser = app.test_client()
+        page = browser.get("/login", environ_base={"REMOTE_ADDR": addr})
+        return browser.post("/login", data={"email": anna.email, "password": password,
+                                            "csrf": csrf_of(page)}, environ_base={"REMOTE_ADDR": addr})
+
+    assert [attempt("wrong", "203.0.113.7").status_code for _ in range(10)] == [401] * 3 + [429] * 7
+    assert attempt(PASSWORD, "198.51.100.9").status_code == 302  # she signs in from her own address
+    # The backstop: guesses spread over addresses, each under its own limit, stop at the
+    # account's across all of them (3 + 2 = 5); then she waits too, wherever she is.
+    assert [attempt("wrong", "192.0.2.1").status_code for _ in range(2)] == [401, 401]
+    assert attempt("wrong", "192.0.2.2").status_code == 429
+    assert attempt(PASSWORD, "198.51.100.9").status_code == 429
 
 
 # ----------------------------------------------------------------------------- the events stream

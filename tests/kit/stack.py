@@ -149,12 +149,19 @@ class Stack:
 
     # -- Flask ----------------------------------------------------------------------------
     def make_app(self, **config: Any) -> Any:
-        """The web app on this stack, as ``space_app``; ``config`` overrides the defaults."""
+        """The web app on this stack, as ``space_app``; ``config`` overrides the defaults.
+
+        Its failed-authentication budgets are far above the defaults: many tests send bad
+        tokens on purpose, hundreds a minute through one app (every URL, every method), to see
+        each one refused alike; tests/integration/test_failed_authentications.py sets its own.
+        """
         from webapp import create_app
 
+        unlimited = "100000 per minute"
         settings = {"TESTING": True, "DATABASE_URL": self.app_url, "BROKER_URL": self.redis_url,
                     "QUEUE": self.queue, "RATELIMIT_STORAGE_URI": "memory://",
-                    "RESULTS_STORE": self.results()}
+                    "RESULTS_STORE": self.results(),
+                    "FAILED_AUTH_RATE_LIMIT_ADDRESS": unlimited, "FAILED_AUTH_RATE_LIMIT_GLOBAL": unlimited}
         settings.update(config)
         return create_app(settings)
 
