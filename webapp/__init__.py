@@ -20,7 +20,7 @@ from models.settings import get_settings
 from tasks.wakeups import WakeupPublisher
 from webapp import errors, failed_auth, inputs, limits, ops, ui
 from webapp.api import api
-from webapp.auth import presents_credential
+from webapp.auth import presented_credential
 from webapp.limits import limiter_storage
 from webapp.streams import StreamSlots
 
@@ -121,7 +121,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         return response
 
     inputs.install(app)
-    failed_auth.install(app, presents_credential)
+    failed_auth.install(app, presented_credential)
     app.register_blueprint(api)
     app.register_blueprint(ops.bp)
     app.register_blueprint(ui.bp)

@@ -46,10 +46,14 @@ def bearer_token() -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def presents_credential() -> bool:
-    """Whether this request carries what :func:`identify` would look up: a bearer token, or a
-    session cookie that names a session (the cookie is signed: a stranger cannot make one up)."""
-    return bearer_token() is not None or bool(session.get("sid"))
+def presented_credential() -> str | None:
+    """What :func:`identify` would look this request up by: its bearer token, or the session
+    its cookie names (the cookie is signed: a stranger cannot make one up); None for neither."""
+    token = bearer_token()
+    if token is not None:
+        return "token:" + token
+    sid = session.get("sid")
+    return "session:" + sid if isinstance(sid, str) and sid else None
 
 
 def current_user(*, allow_session: bool = False) -> User:
@@ -111,6 +115,9 @@ def remember(user: User, method: str) -> User:
     """Record how this request authenticated. The one place a session is accepted for an
     unsafe method, and so the one place that insists on the CSRF token."""
     g.user, g.auth_method = user, method
+    presented = presented_credential()
+    if presented is not None:
+        failed_auth.count_success(presented)
     if method == "session" and request.method not in SAFE_METHODS:
         check_csrf()
     return user

@@ -8,8 +8,13 @@ client address (``FAILED_AUTH_RATE_LIMIT_ADDRESS``) and against everyone
 credential, from that address or (the global one) from anywhere, is answered 429 with
 ``Retry-After`` before any lookup, on every URL alike, until the budget's window ends. The
 per-address budget comes first, so one attacker is stopped long before the global one, which
-is the backstop against a flood spread over many addresses (and, while spent, refuses the
-credentials of everyone).
+is the backstop against a flood spread over many addresses.
+
+While only the global budget is spent, a credential this process accepted in the last
+``KNOWN_GOOD_SECONDS`` still goes through (and is looked up as always, so a revocation still
+takes effect at once): a flood from many addresses then holds back new sign-ins and new tokens,
+not the members already working. Each process remembers at most ``KNOWN_GOOD_MAX`` of them, as
+digests.
 
 The counts are kept where the rate limits keep theirs (Redis, shared by every web process).
 Whether a budget is spent is remembered by each process, from the failure that spent it or that
@@ -19,10 +24,12 @@ spent by one process therefore admits one more lookup in each other process.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from flask import Flask, current_app
@@ -39,6 +46,9 @@ EVERYONE = "everyone"
 #: each budget: its setting and the key it is counted under
 _BUDGETS = (("FAILED_AUTH_RATE_LIMIT_ADDRESS", address_key),
             ("FAILED_AUTH_RATE_LIMIT_GLOBAL", lambda: EVERYONE))
+#: how long an accepted credential passes a spent global budget, and how many a process keeps
+KNOWN_GOOD_SECONDS = 900.0
+KNOWN_GOOD_MAX = 10_000
 
 
 class SpentBudgets:
@@ -64,18 +74,57 @@ class SpentBudgets:
             return max(0.0, *(self._until.get(key, 0.0) - now for key in keys))
 
 
-def install(app: Flask, presents_credential: Callable[[], bool]) -> None:
+class KnownGood:
+    """Digests of the credentials this process accepted lately, oldest first, each with the
+    moment (``time.monotonic()``) it stops counting."""
+
+    def __init__(self, *, seconds: float = KNOWN_GOOD_SECONDS, most: int = KNOWN_GOOD_MAX) -> None:
+        self._lock = threading.Lock()
+        self._until: OrderedDict[bytes, float] = OrderedDict()
+        self._seconds, self._most = seconds, most
+
+    def add(self, digest: bytes) -> None:
+        with self._lock:
+            self._until.pop(digest, None)
+            self._until[digest] = time.monotonic() + self._seconds
+            while len(self._until) > self._most:
+                self._until.popitem(last=False)
+
+    def __contains__(self, digest: object) -> bool:
+        with self._lock:
+            until = self._until.get(digest)  # type: ignore[call-overload]
+            return until is not None and until > time.monotonic()
+
+
+def credential_digest(credential: str) -> bytes:
+    return hashlib.sha256(credential.encode()).digest()
+
+
+def install(app: Flask, credential: Callable[[], str | None]) -> None:
     """Refuse spent budgets before anything else looks a credential up: called before the
     blueprints are registered, so that this runs before the operators' 404 and the rate limits.
-    ``presents_credential`` tells whether the request would be looked up (webapp.auth)."""
+    ``credential`` gives what the request would be looked up by, None for nothing
+    (webapp.auth.presented_credential)."""
     spent = app.extensions["spacejobs.failed_auth"] = SpentBudgets()
+    known = app.extensions["spacejobs.known_good"] = KnownGood()
 
     @app.before_request
     def refuse_when_spent() -> None:
         left = spent.seconds_left(address_key(), EVERYONE)
-        if left and presents_credential():
-            raise RateLimited("Too many failed authentications; wait, then try again.",
-                              retry_after=max(1, math.ceil(left)))
+        if not left:
+            return  # the usual case: the session is not even read (no Vary: Cookie)
+        presented = credential()
+        if presented is None:
+            return
+        if not spent.seconds_left(address_key()) and credential_digest(presented) in known:
+            return  # only the global budget is spent, and this credential was good lately
+        raise RateLimited("Too many failed authentications; wait, then try again.",
+                          retry_after=max(1, math.ceil(left)))
+
+
+def count_success(credential: str) -> None:
+    """The request's credential was accepted: it passes a spent global budget for a while."""
+    current_app.extensions["spacejobs.known_good"].add(credential_digest(credential))
 
 
 def count_failure() -> None:

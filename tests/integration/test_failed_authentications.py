@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import uuid
 
+from models.tenancy import accounts
 from tests.conftest import csrf_of, sign_in
 from tests.kit.stack import Stack
 from tests.netproxy import Partition, postgres_address, through
@@ -85,13 +86,22 @@ def test_a_flood_spread_over_many_addresses_meets_the_global_budget(bare_stack: 
     app = bare_stack.make_app(FAILED_AUTH_RATE_LIMIT_ADDRESS="3 per minute",
                               FAILED_AUTH_RATE_LIMIT_GLOBAL="10 per minute")
     client = app.test_client()
-    anna = bare_stack.user(bare_stack.org())
+    org = bare_stack.org()
+    anna, ben = bare_stack.user(org), bare_stack.user(org)
+    assert client.get("/api/v1/me", headers=anna.auth, environ_base=ELSEWHERE).status_code == 200
     spread = [client.get("/api/v1/me", headers=made_up(), environ_base={"REMOTE_ADDR": f"203.0.113.{i}"})
               for i in range(1, 6) for _ in range(2)]
     assert [a.status_code for a in spread] == [401] * 10
     assert_refused(client.get("/api/v1/me", headers=made_up(), environ_base={"REMOTE_ADDR": "192.0.2.1"}))
-    # The backstop's price while it is spent: a good token is not looked up either.
-    assert_refused(client.get("/api/v1/me", headers=anna.auth, environ_base=ELSEWHERE))
+    # The backstop's price while it is spent: a token not seen lately is not looked up either;
+    # a member already working goes on, from any address (and is still looked up: revocable).
+    assert_refused(client.get("/api/v1/me", headers=ben.auth, environ_base=ELSEWHERE))
+    assert client.get("/api/v1/me", headers=anna.auth, environ_base=ELSEWHERE).status_code == 200
+    assert client.get(f"/api/v1/orgs/{org}/jobs", headers=anna.auth,
+                      environ_base={"REMOTE_ADDR": "192.0.2.2"}).status_code == 200
+    with bare_stack.admin() as conn:
+        accounts.revoke_token(conn, anna.token)
+    assert client.get("/api/v1/me", headers=anna.auth, environ_base=ELSEWHERE).status_code == 401
 
 
 def test_made_up_tokens_at_operator_urls_are_counted_and_refused_like_anywhere_else(bare_stack: Stack):
