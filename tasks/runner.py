@@ -43,7 +43,7 @@ from models.errors import (
 from models.jobs.context import JobContext, JobRuntime, LeaseFlags
 from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
-from models.kinds import JobKind, get_kind
+from models.kinds import JobKind, get_any_kind
 from models.ops import counters
 from models.results.attempt import DEFAULT_INLINE_MAX_BYTES, AttemptResults, delete_quietly
 from models.results.store import ResultStore
@@ -378,6 +378,6 @@ class Runner:
 
 def _kind(job: LeasedJob) -> JobKind | None:
     try:
-        return get_kind(job.kind)
+        return get_any_kind(job.kind)  # a leased row of a child-only kind runs too
     except UnknownKind:
         return None

@@ -57,7 +57,7 @@ class PartParams(Params):
 
 
 @job_kind("test.part", org_states={"active"}, max_attempts=3, backoff=0.2,
-          lease=timedelta(seconds=3), params=PartParams)
+          lease=timedelta(seconds=3), params=PartParams, child_only=True)
 def part(ctx: JobContext, params: PartParams) -> dict[str, Any]:
     """One child of test.fan: sleeps with checkpoints, then answers its number (or fails)."""
     deadline = time.monotonic() + params.seconds

@@ -167,7 +167,8 @@ class ProjectReportParams(Params):
 
 
 @job_kind("projects_report.project", org_states={"active", "read_only"}, role="member",
-          max_attempts=3, lease=timedelta(seconds=30), params=ProjectReportParams)
+          max_attempts=3, lease=timedelta(seconds=30), params=ProjectReportParams,
+          child_only=True)
 def report_project(ctx: JobContext, params: ProjectReportParams) -> dict[str, Any]:
     """One project's report: a part of projects_report."""
     with ctx.tenant() as tenant:
