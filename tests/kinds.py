@@ -86,6 +86,18 @@ def fan(ctx: JobContext, params: FanParams) -> dict[str, Any]:
                                  max_parallel=params.max_parallel)}
 
 
+class ReportOfParams(Params):
+    project_ids: Annotated[list[str], Field(min_length=1, max_length=10)]
+
+
+@job_kind("test.report_of", org_states={"active"}, max_attempts=1, params=ReportOfParams)
+def report_of(ctx: JobContext, params: ReportOfParams) -> dict[str, Any]:
+    """A parent that hands a member's strings on as project ids, unchecked: the part's own
+    params model is all that stands between them and PostgreSQL."""
+    return {"projects": ctx.fan_out("projects_report.project",
+                                    [{"project_id": each} for each in params.project_ids])}
+
+
 @job_kind("test.admin_file", org_states={"active"}, role="admin")
 def admin_file(ctx: JobContext, params: NoParams) -> Any:
     """A stored result only admins may read (the kind's role)."""
