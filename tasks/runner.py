@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
 
+from models.diagnostics import diagnose
 from models.errors import (
     CancelRequested,
     DomainError,
@@ -298,7 +299,8 @@ class Runner:
         if isinstance(exc, DomainError):
             failure = Failure(exc, retry_in=rules.backoff(job.attempt))
         else:
-            failure = Failure(InternalJobError(), retry_in=rules.backoff(job.attempt), exception=exc)
+            failure = Failure(InternalJobError(), retry_in=rules.backoff(job.attempt),
+                              diagnosis=diagnose(exc))
         return self._fail(job, failure, context)
 
     def _fail(self, job: LeasedJob, failure: Failure, context: dict[str, Any]) -> Outcome:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import Field
+from sqlalchemy import text
 
 from models.errors import DomainError
 from models.jobs.context import JobContext
@@ -96,6 +97,23 @@ def report_of(ctx: JobContext, params: ReportOfParams) -> dict[str, Any]:
     params model is all that stands between them and PostgreSQL."""
     return {"projects": ctx.fan_out("projects_report.project",
                                     [{"project_id": each} for each in params.project_ids])}
+
+
+class CastParams(Params):
+    #: the text to cast; None: every project's name
+    value: str | None = None
+
+
+@job_kind("test.cast_to_uuid", org_states={"active"}, max_attempts=1, params=CastParams)
+def cast_to_uuid(ctx: JobContext, params: CastParams) -> dict[str, Any]:
+    """Hands the tenant's text (its params, or its projects' names) to PostgreSQL as a uuid,
+    as projects_report.project once did: PostgreSQL's refusal quotes the text back."""
+    with ctx.tenant() as tenant:
+        if params.value is not None:
+            tenant.conn.execute(text("SELECT CAST(:value AS uuid)"), {"value": params.value})
+        else:
+            tenant.conn.execute(text("SELECT CAST(name AS uuid) FROM projects"))
+    return {}
 
 
 @job_kind("test.admin_file", org_states={"active"}, role="admin")

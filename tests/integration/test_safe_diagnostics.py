@@ -1,0 +1,61 @@
+"""What operators and logs keep of a failed job: the exception's classes, a database error's
+SQLSTATE and where the code failed, never a value from the tenant's params or data (a
+PostgreSQL error quotes the value it refused; models/diagnostics.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from models.db.transaction import transaction
+from tests.conftest import submit
+from tests.kit.stack import Stack
+
+HTML = {"Accept": "text/html"}
+
+
+def tenant_marker() -> str:
+    return f"TENANT-MARKER-{uuid.uuid4().hex}"
+
+
+def operators_view(stack: Stack, client, job_id: str) -> dict[str, str]:
+    """Everything an operator (or whoever reads the processes' logs) may see of the job."""
+    olga = stack.operator()
+    with transaction(stack.operator_db) as conn:
+        rows = conn.execute(text("SELECT exception_class, traceback FROM job_diagnostics"
+                                 " WHERE job_id = :id"), {"id": job_id}).all()
+    page = client.get(f"/ops/jobs/{job_id}", headers=olga.auth | HTML)
+    api = client.get(f"/ops/api/jobs/{job_id}", headers=olga.auth)
+    assert page.status_code == api.status_code == 200
+    return {"diagnostics rows": repr([tuple(row) for row in rows]),
+            "/ops job page": page.get_data(as_text=True),
+            "/ops/api job": api.get_data(as_text=True),
+            "worker and beat logs": "".join(proc.output() for proc in stack.processes)}
+
+
+@pytest.mark.parametrize("source", ["params", "data"])
+def test_a_members_text_that_postgresql_refuses_reaches_no_operator_page_nor_log(
+        stack: Stack, client, source):
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    marker = tenant_marker()
+    if source == "data":
+        assert client.post(f"/api/v1/orgs/{org}/projects", json={"name": marker},
+                           headers=vera.auth).status_code == 201
+    job = submit(client, org, vera, "test.cast_to_uuid",
+                 {"value": marker} if source == "params" else {})
+    row = stack.wait_for(job["id"], "failed", timeout=30)
+    assert row["error_code"] == "internal_error"
+
+    seen = operators_view(stack, client, job["id"])
+    print(f"marker from the tenant's {source} found in:",
+          [place for place, shown in seen.items() if marker in shown] or "nothing")
+    assert all(marker not in shown for shown in seen.values())
+    # Still worth an operator's look: what failed, PostgreSQL's reason, and where.
+    page = seen["/ops job page"]
+    for useful in ("sqlalchemy.exc.DataError", "psycopg.errors.InvalidTextRepresentation",
+                   "SQLSTATE 22P02 invalid_text_representation", "tests/kinds.py",
+                   "in cast_to_uuid"):
+        assert useful in page, useful
