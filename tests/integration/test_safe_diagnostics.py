@@ -4,12 +4,16 @@ PostgreSQL error quotes the value it refused; models/diagnostics.py)."""
 
 from __future__ import annotations
 
+import io
+import logging
 import uuid
 
 import pytest
 from sqlalchemy import text
 
 from models.db.transaction import transaction
+from models.logs import ContextFormatter
+from models.tenancy.projects import Projects
 from tests.conftest import submit
 from tests.kit.stack import Stack
 
@@ -59,3 +63,41 @@ def test_a_members_text_that_postgresql_refuses_reaches_no_operator_page_nor_log
                    "SQLSTATE 22P02 invalid_text_representation", "tests/kinds.py",
                    "in cast_to_uuid"):
         assert useful in page, useful
+
+
+@pytest.fixture()
+def web_log():
+    """The web process's log as production writes it (models.logs), text and JSON lines."""
+    out = io.StringIO()
+    handlers = [logging.StreamHandler(out) for _ in range(2)]
+    for handler, as_json in zip(handlers, (False, True), strict=True):
+        handler.setFormatter(ContextFormatter(as_json=as_json))
+        logging.getLogger().addHandler(handler)
+    try:
+        yield out
+    finally:
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+
+
+def test_an_unexpected_web_error_quoting_a_members_text_is_logged_without_it(
+        stack: Stack, client, web_log, monkeypatch):
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    marker = tenant_marker()
+
+    def create_with_a_bug(self, name: str, description: str = "", **_: object):
+        # As a driver or library error would: the value it choked on, in its message.
+        raise ValueError(f"cannot store the project {name!r}")
+
+    monkeypatch.setattr(Projects, "create", create_with_a_bug)
+    answer = client.post(f"/api/v1/orgs/{org}/projects", json={"name": marker}, headers=vera.auth)
+    assert answer.status_code == 500
+    assert answer.get_json()["error"] == {"code": "internal_error",
+                                          "message": "Something went wrong on our side."}
+    logged = web_log.getvalue()
+    print("marker in the web's log:", marker in logged)
+    assert marker not in logged
+    # What an operator needs to find the bug is still there.
+    assert "unhandled error: builtins.ValueError" in logged
+    assert "in create_with_a_bug" in logged and "test_safe_diagnostics.py" in logged
