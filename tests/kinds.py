@@ -116,6 +116,18 @@ def cast_to_uuid(ctx: JobContext, params: CastParams) -> dict[str, Any]:
     return {}
 
 
+class EchoParams(Params):
+    value: Annotated[str, Field(max_length=200)]
+
+
+@job_kind("test.unstorable_result", org_states={"active"}, max_attempts=1,
+          lease=timedelta(seconds=2), params=EchoParams)
+def unstorable_result(ctx: JobContext, params: EchoParams) -> dict[str, Any]:
+    """A result PostgreSQL refuses at the finish (jsonb has no NUL), quoting the JSON up to it:
+    the failure happens in the runner's batched finish, outside any one job's attempt."""
+    return {"echo": params.value + "\x00"}
+
+
 @job_kind("test.admin_file", org_states={"active"}, role="admin")
 def admin_file(ctx: JobContext, params: NoParams) -> Any:
     """A stored result only admins may read (the kind's role)."""
