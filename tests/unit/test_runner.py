@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg.errors
 import pytest
 
 from models.errors import DomainError
@@ -473,6 +474,22 @@ def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_o
     assert keeper.flags(lost.id).lost.is_set()
     assert keeper.flags(cancelled.id).cancel.is_set()
     assert keeper.interval() == 10.0  # a third of the 30-second lease
+
+
+def test_a_failed_heartbeat_says_what_failed_and_never_what_the_error_said(caplog):
+    leases = FakeLeases()
+    leases.add("unit.ok")
+
+    def extend(_leases: object) -> dict:
+        raise psycopg.errors.QueryCanceled(UNSAFE_MESSAGE)
+
+    keeper = LeaseKeeper(extend, leases.fail, kill=lambda: None)
+    keeper.hold(leases.finish_and_claim([], claim=1).leased)
+    with caplog.at_level("WARNING", logger="spacejobs.heartbeat"):
+        keeper.tick()
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease heartbeat failed (psycopg.errors.QueryCanceled (SQLSTATE 57014 query_canceled));"
+        " will retry"]
 
 
 # ------------------------------------------------------------------------- stored results
