@@ -19,6 +19,7 @@ from models.logs import configure_logging
 from models.settings import get_settings
 from tasks import presence, shutdown, sweeper, worker_process
 from tasks.runner import BatchSize, Runner
+from tasks.task_failures import reported_without_messages
 from tasks.wakeups import SWEEP_TASK, WAKE_TASK, WakeupPublisher
 
 app = Celery("spacejobs")
@@ -59,6 +60,7 @@ def make_runner() -> Runner:
 
 
 @app.task(name=WAKE_TASK, ignore_result=True, bind=True)
+@reported_without_messages
 def wake(self: Any, job_id: str | None = None) -> int:
     """Claim and run due jobs until none is left. A surplus wake-up finds nothing: cheap."""
     presence.start(self.request.hostname or "unknown")  # solo pools have no process_init
@@ -71,6 +73,7 @@ def wake(self: Any, job_id: str | None = None) -> int:
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
+@reported_without_messages
 def sweep() -> dict[str, int]:
     """A sweep on demand (`celery call spacejobs.sweep`); beat runs its own (tasks/beat.py)."""
     return sweeper.sweep_once(publish_wake=publisher.wake).as_dict()

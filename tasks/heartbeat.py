@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
+from models.diagnostics import diagnose
 from models.errors import TimedOut
 from models.jobs.context import LeaseFlags
 from models.jobs.leases import Failure
@@ -125,8 +126,9 @@ class LeaseKeeper:
             return
         try:
             answer = self._extend([(h.job.id, h.job.lease_token) for h in held])
-        except Exception:
-            log.warning("lease heartbeat failed; will retry")
+        except Exception as exc:
+            # What failed, never its message (models/diagnostics.py).
+            log.warning("lease heartbeat failed (%s); will retry", diagnose(exc).summary)
             return
         for item in held:
             item.flags.note(answer.get(item.job.id))

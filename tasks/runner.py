@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
 
+from models.diagnostics import diagnose
 from models.errors import (
     CancelRequested,
     DomainError,
@@ -43,7 +44,7 @@ from models.errors import (
 from models.jobs.context import JobContext, JobRuntime, LeaseFlags
 from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
-from models.kinds import JobKind, get_kind
+from models.kinds import JobKind, get_any_kind
 from models.ops import counters
 from models.results.attempt import DEFAULT_INLINE_MAX_BYTES, AttemptResults, delete_quietly
 from models.results.store import ResultStore
@@ -298,7 +299,8 @@ class Runner:
         if isinstance(exc, DomainError):
             failure = Failure(exc, retry_in=rules.backoff(job.attempt))
         else:
-            failure = Failure(InternalJobError(), retry_in=rules.backoff(job.attempt), exception=exc)
+            failure = Failure(InternalJobError(), retry_in=rules.backoff(job.attempt),
+                              diagnosis=diagnose(exc))
         return self._fail(job, failure, context)
 
     def _fail(self, job: LeasedJob, failure: Failure, context: dict[str, Any]) -> Outcome:
@@ -378,6 +380,6 @@ class Runner:
 
 def _kind(job: LeasedJob) -> JobKind | None:
     try:
-        return get_kind(job.kind)
+        return get_any_kind(job.kind)  # a leased row of a child-only kind runs too
     except UnknownKind:
         return None

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import Field
+from sqlalchemy import text
 
 from models.errors import DomainError
 from models.jobs.context import JobContext
@@ -57,7 +58,7 @@ class PartParams(Params):
 
 
 @job_kind("test.part", org_states={"active"}, max_attempts=3, backoff=0.2,
-          lease=timedelta(seconds=3), params=PartParams)
+          lease=timedelta(seconds=3), params=PartParams, child_only=True)
 def part(ctx: JobContext, params: PartParams) -> dict[str, Any]:
     """One child of test.fan: sleeps with checkpoints, then answers its number (or fails)."""
     deadline = time.monotonic() + params.seconds
@@ -84,6 +85,47 @@ class FanParams(Params):
 def fan(ctx: JobContext, params: FanParams) -> dict[str, Any]:
     return {"parts": ctx.fan_out("test.part", [p.model_dump() for p in params.parts],
                                  max_parallel=params.max_parallel)}
+
+
+class ReportOfParams(Params):
+    project_ids: Annotated[list[str], Field(min_length=1, max_length=10)]
+
+
+@job_kind("test.report_of", org_states={"active"}, max_attempts=1, params=ReportOfParams)
+def report_of(ctx: JobContext, params: ReportOfParams) -> dict[str, Any]:
+    """A parent that hands a member's strings on as project ids, unchecked: the part's own
+    params model is all that stands between them and PostgreSQL."""
+    return {"projects": ctx.fan_out("projects_report.project",
+                                    [{"project_id": each} for each in params.project_ids])}
+
+
+class CastParams(Params):
+    #: the text to cast; None: every project's name
+    value: str | None = None
+
+
+@job_kind("test.cast_to_uuid", org_states={"active"}, max_attempts=1, params=CastParams)
+def cast_to_uuid(ctx: JobContext, params: CastParams) -> dict[str, Any]:
+    """Hands the tenant's text (its params, or its projects' names) to PostgreSQL as a uuid,
+    as projects_report.project once did: PostgreSQL's refusal quotes the text back."""
+    with ctx.tenant() as tenant:
+        if params.value is not None:
+            tenant.conn.execute(text("SELECT CAST(:value AS uuid)"), {"value": params.value})
+        else:
+            tenant.conn.execute(text("SELECT CAST(name AS uuid) FROM projects"))
+    return {}
+
+
+class EchoParams(Params):
+    value: Annotated[str, Field(max_length=200)]
+
+
+@job_kind("test.unstorable_result", org_states={"active"}, max_attempts=1,
+          lease=timedelta(seconds=2), params=EchoParams)
+def unstorable_result(ctx: JobContext, params: EchoParams) -> dict[str, Any]:
+    """A result PostgreSQL refuses at the finish (jsonb has no NUL), quoting the JSON up to it:
+    the failure happens in the runner's batched finish, outside any one job's attempt."""
+    return {"echo": params.value + "\x00"}
 
 
 @job_kind("test.admin_file", org_states={"active"}, role="admin")

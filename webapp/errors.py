@@ -11,6 +11,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
+from models.diagnostics import diagnose
 from models.errors import DomainError, Unavailable
 
 log = logging.getLogger("spacejobs.web")
@@ -87,15 +88,16 @@ def register(app: Flask) -> None:
     @app.errorhandler(OperationalError)
     @app.errorhandler(PoolTimeout)
     def database_unavailable(error: Exception) -> ResponseReturnValue:
-        # No detail: a driver message can name hosts, users or SQL.
-        log.error("database unavailable: %s", type(error).__name__)
+        # No message: a driver's can name hosts, users, SQL or the data it refused.
+        log.error("database unavailable: %s", diagnose(error).summary)
         return domain_error(Unavailable(retry_after=UNAVAILABLE_RETRY_AFTER))
 
     @app.errorhandler(DBAPIError)
     def database_error(error: DBAPIError) -> ResponseReturnValue:
         if error.connection_invalidated:
             return database_unavailable(error)
-        log.error("database error: %s", type(error.orig).__name__ if error.orig else "unknown")
+        # The class and SQLSTATE (say, 22P02): the message would quote the value refused.
+        log.error("database error: %s", diagnose(error).summary)
         return error_response("internal_error", "Something went wrong on our side.", 500)
 
     @app.errorhandler(HTTPException)
@@ -118,5 +120,6 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(error: Exception) -> ResponseReturnValue:
-        log.exception("unhandled error")
+        # The traceback as models.logs formats it: classes, SQLSTATEs and frames, no message.
+        log.error("unhandled error: %s", diagnose(error).summary, exc_info=error)
         return error_response("internal_error", "Something went wrong on our side.", 500)

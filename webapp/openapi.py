@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from models.jobs.records import ALL_STATUSES
-from models.kinds import load_kinds
+from models.kinds import submittable_kinds
 from models.tenancy import audit
 from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
 from webapp.errors import HTTP_STATUS
@@ -268,8 +268,9 @@ def _build(app: Flask) -> dict[str, Any]:
     outputs = [(m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project,
                                               ProjectList, Me, Error, AuditPage)]
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
-    # The kinds this app runs (each with its own params: unknown fields are invalid_params).
-    schemas["$defs"]["SubmitJob"]["properties"]["kind"]["enum"] = sorted(load_kinds())
+    # The kinds a submit takes (each with its own params: unknown fields are invalid_params);
+    # child-only kinds are not among them, nor named anywhere else in the document.
+    schemas["$defs"]["SubmitJob"]["properties"]["kind"]["enum"] = submittable_kinds()
     rules = {rule.endpoint: rule for rule in app.url_map.iter_rules()
              if rule.endpoint.startswith("api.")}
     described = {op.endpoint for op in OPERATIONS}

@@ -7,7 +7,6 @@ tests to an in-memory fake of it (tests/unit/fake_leases.py), in the manner of a
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from uuid import UUID
 from sqlalchemy import Engine
 
 from models.db.transaction import transaction
+from models.diagnostics import Diagnosis
 from models.errors import DomainError, LeaseLost
 from models.jobs import store
 from models.jobs.context import Tenant
@@ -57,11 +57,13 @@ class FinishReport:
 @dataclass(frozen=True)
 class Failure:
     """A failed attempt to record: the safe error and, for an unexpected exception, the detail
-    that only operators may read."""
+    that only operators may read. The detail is already a Diagnosis (models.diagnostics), not
+    the exception: its message may quote the tenant's params or data, and nothing past the
+    runner gets the chance to store it."""
 
     error: DomainError
     retry_in: float = 0.0
-    exception: BaseException | None = None
+    diagnosis: Diagnosis | None = None
 
 
 class WorkerLeases:
@@ -122,13 +124,12 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             status = store.fail_attempt(conn, job.id, job.lease_token, failure.error,
                                         retry_in=failure.retry_in)
-            if status is not None and failure.exception is not None:
-                exc = failure.exception
+            if status is not None and failure.diagnosis is not None:
                 # The technical detail goes to operators only, never into error_message.
                 store.record_diagnostics(
                     conn, job, worker=self.worker,
-                    exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                    traceback="".join(traceback.format_exception(exc)))
+                    exception_class=failure.diagnosis.exception_class,
+                    traceback=failure.diagnosis.traceback)
         return Status(status) if status is not None else None
 
     def acknowledge_cancel(self, job: LeasedJob) -> bool:

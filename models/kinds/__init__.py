@@ -6,8 +6,16 @@ JSON-able result. The web reads the same rules to refuse a submit early; the run
 them before and during execution.
 """
 
-from models.kinds.registry import get_kind, job_kind, kind_roles, load_kinds, required_role
+from models.kinds.registry import (
+    get_any_kind,
+    get_kind,
+    job_kind,
+    kind_roles,
+    load_kinds,
+    required_role,
+    submittable_kinds,
+)
 from models.kinds.rules import JobKind, KindRules, NoParams, Params
 
-__all__ = ["JobKind", "KindRules", "NoParams", "Params", "get_kind", "job_kind", "kind_roles",
-           "load_kinds", "required_role"]
+__all__ = ["JobKind", "KindRules", "NoParams", "Params", "get_any_kind", "get_kind", "job_kind",
+           "kind_roles", "load_kinds", "required_role", "submittable_kinds"]

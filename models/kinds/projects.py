@@ -8,6 +8,7 @@ import time
 import zipfile
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
+from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
@@ -163,16 +164,19 @@ def report_projects(ctx: JobContext, params: ReportParams) -> dict[str, Any]:
 
 
 class ProjectReportParams(Params):
-    project_id: Annotated[str, StringConstraints(min_length=36, max_length=36)]
+    # A UUID, checked as one before the job exists: text that merely looks like one would
+    # reach PostgreSQL, whose refusal quotes it.
+    project_id: UUID
 
 
 @job_kind("projects_report.project", org_states={"active", "read_only"}, role="member",
-          max_attempts=3, lease=timedelta(seconds=30), params=ProjectReportParams)
+          max_attempts=3, lease=timedelta(seconds=30), params=ProjectReportParams,
+          child_only=True)
 def report_project(ctx: JobContext, params: ProjectReportParams) -> dict[str, Any]:
     """One project's report: a part of projects_report."""
     with ctx.tenant() as tenant:
         project = tenant.projects.get(params.project_id)
     if project is None:
-        return {"project_id": params.project_id, "missing": True}
+        return {"project_id": str(params.project_id), "missing": True}
     words = len(project.description.split())
     return {"project_id": str(project.id), "name": project.name, "description_words": words}

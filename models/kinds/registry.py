@@ -33,15 +33,23 @@ def job_kind(
     params: type[Params] = NoParams,
     schedule: str | None = None,
     quota: int | None = None,
+    child_only: bool = False,
 ) -> Callable[[RunFunction], RunFunction]:
     """Register a job kind. The decorated function is ``run(ctx, params) -> result``.
 
     ``quota``: the most active (queued or running) jobs of this kind one organization may have,
     beside the organization's own cap; operators override it per organization
     (``spacejobs orgs set-quota ORG N --kind KIND``).
+    ``child_only``: a part of a fan-out, created only by its parent's ``ctx.fan_out``. Its
+    params are what the parent's code made, not what a member typed, and its result is the
+    parent's to collect, so no submit (API, batch, pages, models.jobs.service, periodic jobs,
+    an operator's retry) may create one: they answer ``unknown_kind``, as for a kind that does
+    not exist, and the OpenAPI document does not list it.
     """
     if quota is not None and quota < 0:
         raise ValueError("a quota cannot be negative")
+    if child_only and schedule is not None:
+        raise ValueError("a child-only kind cannot have a schedule: only its parent starts it")
     if not set(org_states) <= set(ORG_STATES):
         raise ValueError(f"unknown organization states in {org_states}")
     if role not in ROLE_RANK:
@@ -62,6 +70,7 @@ def job_kind(
         params=params,
         schedule=schedule,
         quota=quota,
+        child_only=child_only,
     )
 
     def register(run: RunFunction) -> RunFunction:
@@ -109,6 +118,24 @@ def kind_roles() -> dict[str, str]:
 
 
 def get_kind(name: object) -> JobKind:
+    """The kind to SUBMIT a job of: every submit resolves its kind here (models.jobs.service,
+    which the API, the batch and the pages go through; periodic jobs). A child-only kind is
+    refused exactly as a kind that does not exist, so a member cannot even learn its name."""
+    found = get_any_kind(name)
+    if found.rules.child_only:
+        raise UnknownKind()
+    return found
+
+
+def get_any_kind(name: object) -> JobKind:
+    """Any registered kind, child-only ones included: for the runner, which runs whatever row it
+    leased, a parent's fan-out, the one path that creates child-only jobs, and operators'
+    controls of a kind."""
     if not isinstance(name, str) or name not in load_kinds():
         raise UnknownKind()
     return _REGISTRY[name]
+
+
+def submittable_kinds() -> list[str]:
+    """The names a submit accepts, sorted (the OpenAPI document lists these)."""
+    return sorted(name for name, kind in load_kinds().items() if not kind.rules.child_only)

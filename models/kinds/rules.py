@@ -42,6 +42,9 @@ class KindRules:
     schedule: str | None = None
     #: most active jobs of this kind one organization may have (None: only the organization's cap)
     quota: int | None = None
+    #: only a parent's fan-out creates jobs of this kind (models/jobs/fanout.py); every submit
+    #: refuses it as an unknown kind
+    child_only: bool = False
 
     @property
     def lease_seconds(self) -> int:

@@ -16,7 +16,7 @@ from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
 from models.jobs import store
 from models.jobs.records import Job, Status
-from models.kinds import get_kind
+from models.kinds import get_any_kind
 from models.ops.dashboard import job_organization
 
 Q = queries_beside(__file__)
@@ -62,9 +62,13 @@ def retry_as_new(app_db: Engine, operator_db: Engine, job_id: UUID, *, operator_
         old = conn.execute(Q["job_snapshot"], {"id": job_id}).mappings().one()
         if old["status"] not in (Status.FAILED, Status.CANCELLED):
             raise InvalidRequest("Only a failed or cancelled job can be retried.")
+        rules = get_any_kind(old["kind"]).rules
+        if rules.child_only:
+            # Alone, it would run for nobody: only its parent collects its result.
+            raise InvalidRequest("This job is a part of a fan-out: retry its parent instead.")
         try:
             new, _ = store.submit(conn, organization_id=org, requested_by=old["requested_by"],
-                                  kind=get_kind(old["kind"]).rules, params=old["params"],
+                                  kind=rules, params=old["params"],
                                   request_id=request_id, retry_of=job_id)
         except NotFound:
             # The submit refuses a requester who left, as it refuses anyone outside the
@@ -79,7 +83,7 @@ def set_kind_control(app_db: Engine, kind: str, *, operator_id: UUID, paused: bo
                      concurrency_limit: int | object | None = KEEP,
                      request_id: str | None = None) -> None:
     """Pause/resume a kind or set its global concurrency limit (None removes the limit)."""
-    get_kind(kind)
+    get_any_kind(kind)  # operators pause and limit child-only kinds too
     if isinstance(concurrency_limit, int) and concurrency_limit < 0:
         raise InvalidRequest("A concurrency limit cannot be negative.")
     with transaction(app_db, actor=f"operator:{operator_id}") as conn:

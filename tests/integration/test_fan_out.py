@@ -122,3 +122,21 @@ def test_a_fan_out_survives_its_worker_killed_half_way(bare_stack: Stack):
     assert done["attempts"] >= 2  # the parent was claimed again and carried on
     assert [c["child_index"] for c in children(stack, job["id"])] == list(range(8))  # once each
     stack.retire(*stack.processes)
+
+
+def test_a_part_takes_only_a_uuid_for_a_project_id_and_a_bad_one_fails_its_parent_at_once(
+        stack: Stack, client):
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    not_a_uuid = "MEMBER-TEXT-" + "x" * 24  # 36 characters, the length of a UUID
+    job = submit(client, org, vera, "test.report_of", {"project_ids": [not_a_uuid]})
+    failed = stack.wait_for(job["id"], "failed", timeout=60)
+    kids = children(stack, job["id"])
+    print("parent:", failed["error_code"], failed["error_message"], "| parts:",
+          [(c["status"], c["error_code"]) for c in kids])
+    assert (failed["error_code"], failed["error_message"]) == (
+        "invalid_params", "The job parameters are not valid: project_id.")
+    assert kids == []  # refused before any part was made: none reached PostgreSQL
+    with stack.admin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_diagnostics WHERE job_id = :j"),
+                            {"j": job["id"]}).scalar_one() == 0

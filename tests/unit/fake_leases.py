@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from models.diagnostics import Diagnosis
 from models.errors import DomainError, LeaseLost
 from models.jobs.context import Tenant
 from models.jobs.leases import Failure, Finished, FinishReport
@@ -34,7 +35,7 @@ class Row:
     result_ref: str | None = None
     error_code: str | None = None
     progress: dict[str, Any] | None = None
-    diagnostics: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnosis] = field(default_factory=list)
     organization_id: UUID = field(default_factory=uuid.uuid4)
     requested_by: UUID = field(default_factory=uuid.uuid4)
     parent: UUID | None = None
@@ -196,8 +197,8 @@ class FakeLeases:
         else:
             row.status = Status.QUEUED
         row.error_code, row.lease_token = failure.error.code, None
-        if failure.exception is not None:
-            row.diagnostics.append(type(failure.exception).__name__)
+        if failure.diagnosis is not None:
+            row.diagnostics.append(failure.diagnosis)
         return row.status
 
     def _call(self, name: str) -> None:

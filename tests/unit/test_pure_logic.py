@@ -13,7 +13,7 @@ from models.db.roles import listen_url, role_url
 from models.errors import InvalidParams, UnknownKind
 from models.jobs import store
 from models.jobs.records import Job
-from models.kinds import KindRules, NoParams, get_kind, load_kinds
+from models.kinds import KindRules, NoParams, get_any_kind, get_kind, load_kinds
 from models.settings import reload_settings
 from webapp.errors import HTTP_STATUS
 
@@ -66,6 +66,17 @@ def test_params_reject_unknown_fields_and_out_of_range_values():
         get_kind("projects_import").parse_params({"projects": []})
     with pytest.raises(InvalidParams):
         sleep.parse_params(["not", "an", "object"])
+
+
+@pytest.mark.parametrize("project_id", ["MEMBER-TEXT-" + "x" * 24, "", 42, None])
+def test_a_project_report_part_takes_a_uuid_and_names_the_field_otherwise(project_id):
+    part = get_any_kind("projects_report.project")
+    with pytest.raises(InvalidParams) as refused:
+        part.parse_params({"project_id": project_id})
+    assert refused.value.details["fields"] == ["project_id"]
+    assert part.parse_params({"project_id": "6D0C3E5E-3A4B-4C5D-8E9F-0A1B2C3D4E5F"}
+                             ).model_dump(mode="json") == {
+        "project_id": "6d0c3e5e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"}
 
 
 @pytest.mark.parametrize("name", ["nope", "", None, 3, "projects_export "])

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg.errors
 import pytest
 
 from models.errors import DomainError
@@ -62,7 +63,11 @@ def flaky(ctx: Any, params: NoParams) -> dict[str, Any]:
 
 @job_kind("unit.crash", org_states={"active"}, max_attempts=2, backoff=1.0)
 def crash(ctx: Any, params: NoParams) -> dict[str, Any]:
-    raise ZeroDivisionError("not a safe message")
+    raise ZeroDivisionError(UNSAFE_MESSAGE)
+
+
+#: what unit.crash's exception says: it may hold anything, so operators never see it
+UNSAFE_MESSAGE = "not a safe message: tenant-4711"
 
 
 @job_kind("unit.checkpoint", org_states={"active"})
@@ -194,7 +199,12 @@ def test_an_unexpected_exception_is_an_internal_error_with_operator_only_detail(
     h.drain(limit=1)
     row = h.leases.rows[job]
     assert (row.status, row.error_code) == (Status.QUEUED, "internal_error")
-    assert row.diagnostics == ["ZeroDivisionError"]
+    [diagnosis] = row.diagnostics
+    assert diagnosis.exception_class == "builtins.ZeroDivisionError"
+    # Where it failed, for operators; never what the exception said.
+    assert "test_runner.py" in diagnosis.traceback
+    assert "in crash\n    raise ZeroDivisionError(UNSAFE_MESSAGE)" in diagnosis.traceback
+    assert "tenant-4711" not in diagnosis.traceback
 
 
 def test_the_last_attempt_fails_the_job_for_good():
@@ -464,6 +474,22 @@ def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_o
     assert keeper.flags(lost.id).lost.is_set()
     assert keeper.flags(cancelled.id).cancel.is_set()
     assert keeper.interval() == 10.0  # a third of the 30-second lease
+
+
+def test_a_failed_heartbeat_says_what_failed_and_never_what_the_error_said(caplog):
+    leases = FakeLeases()
+    leases.add("unit.ok")
+
+    def extend(_leases: object) -> dict:
+        raise psycopg.errors.QueryCanceled(UNSAFE_MESSAGE)
+
+    keeper = LeaseKeeper(extend, leases.fail, kill=lambda: None)
+    keeper.hold(leases.finish_and_claim([], claim=1).leased)
+    with caplog.at_level("WARNING", logger="spacejobs.heartbeat"):
+        keeper.tick()
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease heartbeat failed (psycopg.errors.QueryCanceled (SQLSTATE 57014 query_canceled));"
+        " will retry"]
 
 
 # ------------------------------------------------------------------------- stored results
