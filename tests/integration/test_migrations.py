@@ -13,10 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 
 from models.db.engine import make_engine
 from models.db.migrate import MIGRATIONS, upgrade
 from models.db.queries import queries_beside
+from models.db.transaction import owner_transaction
 from tests.kit.servers import Servers
 
 CATALOG = queries_beside(__file__)
@@ -149,3 +151,33 @@ def test_an_existing_database_is_upgraded_revision_by_revision(
     found = drift(catalogs[FROM_SCHEMA], read_catalog(url), FROM_SCHEMA, "upgraded from 0001")
     if found:
         pytest.fail(found, pytrace=False)
+
+
+def test_diagnostics_recorded_with_exception_messages_are_withheld_by_the_upgrade(
+        databases: Databases):
+    """Before diagnostics left messages out, PostgreSQL's refusals quoted a member's text into
+    them; an upgraded database must not keep showing it to operators."""
+    url = databases.new()
+    upgrade(url, revision="0026")
+    engine = make_engine(url, pool_size=1)
+    marker = f"TENANT-{uuid.uuid4().hex}"
+    try:
+        with owner_transaction(engine) as conn:
+            conn.execute(text(
+                "WITH u AS (INSERT INTO users (email, name) VALUES (:email, 'a') RETURNING id),"
+                " o AS (INSERT INTO organizations (name) VALUES ('acme') RETURNING id),"
+                " j AS (INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds,"
+                "       max_attempts) SELECT o.id, u.id, 'bench.noop', 30, 3 FROM o, u RETURNING id,"
+                "       organization_id)"
+                " INSERT INTO job_diagnostics (job_id, organization_id, attempt, exception_class,"
+                "                              traceback)"
+                " SELECT id, organization_id, 1, 'sqlalchemy.exc.DataError', :traceback FROM j"),
+                {"email": f"{marker.lower()}@example.com",
+                 "traceback": f'invalid input syntax for type uuid: "{marker}"'})
+        upgrade(url)
+        with owner_transaction(engine) as conn:
+            rows = conn.execute(text("SELECT exception_class, traceback FROM job_diagnostics")).all()
+    finally:
+        engine.dispose()
+    assert [(cls, marker in traceback) for cls, traceback in rows] == [
+        ("sqlalchemy.exc.DataError", False)]
