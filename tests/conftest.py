@@ -77,6 +77,16 @@ def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restarta
 
 
 @pytest.fixture(scope="module")
+def app_db(stack: Stack) -> Iterator[Any]:
+    """An engine of the web role on the module's stack, as application code would make one."""
+    from models.db.engine import make_engine
+
+    engine = make_engine(stack.app_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
 def app(stack: Stack) -> Any:
     return stack.make_app()
 

@@ -4,12 +4,9 @@ own fan-out keeps creating them (tests/integration/test_fan_out.py)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from sqlalchemy import text
 
-from models.db.engine import make_engine
 from models.errors import UnknownKind
 from models.jobs import service
 from tests.conftest import csrf_of, sign_in, submit
@@ -22,19 +19,6 @@ NOT_A_UUID = "MEMBER-TEXT-" + "x" * 24
 CHILD_ONLY = [("projects_report.project", {"project_id": NOT_A_UUID}),
               ("test.part", {"n": 1})]
 NO_SUCH_KIND = "projects_report.nonexistent"
-
-
-@pytest.fixture(scope="module")
-def app_db(stack: Stack):
-    engine = make_engine(stack.app_url, pool_size=1)
-    yield engine
-    engine.dispose()
-
-
-def count_jobs(stack: Stack, org: uuid.UUID) -> int:
-    with stack.admin() as conn:
-        return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"),
-                            {"o": org}).scalar_one()
 
 
 def answer_of(response) -> tuple[int, object]:
@@ -61,7 +45,7 @@ def test_a_member_submitting_a_child_only_kind_gets_the_unknown_kind_answer(stac
     print("single submit of", kind, "->", seen(child))
     assert answer_of(child) == answer_of(unknown) == (
         400, {"error": {"code": "unknown_kind", "message": "There is no job of that kind."}})
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 @pytest.mark.parametrize("kind, params", CHILD_ONLY)
@@ -81,7 +65,7 @@ def test_a_batch_holding_a_child_only_kind_is_refused_as_an_unknown_kind(stack: 
     assert answer_of(child)[0] == 400
     assert answer_of(child)[1]["error"]["code"] == "unknown_kind"
     assert answer_of(child)[1]["error"]["index"] == 1
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_the_jobs_page_form_answers_a_child_only_kind_as_an_unknown_one(stack: Stack, app):
@@ -98,7 +82,7 @@ def test_the_jobs_page_form_answers_a_child_only_kind_as_an_unknown_one(stack: S
     print("page form ->", child.status_code)
     assert (child.status_code, child.data) == (unknown.status_code, unknown.data)
     assert child.status_code == 404
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 @pytest.mark.parametrize("kind, params", CHILD_ONLY)
@@ -115,7 +99,7 @@ def test_application_code_cannot_submit_a_child_only_kind_through_the_python_api
                                       organization_id=org, requested_by=anna.id)
         print("service.submit_many of", kind, "->", [job.kind for job in written])
     assert refused.value.details["index"] == 1
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_the_openapi_document_offers_no_child_only_kind(client):

@@ -26,19 +26,6 @@ from models.jobs import service
 from tests.kit.stack import Stack
 
 
-@pytest.fixture(scope="module")
-def app_db(stack: Stack):
-    engine = make_engine(stack.app_url, pool_size=2)
-    yield engine
-    engine.dispose()
-
-
-def count_jobs(stack: Stack, org: uuid.UUID) -> int:
-    with stack.admin() as conn:
-        return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"),
-                            {"o": org}).scalar_one()
-
-
 def test_submit_in_the_callers_transaction_wakes_only_after_commit(stack: Stack, app_db):
     org = stack.org()
     anna = stack.user(org, role="owner")
@@ -46,7 +33,7 @@ def test_submit_in_the_callers_transaction_wakes_only_after_commit(stack: Stack,
 
     def wake(job_id: str | None) -> None:
         # What another connection sees at the moment the wake-up goes out.
-        seen.append((job_id, count_jobs(stack, org)))
+        seen.append((job_id, stack.count_jobs(org)))
 
     with app_db.begin() as conn:
         job = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
@@ -64,7 +51,7 @@ def test_a_rollback_after_submit_leaves_no_row_and_sends_nothing(stack: Stack, a
         service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
                        wake=seen.append)
         raise RuntimeError("the caller changes its mind")
-    assert seen == [] and count_jobs(stack, org) == 0
+    assert seen == [] and stack.count_jobs(org) == 0
 
 
 @pytest.mark.parametrize("kind, params, error", [
@@ -76,7 +63,7 @@ def test_python_submit_refuses_like_the_api(stack: Stack, app_db, kind, params, 
     anna = stack.user(org, role="owner")
     with pytest.raises(error), app_db.begin() as conn:
         service.submit(conn, kind, params, organization_id=org, requested_by=anna.id)
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_python_submit_checks_the_requesters_current_membership(stack: Stack, app_db):
@@ -86,7 +73,7 @@ def test_python_submit_checks_the_requesters_current_membership(stack: Stack, ap
         service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=stranger.id)
     assert not isinstance(refused.value, RequesterNotMember)  # a web refusal: not found
     assert getattr(refused.value, "code", None) == "not_found"
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_a_batch_is_accepted_whole_in_the_order_given(stack: Stack, client):
@@ -118,7 +105,7 @@ def test_a_refused_batch_names_the_item_and_writes_nothing(stack: Stack, client,
     assert answer.status_code == status
     error = answer.get_json()["error"]
     assert (error["code"], error["index"]) == (code, index)
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 @pytest.mark.parametrize("role, state, status, code", [
@@ -136,7 +123,7 @@ def test_a_batch_refused_by_one_kinds_rules_names_that_item_and_its_reason(
     answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json=body, headers=anna.auth)
     error = answer.get_json()["error"]
     assert (answer.status_code, error["code"], error["index"]) == (status, code, 1)
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_a_batch_meeting_an_active_duplicate_is_refused_whole(stack: Stack, client):
@@ -151,7 +138,7 @@ def test_a_batch_meeting_an_active_duplicate_is_refused_whole(stack: Stack, clie
         assert answer.status_code == 409
         error = answer.get_json()["error"]
         assert (error["code"], error["index"], error["job_id"]) == ("duplicate_job", 1, first["id"])
-        assert count_jobs(stack, org) == 1  # only the first submit's row
+        assert stack.count_jobs(org) == 1  # only the first submit's row
 
 
 @pytest.mark.parametrize("body", [
@@ -165,7 +152,7 @@ def test_a_malformed_batch_is_a_400(stack: Stack, client, body):
     anna = stack.user(org, role="owner")
     answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json=body, headers=anna.auth)
     assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "invalid_request"
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0
 
 
 def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, app_db):
@@ -180,7 +167,7 @@ def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, a
                                 organization_id=org, requested_by=anna.id)
         assert refused.value.details["index"] == 1
         # The caller's own earlier write survives; none of the batch's rows do.
-    assert count_jobs(stack, org) == 1
+    assert stack.count_jobs(org) == 1
 
 
 def test_simultaneous_submits_with_one_dedup_key_give_one_job(stack: Stack):
@@ -214,7 +201,7 @@ def test_simultaneous_submits_with_one_dedup_key_give_one_job(stack: Stack):
                 thread.join(timeout=30)
             assert len(created) == 1 and len(duplicates) == 7
             assert set(duplicates) == {str(created[0])}
-            assert count_jobs(stack, org) == 1
+            assert stack.count_jobs(org) == 1
     finally:
         engine.dispose()
 
@@ -317,4 +304,4 @@ def test_a_priority_out_of_range_is_a_400_and_writes_nothing(stack: Stack, clien
         with pytest.raises(InvalidRequest), app_db.begin() as conn:
             service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
                            priority=priority)
-    assert count_jobs(stack, org) == 0
+    assert stack.count_jobs(org) == 0

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
@@ -210,6 +210,12 @@ class Stack:
         """The whole row, as the owner role: no application role may read all of it."""
         with self.admin() as conn:
             return facts.job_row(conn, job_id)
+
+    def count_jobs(self, org: uuid.UUID) -> int:
+        """How many jobs the organization has, in any state (as the owner)."""
+        with self.admin() as conn:
+            return conn.execute(text("SELECT count(*) FROM jobs WHERE organization_id = :o"),
+                                {"o": org}).scalar_one()
 
     def events(self, job_id: str | uuid.UUID) -> list[dict[str, Any]]:
         with transaction(self.operator_db) as conn:
