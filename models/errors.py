@@ -123,6 +123,14 @@ class TimedOut(DomainError):
     message = "The job took longer than its time limit."
 
 
+class ResultNotStorable(DomainError):
+    """A job returned what PostgreSQL's jsonb cannot hold; it would fail the same way again."""
+
+    code = "result_not_storable"
+    message = ("The job's result cannot be kept: it holds a NUL character, NaN or an infinite "
+               "number.")
+
+
 class InternalJobError(DomainError):
     """What the user sees of an unexpected exception; the detail goes to job_diagnostics."""
 

@@ -123,8 +123,8 @@ class EchoParams(Params):
 @job_kind("test.unstorable_result", org_states={"active"}, max_attempts=1,
           lease=timedelta(seconds=2), params=EchoParams)
 def unstorable_result(ctx: JobContext, params: EchoParams) -> dict[str, Any]:
-    """A result PostgreSQL refuses at the finish (jsonb has no NUL), quoting the JSON up to it:
-    the failure happens in the runner's batched finish, outside any one job's attempt."""
+    """A result PostgreSQL's jsonb cannot hold (a NUL), which it would refuse quoting the JSON
+    up to it; the attempt refuses it first (models.results.attempt.encode_result)."""
     return {"echo": params.value + "\x00"}
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
+from models.errors import ResultNotStorable
 from models.jobs.records import LeasedJob
 from models.results.records import FILE, JSON, StoredResult, safe_filename
 from models.results.store import ResultStore, Source, new_key
@@ -19,6 +21,23 @@ from models.results.store import ResultStore, Source, new_key
 log = logging.getLogger("spacejobs.results")
 
 DEFAULT_INLINE_MAX_BYTES = 256 * 1024
+
+#: a NUL in json.dumps' output: ``\u0000`` whose backslash is not itself escaped (an odd run of
+#: backslashes); ``\\u0000`` is the text "\u0000", which jsonb keeps
+_ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def encode_result(value: Any) -> bytes:
+    """A result as the finish stores it, or ResultNotStorable for one jsonb refuses (a NUL in a
+    string, NaN, an infinity): refused here, it fails its own job, instead of the batched finish
+    that would carry it and every other job finishing beside it, whatever their organization."""
+    try:
+        encoded = json.dumps(value, allow_nan=False).encode()
+    except ValueError:  # NaN or an infinity (a value JSON cannot hold at all raises TypeError)
+        raise ResultNotStorable() from None
+    if _ESCAPED_NUL.search(encoded):
+        raise ResultNotStorable()
+    return encoded
 
 
 class NoResultStore(RuntimeError):
@@ -53,7 +72,7 @@ class AttemptResults:
                 raise ValueError("a job may only return a result it stored itself")
             self.discard(keep=value.key)
             return value.descriptor(), value.key
-        encoded = json.dumps(value).encode()  # raises for a value JSON cannot hold
+        encoded = encode_result(value)
         if len(encoded) > self.inline_max_bytes:
             stored = self.put(encoded, content_type="application/json",
                               filename=f"{self.job.kind}-{self.job.id}.json", form=JSON)

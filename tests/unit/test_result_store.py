@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from models.errors import ResultMissing
+from models.errors import ResultMissing, ResultNotStorable
+from models.results.attempt import encode_result
 from models.results.configured import open_store
 from models.results.records import StoredResult, safe_filename
 from models.results.s3 import S3ResultStore
@@ -180,3 +181,18 @@ def test_a_stored_result_is_described_in_the_row_and_read_back():
     assert StoredResult.from_row(stored.key, stored.descriptor()) == stored
     assert safe_filename('a "quoted"\r\nname/../x.zip') == "a-quoted-name-..-x.zip"
     assert safe_filename("...") == "result"
+
+
+@pytest.mark.parametrize("value", [{"a": "x\x00"}, {"k\x00": 1}, ["\\\x00"], float("nan"),
+                                   {"n": float("inf")}, [float("-inf")]])
+def test_a_result_jsonb_cannot_hold_is_refused_before_the_finish(value: Any):
+    with pytest.raises(ResultNotStorable):
+        encode_result(value)
+
+
+@pytest.mark.parametrize("value, stored", [
+    ({"a": "\\u0000"}, b'{"a": "\\\\u0000"}'),  # the text \u0000, not a NUL
+    ({"n": 1e308, "s": "caf\u00e9"}, b'{"n": 1e+308, "s": "caf\\u00e9"}'),
+])
+def test_every_other_json_value_is_kept_as_it_was(value: Any, stored: bytes):
+    assert encode_result(value) == stored
