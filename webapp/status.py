@@ -26,6 +26,8 @@ NEXT_STEPS = {
                               "again, then start a new job.",
     "organization_unavailable": "The organization is no longer available for this.",
     "invalid_params": "Correct the file, then start a new import.",
+    "result_not_storable": "Its result could not be kept, and a new job would fail the same way: "
+                           "contact support and quote the request id.",
 }
 TRY_AGAIN = "Try again with a new job. If it fails again, contact support and quote the request id."
 
