@@ -146,6 +146,9 @@ def test_the_sweeper_re_signals_a_backlog_with_one_wake_up_per_claim_batch_and_i
 
     try:
         wait_until(lambda: still_unsignalled() == 0, what="the sweep's re-signals")
+        # The sweep commits its marks, then publishes: wait for the line it logs after both,
+        # or retiring beat may cut its publishing short.
+        beat.wait_for_log("'wakeups_sent': 3,", timeout=15)
     finally:
         stack.retire(beat)
     # 250 due jobs, claims of up to 100 (SPACEJOBS_CLAIM_BATCH): three wake-ups, not 250.
