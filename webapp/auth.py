@@ -30,7 +30,7 @@ from models.errors import InvalidRequest, NotFound, Unauthorized
 from models.tenancy import sessions
 from models.tenancy.access import Membership, current_member, require_membership
 from models.tenancy.accounts import User, authenticate, principal
-from webapp import failed_auth
+from webapp.failed_auth import count_failure, count_success
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -87,7 +87,7 @@ def identify(*, allow_token: bool = True, allow_session: bool,
         with transaction(engine()) as conn:
             user = authenticate(conn, token)
         if user is None:
-            failed_auth.count_failure()
+            count_failure()
             return None
         return user, "token"
     cookie = session if cookie is None else cookie
@@ -96,7 +96,7 @@ def identify(*, allow_token: bool = True, allow_session: bool,
             found = sessions.resume(conn, cookie["sid"], idle_seconds=idle_seconds())
         if found is not None:
             return found.user, "session"
-        failed_auth.count_failure()
+        count_failure()
         cookie.clear()  # the cookie names a dead session: drop it
     return None
 
@@ -117,7 +117,7 @@ def remember(user: User, method: str) -> User:
     g.user, g.auth_method = user, method
     presented = presented_credential()
     if presented is not None:
-        failed_auth.count_success(presented)
+        count_success(presented)
     if method == "session" and request.method not in SAFE_METHODS:
         check_csrf()
     return user
@@ -205,7 +205,7 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
                 remember(found[0], "token")
                 yield conn, current_member(found[1])
         if found is None:
-            failed_auth.count_failure()  # once the connection is back in the pool
+            count_failure()  # once the connection is back in the pool
             raise Unauthorized()
         return
     user = user or current_user()
