@@ -1,7 +1,7 @@
 """A person's journeys through the pages, in Chromium, against real worker processes.
 
 Each state is photographed into pytest's tmp dir (the ``shots`` fixture); the best of them are
-the README's pictures in docs/.
+the pictures of docs/people.md.
 """
 
 from __future__ import annotations

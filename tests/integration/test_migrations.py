@@ -112,7 +112,7 @@ def test_schema_sql_builds_the_same_database_as_the_revisions(catalogs: dict[str
     if found:
         pytest.fail("models/db/schema.sql and the revisions in models/db/migrations/versions "
                     "disagree.\nA schema change is a new revision AND the same change folded into "
-                    "schema.sql (README, \"Changing the schema\").\n" + found, pytrace=False)
+                    "schema.sql (docs/design.md, \"Changing the schema\").\n" + found, pytrace=False)
 
 
 def test_both_are_stamped_at_the_newest_revision(catalogs: dict[str, Catalog]):

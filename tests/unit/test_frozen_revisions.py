@@ -41,7 +41,7 @@ def test_no_frozen_revision_file_was_edited_or_removed():
             "Databases that ran them never run them again, so an edit splits the fleet in two\n"
             "schemas. Restore them (git checkout main -- models/db/migrations/versions/) and add\n"
             "a NEW revision: 000N_name.py + 000N_name.sql, its lines in FROZEN, and the same change\n"
-            "folded into models/db/schema.sql (README, \"Changing the schema\").\n"
+            "folded into models/db/schema.sql (docs/design.md, \"Changing the schema\").\n"
             "(Only a revision that main does not have yet may change; then update its line.)",
             pytrace=False)
 
