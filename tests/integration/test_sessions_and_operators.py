@@ -282,6 +282,21 @@ def test_the_cancel_statement_itself_holds_the_rule_for_every_caller(stack: Stac
         assert cancel(admin, imported, kind_roles=kind_roles()).status == "cancelled"
 
 
+def test_the_cancel_statement_refuses_everyone_of_a_deleted_organization(stack: Stack, client):
+    """The web refuses a deleted organization's members before any statement runs; the cancel
+    statement must too, for code that reaches it directly (its owner, its own job)."""
+    org = stack.org()
+    owner = stack.user(org, role="owner")
+    with stack.workers_paused():
+        job = submit(client, org, owner, "projects_export")
+        with stack.admin() as conn:
+            accounts.set_organization_state(conn, org, "deleted")
+        with pytest.raises(InsufficientRole), \
+                transaction(stack.app_db, organization_id=org, user_id=owner.id) as conn:
+            store.request_cancel(conn, job["id"], owner.id, kind_roles=kind_roles())
+        assert stack.job_row(job["id"])["status"] == "queued"
+
+
 def test_reading_a_result_needs_the_kinds_role(stack: Stack, app, client):
     org = stack.org()
     admin = stack.user(org, role="admin")
