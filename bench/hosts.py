@@ -316,6 +316,7 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
                   round_number: int) -> Figures:
     from models.db.transaction import transaction
     from models.jobs import service
+    from models.jobs.service import Jobs
     from tasks.wakeups import WakeupPublisher
 
     workers: list[LoggedProcess] = []
@@ -334,6 +335,7 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
 
         app_db = stack.app_db
         publisher = WakeupPublisher(stack.redis_url, stack.queue)
+        jobs = Jobs(app_db, wake=publisher.wake)
         checks = []
 
         # Drain: the workers are frozen while M jobs go in, then all start on a full queue.
@@ -346,9 +348,9 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
                 size = min(service.MAX_BATCH, args.jobs - start)
                 with transaction(app_db, organization_id=tenant.organization_id,
                                  user_id=tenant.user_id, actor=f"user:{tenant.user_id}") as conn:
-                    service.submit_many(conn, [service.JobRequest(KIND)] * size,
+                    jobs.submit_many(conn, [service.JobRequest(KIND)] * size,
                                         organization_id=tenant.organization_id,
-                                        requested_by=tenant.user_id, wake=publisher.wake)
+                                        requested_by=tenant.user_id)
         finally:
             for proc in workers:
                 proc.signal_group(signal.SIGCONT)
@@ -366,8 +368,8 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
         def submit_one() -> None:
             with transaction(app_db, organization_id=tenant.organization_id,
                              user_id=tenant.user_id, actor=f"user:{tenant.user_id}") as conn:
-                service.submit(conn, KIND, organization_id=tenant.organization_id,
-                               requested_by=tenant.user_id, wake=publisher.wake)
+                jobs.submit(conn, KIND, organization_id=tenant.organization_id,
+                               requested_by=tenant.user_id)
 
         paced(args.rate, count, submit_one)
         wait_finished(stack, tenant.organization_id, count, timeout=120)

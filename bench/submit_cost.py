@@ -36,6 +36,7 @@ from models.db.queries import queries_beside
 from models.db.roles import APP_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs import service
+from models.jobs.service import Jobs
 from models.kinds import load_kinds
 from models.tenancy import accounts
 
@@ -56,15 +57,19 @@ class Target:
     batches: list[float] = field(default_factory=list)
     inside: list[float] = field(default_factory=list)
 
+    @property
+    def jobs(self) -> Jobs:
+        return Jobs(self.app)
+
     def one(self) -> None:
         with transaction(self.app, organization_id=self.org, user_id=self.user,
                          actor=f"user:{self.user}") as conn:
-            service.submit(conn, KIND, {}, organization_id=self.org, requested_by=self.user)
+            self.jobs.submit(conn, KIND, {}, organization_id=self.org, requested_by=self.user)
 
     def batch(self) -> None:
         with transaction(self.app, organization_id=self.org, user_id=self.user,
                          actor=f"user:{self.user}") as conn:
-            service.submit_many(conn, [service.JobRequest(KIND)] * BATCH,
+            self.jobs.submit_many(conn, [service.JobRequest(KIND)] * BATCH,
                                 organization_id=self.org, requested_by=self.user)
 
     def in_database(self, jobs: int) -> float:

@@ -209,7 +209,11 @@ class Settings(BaseSettings):
     demo_kinds: bool = Field(
         False, description="`1` registers `demo.slow_export`, an export slow enough to watch "
                            "(`spacejobs demo` sets it)")
-    extra_kind_modules: str = Field("", description="comma-separated modules with more kinds")
+    kind_modules: str = Field(
+        "tasks.kinds.projects",
+        description="comma-separated modules whose `@job_kind`s every process registers at start")
+    extra_kind_modules: str = Field("", description="comma-separated modules with more kinds, "
+                                                    "after `SPACEJOBS_KIND_MODULES`")
     log_format: Literal["text", "json"] = Field(
         "text", description="`json` for one JSON object per line")
     log_level: str = Field("INFO", description="the log level of web, worker and beat")
@@ -217,6 +221,14 @@ class Settings(BaseSettings):
     @property
     def extra_kind_module_names(self) -> list[str]:
         return [name.strip() for name in self.extra_kind_modules.split(",") if name.strip()]
+
+    @property
+    def kind_module_names(self) -> list[str]:
+        """Every module whose kinds this process registers, in order: the configured ones, the
+        benchmark's and the demo's when enabled, then the extra ones."""
+        names = [name.strip() for name in self.kind_modules.split(",") if name.strip()]
+        names += ["tasks.kinds.bench"] * self.bench_kinds + ["tasks.kinds.demo"] * self.demo_kinds
+        return names + self.extra_kind_module_names
 
     @property
     def sweep_queue(self) -> str:

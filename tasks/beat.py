@@ -27,13 +27,12 @@ from models.jobs import periodic
 from models.kinds import load_kinds
 from models.settings import get_settings
 from tasks import sweeper, worker_process
-from tasks.wakeups import SWEEP_TASK, WakeupPublisher
+from tasks.wakeups import SWEEP_TASK
 
 log = logging.getLogger("spacejobs.beat")
 
 
 class SweepingScheduler(PersistentScheduler):
-    _publisher: WakeupPublisher | None = None
     _periodic: list[periodic.Periodic] | None = None
     _submitted: dict[str, datetime]
 
@@ -55,9 +54,9 @@ class SweepingScheduler(PersistentScheduler):
             if self._submitted.get(job.entry.name) == period:
                 continue
             try:
-                with transaction(worker_process.engine(), actor="beat") as conn:
-                    submitted = periodic.submit_period(conn, job, period,
-                                                       wake=self.publisher().wake)
+                process = worker_process.current()
+                with transaction(process.engine, actor="beat") as conn:
+                    submitted = periodic.submit_period(process.jobs, conn, job, period)
             except Exception:
                 log.exception("periodic job %s not submitted; the next tick tries again",
                               job.entry.name)
@@ -74,16 +73,10 @@ class SweepingScheduler(PersistentScheduler):
         entry = self.reserve(entry) if advance else entry
         started = time.monotonic()
         try:
-            report = sweeper.sweep_once(publish_wake=self.publisher().wake)
+            report = sweeper.sweep_once(worker_process.current())
         except Exception:
             # The next sweep tries again; a database outage must not stop beat.
             log.exception("sweep failed")
             return None
         log.info("sweep ran in %.3fs: %s", time.monotonic() - started, report.as_dict())
         return None
-
-    def publisher(self) -> WakeupPublisher:
-        if self._publisher is None:
-            self._publisher = WakeupPublisher(self.app.conf.broker_url,
-                                              self.app.conf.task_default_queue)
-        return self._publisher

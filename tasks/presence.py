@@ -11,27 +11,11 @@ import threading
 from importlib.metadata import PackageNotFoundError, version
 
 from models.db.transaction import transaction
-from models.kinds import load_kinds
+from models.kinds import registered_kinds
 from models.ops import presence
-from models.settings import get_settings
-from tasks import worker_process
-from tasks.worker_process import STATS
+from tasks.worker_process import WorkerProcess
 
 log = logging.getLogger("spacejobs.presence")
-
-
-_started = False
-_stop = threading.Event()
-
-
-def _forget_parent() -> None:
-    # A forked child runs no presence thread and has processed nothing yet.
-    global _started, _stop
-    _started = False
-    _stop = threading.Event()
-
-
-os.register_at_fork(after_in_child=_forget_parent)
 
 
 def _version() -> str:
@@ -41,40 +25,40 @@ def _version() -> str:
         return "unknown"
 
 
-def start(node: str) -> None:
+def start(process: WorkerProcess, node: str) -> None:
     """Register this process and heartbeat in the background (idempotent per process)."""
-    global _started
-    if _started:
+    if process.presence_started:
         return
-    _started = True
-    threading.Thread(target=_loop, args=(node,), name="presence", daemon=True).start()
+    process.presence_started = True
+    threading.Thread(target=_loop, args=(process, node), name="presence", daemon=True).start()
 
 
-def stop() -> None:
-    _stop.set()
+def stop(process: WorkerProcess) -> None:
+    process.presence_stop.set()
     try:
-        with transaction(worker_process.engine()) as conn:
-            presence.stopped(conn, worker_process.worker_name())
+        with transaction(process.engine) as conn:
+            presence.stopped(conn, process.name)
     except Exception:
         log.warning("could not mark this worker process stopped")
 
 
-def _loop(node: str) -> None:
+def _loop(process: WorkerProcess, node: str) -> None:
     registered = False
+    stats = process.stats
     while True:
         try:
-            with transaction(worker_process.engine()) as conn:
+            with transaction(process.engine) as conn:
                 if not registered:
                     presence.register(
-                        conn, process_id=worker_process.worker_name(), node=node,
+                        conn, process_id=process.name, node=node,
                         hostname=socket.gethostname(), pid=os.getpid(), version=_version(),
-                        queues=[get_settings().queue],
-                        kinds=sorted(load_kinds()), concurrency=1)
+                        queues=[process.settings.queue],
+                        kinds=sorted(registered_kinds()), concurrency=1)
                     registered = True
                 else:
-                    presence.heartbeat(conn, worker_process.worker_name(), running=STATS.running,
-                                       processed=STATS.processed, failed=STATS.failed)
+                    presence.heartbeat(conn, process.name, running=stats.running,
+                                       processed=stats.processed, failed=stats.failed)
         except Exception:
             log.warning("presence heartbeat failed; will retry")
-        if _stop.wait(get_settings().presence_interval):
+        if process.presence_stop.wait(process.settings.presence_interval):
             return

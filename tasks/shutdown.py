@@ -17,69 +17,55 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from types import FrameType
-
-from models.settings import get_settings
 
 log = logging.getLogger("spacejobs.shutdown")
 
-_in_forked_child = False  # True in a Celery pool child (the main process imports us first)
-_installed = False
-_stop_at: float | None = None
 
+class Shutdown:
+    """One process's shutdown state: when its running jobs must be given back."""
 
-def _forked() -> None:
-    global _in_forked_child, _installed, _stop_at
-    _in_forked_child, _installed, _stop_at = True, False, None
+    def __init__(self, *, grace: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.grace = grace
+        self._clock = clock
+        self._stop_at: float | None = None
+        self._installed = False
 
+    def request_stop(self) -> None:
+        """Stop claiming now; running jobs may continue for the grace period."""
+        if self._stop_at is None:
+            self._stop_at = self._clock() + self.grace
+            log.info("shutdown requested: no new claims, %.0fs grace for running jobs", self.grace)
 
-os.register_at_fork(after_in_child=_forked)
+    def stop_requested(self) -> bool:
+        return self._stop_at is not None
 
+    def release_due(self) -> bool:
+        """True once the grace period is over: running jobs should be given back."""
+        return self._stop_at is not None and self._clock() >= self._stop_at
 
-def grace() -> float:
-    return get_settings().shutdown_grace
+    def install_in_pool_child(self) -> None:
+        """Take over SIGTERM in a pool child (idempotent). Only a pool child calls it: the
+        main process keeps Celery's own handler, which forwards to the children."""
+        if self._installed:
+            return
 
+        def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+            self.request_stop()
 
-def request_stop() -> None:
-    """Stop claiming now; running jobs may continue for the grace period."""
-    global _stop_at
-    if _stop_at is None:
-        _stop_at = time.monotonic() + grace()
-        log.info("shutdown requested: no new claims, %.0fs grace for running jobs", grace())
+        signal.signal(signal.SIGTERM, on_sigterm)
+        self._installed = True
 
+    def forward_to_children(self) -> None:
+        """In the main process at warm shutdown: tell every pool child, and ourselves (solo pool)."""
+        self.request_stop()
+        try:
+            import psutil
 
-def stop_requested() -> bool:
-    return _stop_at is not None
-
-
-def release_due() -> bool:
-    """True once the grace period is over: running jobs should be given back."""
-    return _stop_at is not None and time.monotonic() >= _stop_at
-
-
-def install_in_pool_child() -> None:
-    """Take over SIGTERM in a pool child (idempotent; a no-op in the main process)."""
-    global _installed
-    if not _in_forked_child or _installed:
-        return
-
-    def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-        request_stop()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    _installed = True
-
-
-def forward_to_children() -> None:
-    """In the main process at warm shutdown: tell every pool child, and ourselves (solo pool)."""
-    request_stop()
-    try:
-        import psutil
-
-        children = psutil.Process().children()
-    except Exception:
-        return
-    for child in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGTERM)
-
+            children = psutil.Process().children()
+        except Exception:
+            return
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from models.db.transaction import transaction
@@ -13,9 +12,8 @@ from models.jobs import store
 from models.jobs.records import Status
 from models.results.attempt import delete_quietly
 from models.results.sweep import sweep_orphans
-from models.settings import get_settings
 from models.tenancy import audit
-from tasks import worker_process
+from tasks.worker_process import WorkerProcess
 
 log = logging.getLogger("spacejobs.sweeper")
 
@@ -44,12 +42,10 @@ class SweepReport:
         return asdict(self)
 
 
-#: when this process last ran the orphan sweep (time.monotonic()), None before the first
-_last_orphan_sweep: float | None = None
-
-
-def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepReport:
-    engine = worker_process.engine()
+def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
+    """One sweep, as this process (its engine, its publisher, its results store)."""
+    engine = process.engine
+    publish_wake = process.publisher.wake
     report = SweepReport()
     with transaction(engine, actor="sweeper") as conn:
         expired = store.sweep_expired_leases(conn, batch=batch)
@@ -63,14 +59,14 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
         else:
             report.cancelled += 1
     with transaction(engine, actor="sweeper") as conn:
-        due = store.sweep_unsignalled(conn, grace=get_settings().wakeup_grace, batch=batch)
+        due = store.sweep_unsignalled(conn, grace=process.settings.wakeup_grace, batch=batch)
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
     # One wake-up per claim batch of due jobs, not one per job: a woken process claims up to a
     # batch at once, drains until nothing is due and wakes another process when more is due
     # than it took, so more messages would only be pool processes finding the queue empty.
     # (The chaos run once left 29,061 wake-ups in Redis after a backlog, one per job.)
-    per_wakeup = get_settings().claim_batch
+    per_wakeup = process.settings.claim_batch
     for first in range(0, len(to_wake), per_wakeup):
         if not publish_wake(str(to_wake[first]), force=True):
             # The broker is down: stop trying for this round. The rows keep their state and the
@@ -90,21 +86,21 @@ def sweep_once(*, publish_wake: Callable[..., bool], batch: int = 500) -> SweepR
     # Committed: the rows no longer name these files. A delete that fails here leaves the file
     # to the orphan sweep.
     for ref in purged["dropped_refs"]:
-        report.files_deleted += delete_quietly(worker_process.results(), ref, {"sweep": "retention"})
+        report.files_deleted += delete_quietly(process.results(), ref, {"sweep": "retention"})
     with transaction(engine, actor="sweeper") as conn:
         store.fold_metrics(conn)
-    if orphan_sweep_due():
-        orphans = sweep_orphans(engine, worker_process.results(),
-                                grace=get_settings().results_orphan_grace)
+    if orphan_sweep_due(process):
+        orphans = sweep_orphans(engine, process.results(),
+                                grace=process.settings.results_orphan_grace)
         report.orphans_deleted, report.results_missing = orphans.deleted, len(orphans.missing)
     return report
 
 
-def orphan_sweep_due() -> bool:
+def orphan_sweep_due(process: WorkerProcess) -> bool:
     """Once every SPACEJOBS_RESULTS_SWEEP_INTERVAL seconds per process (it lists the store)."""
-    global _last_orphan_sweep
     now = time.monotonic()
-    if _last_orphan_sweep is not None and now - _last_orphan_sweep < get_settings().results_sweep_interval:
+    last = process.last_orphan_sweep
+    if last is not None and now - last < process.settings.results_sweep_interval:
         return False
-    _last_orphan_sweep = now
+    process.last_orphan_sweep = now
     return True

@@ -13,6 +13,7 @@ from flask import Flask, g, has_request_context, request
 
 from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
+from models.jobs.service import Jobs
 from models.kinds import load_kinds
 from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
@@ -27,7 +28,9 @@ from webapp.streams import StreamSlots
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
-    """Build the app. ``config`` overrides environment defaults (tests pass URLs here)."""
+    """Build the app and its wiring, once per web process: the engines, the wake-up publisher,
+    the one job API, the results store. ``config`` overrides environment defaults (tests pass
+    URLs here)."""
     settings = get_settings()
     app = Flask(__name__)
     app.config.update(
@@ -93,8 +96,14 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         app.config["OPERATOR_DATABASE_URL"] or role_url(OPERATOR_ROLE, app.config["DATABASE_URL"]),
         pool_size=2, application_name="spacejobs-ops")
     db = app.extensions["spacejobs.db"]
-    app.extensions["spacejobs.wakeups"] = WakeupPublisher(
-        app.config["BROKER_URL"], app.config["QUEUE"], counters=BufferedCounters(lambda: db))
+    # Of tasks/ the web imports only this publisher, which sends wake-ups by task NAME, and the
+    # kind modules the settings name (load_kinds): never the Celery app or a task body. tasks/
+    # never imports webapp/.
+    wake = WakeupPublisher(app.config["BROKER_URL"], app.config["QUEUE"],
+                           counters=BufferedCounters(lambda: db)).wake
+    # The one job API of this process: the JSON API, the pages and the dashboard act through it.
+    app.extensions["spacejobs.jobs"] = Jobs(db, wake=wake,
+                                            operator_engine=app.extensions["spacejobs.operator_db"])
     # Tests pass a store of their own (RESULTS_STORE); otherwise the one the settings name.
     app.extensions["spacejobs.results"] = app.config.get("RESULTS_STORE") or open_store(settings)
     app.extensions["spacejobs.streams"] = StreamSlots(

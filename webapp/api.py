@@ -16,16 +16,16 @@ from pydantic import ValidationError
 
 from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
-from models.jobs import service, store
+from models.jobs import service
 from models.jobs.records import Job
-from models.tenancy import audit, member_jobs
+from models.tenancy import audit
 from models.tenancy import projects as tenant_projects
 from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
 from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
 from webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
-from webapp.jobs import list_page, submit_in, submit_many_in
+from webapp.jobs import job_api, list_page
 from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
 from webapp.openapi import document as openapi_document_of
 from webapp.paging import decode_cursor, page_of, request_limit
@@ -144,9 +144,11 @@ def submit_job(org: str) -> ResponseReturnValue:
         idempotency_key = request.headers.get("Idempotency-Key")
         if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise InvalidRequest("Idempotency-Key must be 1 to 200 printable ASCII characters.")
-        job, created = submit_in(conn, membership, g.user, body.kind, body.params,
-                                 dedup_key=body.dedup_key, idempotency_key=idempotency_key,
-                                 run_after=body.run_after, priority=body.priority)
+        submitted = job_api().submit(
+            conn, body.kind, body.params, organization_id=membership.organization_id,
+            requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
+            run_after=body.run_after, priority=body.priority, request_id=g.request_id)
+    job, created = submitted.job, submitted.created
     response = jsonify(job_json(job))
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
@@ -162,9 +164,10 @@ def submit_jobs(org: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, membership):
         check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
-        jobs = submit_many_in(conn, membership, g.user, [
+        jobs = job_api().submit_many(conn, [
             service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after, j.priority)
-            for j in body.jobs])
+            for j in body.jobs], organization_id=membership.organization_id,
+            requested_by=g.user.id, request_id=g.request_id)
     return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
 
 
@@ -174,7 +177,7 @@ def list_jobs(org: str) -> ResponseReturnValue:
     limit = request_limit()
     with org_transaction(org) as (conn, membership):
         page, next_cursor = list_page(
-            conn, membership.organization_id, status=request.args.get("status") or None,
+            conn, membership, status=request.args.get("status") or None,
             kind=request.args.get("kind") or None, cursor=request.args.get("cursor"), limit=limit)
     return jsonify({"jobs": [job_json(job) for job in page], "next_cursor": next_cursor})
 
@@ -183,10 +186,8 @@ def list_jobs(org: str) -> ResponseReturnValue:
 @poll_limit
 def get_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
-    with org_transaction(org) as (conn, _membership):
-        job = store.get(conn, jid)
-    if job is None:
-        raise NotFound()
+    with org_transaction(org) as (conn, membership):
+        job = job_api().get(conn, membership, jid)
     return jsonify(job_json(job))
 
 
@@ -196,7 +197,7 @@ def get_job_result(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # org_transaction checks CURRENT membership: a removed member gets 404 here.
     with org_transaction(org) as (conn, membership):
-        job, result, stored = member_jobs.read_result(conn, membership, jid, g.request_id)
+        job, result, stored = job_api().result(conn, membership, jid, g.request_id)
     if stored is not None:
         return stored_result_response(job, stored, envelope=True)
     return jsonify({"job_id": str(job.id), "kind": job.kind, "result": result})
@@ -208,7 +209,7 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     # one statement authenticates the token and finds the membership (as a submit does)
     with org_transaction(org) as (conn, membership):
-        job = member_jobs.cancel(conn, membership, jid, g.request_id)
+        job = job_api().cancel(conn, membership, jid, g.request_id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
 
 
@@ -276,16 +277,14 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     user = current_user(allow_session=True)
     with org_transaction(org) as (conn, membership):
-        job = store.get(conn, jid)
-    if job is None:
-        raise NotFound()
+        job = job_api().get(conn, membership, jid)
     seen = request.headers.get("Last-Event-ID", "")
     if job.finished and event_id(job) == seen:
         return Response(status=204)
     org_id, authorized = membership.organization_id, still_authorized()
     interval = float(current_app.config["EVENTS_POLL_SECONDS"])
     max_seconds = float(current_app.config["EVENTS_MAX_SECONDS"])
-    db = engine()
+    db, jobs = engine(), job_api()
 
     def stream() -> Iterator[str]:
         started = last_write = time.monotonic()
@@ -293,8 +292,11 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
         yield "retry: 1000\n\n"
         while True:
             with transaction(db, organization_id=org_id, user_id=user.id) as conn:
-                allowed = authorized(conn) and find_membership(conn, org_id, user.id) is not None
-                job = store.get(conn, jid) if allowed else None
+                member = find_membership(conn, org_id, user.id) if authorized(conn) else None
+                try:
+                    job = jobs.get(conn, member, jid) if member is not None else None
+                except NotFound:
+                    job = None
             if job is None:
                 yield _sse("error", {"error": {"code": "not_found", "message": "Not found."}})
                 return

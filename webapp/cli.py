@@ -350,8 +350,8 @@ def demo(host: str, port: int, data_dir: Path) -> None:
     """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
     demo data, web + worker + beat. Ctrl-C stops all of it."""
     from models.db.migrate import upgrade
-    from models.tenancy.demo import seed
     from webapp import embedded
+    from webapp.demo_data import seed
 
     configure_logging("INFO")
     settings = get_settings()

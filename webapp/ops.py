@@ -36,6 +36,7 @@ from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
 from webapp.auth import csrf_token, engine, identify, parse_id, remember, untouched_session
 from webapp.inputs import bounded_float, whole_number
+from webapp.jobs import job_api
 from webapp.limits import api_limit
 
 bp = Blueprint("ops", __name__)
@@ -163,8 +164,8 @@ def api_audit() -> ResponseReturnValue:
 @api_limit
 def api_cancel(job_id: str) -> ResponseReturnValue:
     user = g.user
-    job = actions.cancel(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
-                     request_id=g.request_id)
+    job = job_api().cancel_as_operator(parse_id(job_id), operator_id=user.id,
+                                       request_id=g.request_id)
     return _done({"id": str(job.id), "status": job.status}, url_for("ops.job_page", job_id=job_id))
 
 
@@ -173,8 +174,7 @@ def api_cancel(job_id: str) -> ResponseReturnValue:
 @api_limit
 def api_retry(job_id: str) -> ResponseReturnValue:
     user = g.user
-    new = actions.retry_as_new(engine(), operator_db(), parse_id(job_id), operator_id=user.id,
-                           request_id=g.request_id)
+    new = job_api().retry_as_new(parse_id(job_id), operator_id=user.id, request_id=g.request_id)
     return _done({"id": str(new.id), "status": new.status, "retry_of": job_id},
                  url_for("ops.job_page", job_id=str(new.id)))
 

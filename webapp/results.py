@@ -1,7 +1,7 @@
 """Serving a stored result: streamed from the results store, never read whole into memory.
 
 Both the JSON API and the people's download come here, after
-:func:`models.tenancy.member_jobs.read_result` checked the CURRENT membership and the kind's
+:meth:`models.jobs.service.Jobs.result` checked the CURRENT membership and the kind's
 role, and with the transaction already closed (a slow download holds no connection). The file
 is the one the job's own row names; a client never names one.
 """

@@ -1,10 +1,11 @@
 """Pages for people: sign in with email and password, an organization's projects and jobs, and a
 live job page with cancel and download.
 
-Views are thin, as in the JSON API, and call the same functions: :func:`webapp.jobs.start_job`
-to start a job, :mod:`models.tenancy.member_jobs` to cancel one or read its result, the same
-kind params models to validate an import. Every page re-reads the session and the CURRENT
-membership, so a removed member gets the same 404 page as a stranger on their next click.
+Views are thin, as in the JSON API, and act through the same job API
+(:class:`models.jobs.service.Jobs`, :func:`webapp.jobs.job_api`) to start, show and cancel a job
+or read its result; an import is validated by the kind's own params model. Every page re-reads
+the session and the CURRENT membership, so a removed member gets the same 404 page as a stranger
+on their next click.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from sqlalchemy import Connection
 
 from models.db.transaction import transaction
 from models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
-from models.jobs import store
 from models.jobs.records import ALL_STATUSES, Job
+from models.jobs.service import JobRights
 from models.kinds import get_kind, load_kinds
-from models.tenancy import member_jobs, passwords
+from models.tenancy import passwords
 from models.tenancy.access import Membership, check_allowed
 from models.tenancy.accounts import User, get_user, memberships_of, names_of
 from models.tenancy.projects import Projects, create_project
@@ -54,7 +55,7 @@ from webapp.auth import (
 )
 from webapp.errors import HTTP_STATUS
 from webapp.inputs import MalformedJSON, parse_json
-from webapp.jobs import list_page, start_job
+from webapp.jobs import job_api, list_page, start_job
 from webapp.limits import address_key, limited, login_account_global_key, login_account_key, retry_after
 from webapp.results import stored_result_response
 from webapp.status import describe, label_of
@@ -284,7 +285,7 @@ def jobs_page(org: str, problem: str | None = None, status: int = 200) -> Respon
     kind_filter = request.args.get("kind") or None
     cursor = request.args.get("cursor") or None
     with org_page(org) as page:
-        jobs, next_cursor = list_page(page.conn, page.membership.organization_id,
+        jobs, next_cursor = list_page(page.conn, page.membership,
                                       status=status_filter, kind=kind_filter, cursor=cursor)
         names = names_of(page.conn, [job.requested_by for job in jobs])
         return _page("people/jobs.html", status, jobs=[(job, describe(job)) for job in jobs],
@@ -334,18 +335,17 @@ def _import_file() -> Any:
 class JobView:
     job: Job
     shown: Any
-    rights: member_jobs.JobRights
+    rights: JobRights
     started_by: str
     request_id: str | None
 
 
 def _job_view(page: OrgPage, job_id: str) -> JobView:
-    job = store.get(page.conn, parse_id(job_id))
-    if job is None:
-        raise NotFound()
-    return JobView(job, describe(job), member_jobs.rights(page.membership, job),
+    jobs = job_api()
+    job = jobs.get(page.conn, page.membership, parse_id(job_id))
+    return JobView(job, describe(job), jobs.rights(page.membership, job),
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
-                   member_jobs.request_id_of(page.conn, job.id))
+                   jobs.request_id_of(page.conn, job))
 
 
 @bp.get("/orgs/<org>/jobs/<job_id>")
@@ -370,7 +370,7 @@ def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
 @signed_in
 def cancel(org: str, job_id: str) -> ResponseReturnValue:
     with org_page(org) as page:
-        job = member_jobs.cancel(page.conn, page.membership, parse_id(job_id), g.request_id)
+        job = job_api().cancel(page.conn, page.membership, parse_id(job_id), g.request_id)
     if job.status == "cancel_requested":
         flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
     else:
@@ -383,8 +383,8 @@ def cancel(org: str, job_id: str) -> ResponseReturnValue:
 def download(org: str, job_id: str) -> ResponseReturnValue:
     """The result as a file, to CURRENT members holding the kind's role (the API's rule)."""
     with org_page(org) as page:
-        job, result, stored = member_jobs.read_result(page.conn, page.membership, parse_id(job_id),
-                                                      g.request_id)
+        job, result, stored = job_api().result(page.conn, page.membership, parse_id(job_id),
+                                               g.request_id)
     if stored is not None:
         return stored_result_response(job, stored, envelope=False)
     filename = f"{job.kind.replace('.', '-')}-{job.created_at:%Y%m%d-%H%M%S}-{str(job.id)[:8]}.json"

@@ -34,6 +34,7 @@ from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_fig
 from models.db.queries import queries_beside
 from models.db.transaction import transaction
 from models.jobs import service, store
+from models.jobs.service import Jobs
 from models.kinds import load_kinds
 from models.settings import reload_settings
 from tasks.wakeups import guard_key
@@ -98,6 +99,7 @@ class SpaceJobsPeer(Peer):
         self.stack = Stack(self.servers, self.log_dir, label="bench", process_settings={})
         self.tenant = self.stack.tenant("bench")
         self.publisher = WakeupPublisher(self.stack.redis_url, self.stack.queue)
+        self.jobs = Jobs(self.stack.app_db, wake=self.publisher.wake)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -118,15 +120,15 @@ class SpaceJobsPeer(Peer):
 
     def _submit_one(self, tenant: Tenant) -> None:
         with self.stack.app_db.begin() as conn:
-            service.submit(conn, KIND, organization_id=tenant.organization_id,
-                           requested_by=tenant.user_id, wake=self.publisher.wake)
+            self.jobs.submit(conn, KIND, organization_id=tenant.organization_id,
+                           requested_by=tenant.user_id)
 
     def _submit_many(self, tenant: Tenant, n: int, batch: int) -> None:
         for offset in range(0, n, batch):
             with self.stack.app_db.begin() as conn:
-                service.submit_many(conn, [service.JobRequest(KIND)] * min(batch, n - offset),
+                self.jobs.submit_many(conn, [service.JobRequest(KIND)] * min(batch, n - offset),
                                     organization_id=tenant.organization_id,
-                                    requested_by=tenant.user_id, wake=self.publisher.wake)
+                                    requested_by=tenant.user_id)
 
     def _expect_queued(self, n: int) -> None:
         if (queued := self._count("queued_count")) != n:
@@ -271,9 +273,8 @@ class SpaceJobsPeer(Peer):
             org, user = self.tenant.organization_id, self.tenant.user_id
             for _ in range(jobs):
                 with self.stack.app_db.begin() as conn:
-                    job = service.submit(conn, KIND, organization_id=org, requested_by=user,
-                                         wake=self.publisher.wake).job
-                outcome = service.wait(job.id, 30, organization_id=org, engine=self.stack.app_db)
+                    job = self.jobs.submit(conn, KIND, organization_id=org, requested_by=user).job
+                outcome = self.jobs.wait(job.id, 30, organization_id=org)
                 returned = datetime.now(UTC)
                 if outcome.job.status != "completed":
                     raise PeerError(f"Space Jobs wait: a job ended {outcome.job.status}")

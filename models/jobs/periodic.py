@@ -96,10 +96,10 @@ def resolve(entries: list[PeriodicEntry]) -> list[Periodic]:
     return resolved
 
 
-def submit_period(conn: Connection, periodic: Periodic, period: datetime,
-                  wake: service.Wake | None = None) -> service.Submitted:
+def submit_period(jobs: service.Jobs, conn: Connection, periodic: Periodic,
+                  period: datetime) -> service.Submitted:
     """This period's job, in the caller's transaction (a replay when another beat was first)."""
     entry = periodic.entry
-    return service.submit(conn, entry.kind, entry.params, organization_id=entry.organization_id,
-                          requested_by=entry.requested_by, idempotency_key=periodic.key(period),
-                          request_id=f"periodic-{entry.name}", wake=wake)
+    return jobs.submit(conn, entry.kind, entry.params, organization_id=entry.organization_id,
+                       requested_by=entry.requested_by, idempotency_key=periodic.key(period),
+                       request_id=f"periodic-{entry.name}")

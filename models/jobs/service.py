@@ -1,25 +1,34 @@
-"""The Python API for application code, and the one path the web's views take too.
+"""The one job API: every submit, read, list, cancel and wait of a job goes through a
+:class:`Jobs`, whoever asks — the JSON API and the pages, the operators' dashboard, beat's
+periodic jobs, the CLI and application code alike. Who may do what is decided here once (or in
+the database function a method calls), never beside it.
 
-Every function takes the CALLER's connection and works inside the caller's open transaction::
+One ``Jobs`` is built per process by its bootstrap (``spacejobs.connect()`` for a script, the
+web's ``create_app``, the worker's process state), with the engine it reads with and the
+publisher that sends wake-ups. Methods that act in the CALLER's transaction take its connection::
 
-    from models.jobs import service
+    import spacejobs
 
-    with engine.begin() as conn:                     # an engine from models.db.engine.make_engine
+    jobs = spacejobs.connect()
+    with jobs.engine.begin() as conn:
         order = create_order(conn, ...)              # the application's own writes
-        job = service.submit(conn, "projects_export", {}, organization_id=org, requested_by=user)
+        submitted = jobs.submit(conn, "projects_export", organization_id=org, requested_by=user)
     # COMMIT: the row and the order exist together, and only now does the wake-up go out.
     # A rollback writes neither and sends nothing.
 
-``submit`` checks the requester's current membership and the organization's state against the
-kind's rules and writes the row and its event, in one statement (submit_job() in the schema),
-and registers the wake-up to be sent after COMMIT (the insert's NOTIFY is transactional too).
-Domain errors (models.errors) say what was refused; nothing has been written when one is raised.
+A submit checks the requester's current membership and the organization's state against the
+kind's rules and writes the row and its event in one statement (``submit_job()`` in the schema).
+A member's other operations take the :class:`~models.tenancy.access.Membership` that
+:meth:`Jobs.member` (or the web's request transaction) read in the same transaction. Domain
+errors (models.errors) say what was refused; nothing has been written when one is raised.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,39 +38,38 @@ from sqlalchemy import Connection, Engine
 
 from models.db.roles import listen_url
 from models.db.transaction import after_commit, scope, transaction
-from models.errors import DomainError, DuplicateJob, InvalidRequest, NotFound
+from models.errors import (
+    DomainError,
+    DuplicateJob,
+    InvalidRequest,
+    JobNotCompleted,
+    NotFound,
+    ResultExpired,
+)
 from models.jobs import store, waiting
-from models.jobs.records import Job, Status
-from models.kinds import JobKind, get_kind
+from models.jobs.records import ACTIVE, Job, Status
+from models.kinds import JobKind, get_any_kind, get_kind, kind_roles, required_role
+from models.ops import actions
+from models.ops.dashboard import job_organization
 from models.results.records import StoredResult
-from models.tenancy import member_jobs
-from models.tenancy.access import require_membership
+from models.tenancy import audit
+from models.tenancy.access import (
+    Membership,
+    check_may_read_result,
+    may_cancel,
+    may_read_result,
+    require_membership,
+)
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
 #: a job's priority among its organization's due jobs (the jobs.priority CHECK says the same)
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
+#: a page of an organization's jobs holds at most this many
+MAX_PAGE = 200
 
+#: sends the wake-up for a committed job (tasks.wakeups.WakeupPublisher.wake); never raises
 Wake = Callable[[str | None], object]
-_wake: Wake | None = None
-_engine: Engine | None = None
-
-
-def configure(*, wake: Wake | None = None, engine: Engine | None = None) -> None:
-    """Set up the API for this process.
-
-    ``wake``: who sends the wake-up after a submit commits (tasks.wakeups.WakeupPublisher.wake;
-    the web and the workers install theirs at start-up). Without one, jobs still run: lingering
-    workers hear the insert's NOTIFY and the sweeper re-signals due jobs.
-    ``engine``: the engine :func:`wait` reads with, as the web role (space_app), from
-    models.db.engine.make_engine. The API acts as the web does: the worker role may not read
-    results.
-    """
-    global _wake, _engine
-    if wake is not None:
-        _wake = wake
-    if engine is not None:
-        _engine = engine
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class Submitted:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """One job of a bulk submit, as the caller asks for it (validated by :func:`submit_many`)."""
+    """One job of a bulk submit, as the caller asks for it (validated by :meth:`Jobs.submit_many`)."""
 
     kind: str
     params: dict[str, Any] | None = None
@@ -81,107 +89,14 @@ class JobRequest:
     priority: int = 0
 
 
-def submit(
-    conn: Connection,
-    kind: str,
-    params: dict[str, Any] | None = None,
-    *,
-    organization_id: UUID,
-    requested_by: UUID,
-    dedup_key: str | None = None,
-    idempotency_key: str | None = None,
-    run_after: datetime | None = None,
-    priority: int = 0,
-    request_id: str | None = None,
-    wake: Wake | None = None,
-) -> Submitted:
-    """Queue one job in the caller's transaction; the wake-up goes out after COMMIT.
+@dataclass(frozen=True)
+class JobRights:
+    """What a member may do with one job, by the rules the actions enforce (the pages show
+    only the buttons these allow)."""
 
-    ``run_after``: not before this moment. ``priority``: from -10 to 10, higher first among the
-    organization's due jobs (organizations still take turns). ``wake``: the publisher to use
-    instead of the configured one (the web passes its own).
-    """
-    job_kind = get_kind(kind)
-    valid = _validated(job_kind, params, dedup_key, priority)
-    job, created = store.submit(
-        conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
-        params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
-        request_id=request_id, run_after=run_after, priority=priority)
-    if created:
-        _wake_after_commit(conn, str(job.id), wake)
-    return Submitted(job, created)
-
-
-def submit_many(
-    conn: Connection,
-    requests: Sequence[JobRequest],
-    *,
-    organization_id: UUID,
-    requested_by: UUID,
-    request_id: str | None = None,
-    wake: Wake | None = None,
-) -> list[Job]:
-    """Queue many jobs in one statement, all or nothing, in the caller's transaction.
-
-    A refused item raises the same domain error a single submit would, with ``index`` (its
-    place in ``requests``) in the error's details; nothing of the batch is then written.
-    """
-    if not 1 <= len(requests) <= MAX_BATCH:
-        raise InvalidRequest(f"A batch holds 1 to {MAX_BATCH} jobs.", fields=["jobs"])
-    new_jobs, seen_keys = [], {}
-    for index, item in enumerate(requests):
-        try:
-            job_kind = get_kind(item.kind)
-            valid = _validated(job_kind, item.params, item.dedup_key, item.priority)
-        except DomainError as error:
-            error.details["index"] = index
-            raise
-        if item.dedup_key is not None:
-            earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
-            if earlier != index:
-                raise DuplicateJob("The batch holds the same job twice.", index=index)
-        new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after,
-                                     item.priority))
-    # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
-    savepoint = conn.begin_nested()
-    written = store.submit_many(conn, new_jobs, organization_id=organization_id,
-                                requested_by=requested_by, request_id=request_id)
-    if None in written:
-        savepoint.rollback()
-        index = written.index(None)
-        item = requests[index]
-        existing = store.find_active_duplicate(conn, organization_id, item.kind,
-                                               item.dedup_key or "")
-        raise DuplicateJob(index=index, job_id=str(existing) if existing else None)
-    savepoint.commit()
-    _wake_after_commit(conn, str(written[0].id), wake)  # type: ignore[union-attr]
-    return written  # type: ignore[return-value]
-
-
-def get(conn: Connection, job_id: UUID, *, organization_id: UUID) -> Job | None:
-    """The job, or None (also for another organization's job: tenants never see each other's)."""
-    scope(conn, organization_id=organization_id)
-    return store.get(conn, job_id)
-
-
-def cancel(conn: Connection, job_id: UUID, *, organization_id: UUID, user_id: UUID,
-           request_id: str | None = None) -> Job:
-    """A queued job is cancelled at once; a running one is asked to stop (cancel_requested) and
-    stops at its next safe point.
-
-    The rule is the web's, from the same function (models.tenancy.member_jobs.cancel): the user
-    must be a current member, and either the job's requester or holding the kind's role
-    (InsufficientRole otherwise). JobFinished for a job that had already ended, NotFound for
-    one that is not the organization's or a user who is not its member."""
-    scope(conn, organization_id=organization_id, user_id=user_id, actor=f"user:{user_id}")
-    membership = require_membership(conn, organization_id, user_id)
-    return member_jobs.cancel(conn, membership, job_id, request_id)
-
-
-def running(conn: Connection, *, organization_id: UUID, kind: str | None = None) -> list[Job]:
-    """The organization's jobs someone runs now, oldest first (optionally of one kind)."""
-    scope(conn, organization_id=organization_id)
-    return store.running(conn, organization_id, kind=kind)
+    kind_role: str
+    may_cancel: bool
+    may_read_result: bool
 
 
 @dataclass(frozen=True)
@@ -194,41 +109,280 @@ class Outcome:
     stored: StoredResult | None = None
 
 
-def wait(job_id: UUID, timeout: float, *, organization_id: UUID,
-         engine: Engine | None = None) -> Outcome:
-    """Block until the job has ended, at most ``timeout`` seconds; TimeoutError after that.
+class Jobs:
+    """Every job operation, for one process.
 
-    No polling: the finish NOTIFYs (models/jobs/waiting.py), and the row is read again only when
-    it says so (and every few seconds, in case a notification was lost). Each read is its own
-    short transaction, so no transaction stays open while waiting; any thread may wait (a Flask
-    view, a Celery task). Behind a transaction-mode pooler without a direct URL to LISTEN on
-    (models.db.roles.listen_url), it re-reads the row every ``waiting.RECHECK`` seconds.
+    ``engine``: as the web role (space_app); :meth:`wait` and :meth:`transaction` open their
+    own transactions on it. ``wake``: who sends the wake-up after a submit commits; without
+    one, jobs still run (lingering workers hear the insert's NOTIFY, the sweeper re-signals due
+    jobs), only later. ``operator_engine``: as space_operator, for the operators' actions on
+    any organization's job (it finds the job's organization).
     """
-    engine = engine or _engine
-    if engine is None:
-        raise RuntimeError("wait() needs an engine: service.configure(engine=...) or engine=")
-    finishes = waiting.listener(listen_url(engine.url.render_as_string(hide_password=False)))
-    deadline = time.monotonic() + timeout
-    finishes.ready(timeout)
-    announced = finishes.register(job_id)
-    try:
-        while True:
-            with transaction(engine, organization_id=organization_id) as conn:
-                found = store.get_result(conn, job_id)
-            if found is None:
-                raise NotFound()
-            job, result, ref = found
-            if job.finished:
-                if job.status != Status.COMPLETED:
-                    return Outcome(job, None)
-                return Outcome(job, result, StoredResult.from_row(ref, result) if ref else None)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"job {job_id} is still {job.status} after {timeout} s")
-            announced.wait(min(left, waiting.RECHECK))
-            announced.clear()
-    finally:
-        finishes.forget(job_id, announced)
+
+    def __init__(self, engine: Engine, *, wake: Wake | None = None,
+                 operator_engine: Engine | None = None) -> None:
+        self.engine = engine
+        self._wake = wake
+        self._operator_engine = operator_engine
+        self._finishes: waiting.FinishListener | waiting.Unheard | None = None
+        self._finishes_lock = threading.Lock()
+
+    # -- who asks -------------------------------------------------------------------------------
+
+    def member(self, conn: Connection, organization_id: UUID, user_id: UUID) -> Membership:
+        """Scope the caller's transaction to the organization and the user, and read the user's
+        CURRENT membership (NotFound for a non-member, as for a missing organization;
+        OrganizationUnavailable for a deleted one)."""
+        scope(conn, organization_id=organization_id, user_id=user_id, actor=f"user:{user_id}")
+        return require_membership(conn, organization_id, user_id)
+
+    @contextmanager
+    def transaction(self, organization_id: UUID, user_id: UUID
+                    ) -> Iterator[tuple[Connection, Membership]]:
+        """A transaction of its own, scoped, with the user's current membership; commits unless
+        the block raises (and then sends the wake-ups its submits registered)."""
+        with transaction(self.engine, organization_id=organization_id, user_id=user_id,
+                         actor=f"user:{user_id}") as conn:
+            yield conn, require_membership(conn, organization_id, user_id)
+
+    # -- submitting -----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        conn: Connection,
+        kind: str,
+        params: dict[str, Any] | None = None,
+        *,
+        organization_id: UUID,
+        requested_by: UUID,
+        dedup_key: str | None = None,
+        idempotency_key: str | None = None,
+        run_after: datetime | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> Submitted:
+        """Queue one job in the caller's transaction; the wake-up goes out after COMMIT.
+
+        ``run_after``: not before this moment. ``priority``: from -10 to 10, higher first among
+        the organization's due jobs (organizations still take turns).
+        """
+        job_kind = get_kind(kind)
+        valid = _validated(job_kind, params, dedup_key, priority)
+        job, created = store.submit(
+            conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
+            params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
+            request_id=request_id, run_after=run_after, priority=priority)
+        if created:
+            self._wake_after_commit(conn, str(job.id))
+        return Submitted(job, created)
+
+    def submit_many(
+        self,
+        conn: Connection,
+        requests: Sequence[JobRequest],
+        *,
+        organization_id: UUID,
+        requested_by: UUID,
+        request_id: str | None = None,
+    ) -> list[Job]:
+        """Queue many jobs in one statement, all or nothing, in the caller's transaction.
+
+        A refused item raises the same domain error a single submit would, with ``index`` (its
+        place in ``requests``) in the error's details; nothing of the batch is then written.
+        """
+        if not 1 <= len(requests) <= MAX_BATCH:
+            raise InvalidRequest(f"A batch holds 1 to {MAX_BATCH} jobs.", fields=["jobs"])
+        new_jobs, seen_keys = [], {}
+        for index, item in enumerate(requests):
+            try:
+                job_kind = get_kind(item.kind)
+                valid = _validated(job_kind, item.params, item.dedup_key, item.priority)
+            except DomainError as error:
+                error.details["index"] = index
+                raise
+            if item.dedup_key is not None:
+                earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
+                if earlier != index:
+                    raise DuplicateJob("The batch holds the same job twice.", index=index)
+            new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after,
+                                         item.priority))
+        # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
+        savepoint = conn.begin_nested()
+        written = store.submit_many(conn, new_jobs, organization_id=organization_id,
+                                    requested_by=requested_by, request_id=request_id)
+        if None in written:
+            savepoint.rollback()
+            index = written.index(None)
+            item = requests[index]
+            existing = store.find_active_duplicate(conn, organization_id, item.kind,
+                                                   item.dedup_key or "")
+            raise DuplicateJob(index=index, job_id=str(existing) if existing else None)
+        savepoint.commit()
+        jobs = [job for job in written if job is not None]
+        self._wake_after_commit(conn, str(jobs[0].id))
+        return jobs
+
+    # -- a member's reads and cancels -----------------------------------------------------------
+
+    def get(self, conn: Connection, member: Membership, job_id: UUID) -> Job:
+        """One of the member's organization's jobs (NotFound for any other: tenants never see
+        each other's)."""
+        job = store.get(conn, job_id)
+        if job is None or job.organization_id != member.organization_id:
+            raise NotFound()
+        return job
+
+    def page(self, conn: Connection, member: Membership, *, status: str | None = None,
+             kind: str | None = None, before: tuple[datetime, UUID] | None = None,
+             limit: int = 50) -> list[Job]:
+        """The organization's jobs, newest first, older than ``before`` (created_at, id)."""
+        if not 1 <= limit <= MAX_PAGE + 1:
+            raise InvalidRequest(f"A page holds 1 to {MAX_PAGE} jobs.", fields=["limit"])
+        return store.list_for_org(conn, member.organization_id, status=status, kind=kind,
+                                  before=before, limit=limit)
+
+    def running(self, conn: Connection, member: Membership, *, kind: str | None = None) -> list[Job]:
+        """The organization's jobs someone runs now, oldest first (optionally of one kind)."""
+        return store.running(conn, member.organization_id, kind=kind)
+
+    def rights(self, member: Membership, job: Job) -> JobRights:
+        role = required_role(job.kind)
+        return JobRights(
+            kind_role=role,
+            may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED
+            and may_cancel(member, job.requested_by, role),
+            may_read_result=may_read_result(member, role),
+        )
+
+    def cancel(self, conn: Connection, member: Membership, job_id: UUID,
+               request_id: str | None = None) -> Job:
+        """queued → cancelled at once; leased → cancel_requested (the job stops at its next safe
+        point). The cancel statement applies the rule: the member started the job or holds the
+        kind's role (InsufficientRole otherwise), reading the membership again in the same
+        snapshot as the row it changes, and writes the organization's audit log. JobFinished
+        for a job that had already ended."""
+        return store.request_cancel(conn, job_id, member.user_id, request_id,
+                                    kind_roles=kind_roles())
+
+    def result(self, conn: Connection, member: Membership, job_id: UUID,
+               request_id: str | None = None) -> tuple[Job, Any, StoredResult | None]:
+        """The result of a completed job, if the member holds the kind's role; JobNotCompleted
+        (409) while it is not, ResultExpired (410) after retention dropped it.
+
+        For a result in the results store, the result is its descriptor and the third value
+        says which file to stream (the row's own key: a client never names one). The download
+        is written to the organization's audit log in the caller's transaction."""
+        found = store.get_result(conn, job_id)
+        if found is None:
+            raise NotFound()
+        job, result, ref = found
+        check_may_read_result(member, required_role(job.kind))
+        if job.status != Status.COMPLETED:
+            raise JobNotCompleted(status=job.status)
+        if job.result_expired_at is not None:
+            raise ResultExpired()
+        audit.record_download(conn, job, member.user_id, request_id)
+        return job, result, StoredResult.from_row(ref, result) if ref else None
+
+    def request_id_of(self, conn: Connection, job: Job) -> str | None:
+        """The request id of the job's submit, for a failure's "contact support" line."""
+        return store.request_id_of(conn, job.id)
+
+    def wait(self, job_id: UUID, timeout: float, *, organization_id: UUID) -> Outcome:
+        """Block until the job has ended, at most ``timeout`` seconds; TimeoutError after that.
+
+        No polling: the finish NOTIFYs (models/jobs/waiting.py), and the row is read again only
+        when it says so (and every few seconds, in case a notification was lost). Each read is
+        its own short transaction, so no transaction stays open while waiting; any thread may
+        wait (a Flask view, a Celery task). Behind a transaction-mode pooler without a direct
+        URL to LISTEN on (models.db.roles.listen_url), it re-reads the row every
+        ``waiting.RECHECK`` seconds.
+        """
+        finishes = self._finish_listener()
+        deadline = time.monotonic() + timeout
+        finishes.ready(timeout)
+        announced = finishes.register(job_id)
+        try:
+            while True:
+                with transaction(self.engine, organization_id=organization_id) as conn:
+                    found = store.get_result(conn, job_id)
+                if found is None:
+                    raise NotFound()
+                job, result, ref = found
+                if job.finished:
+                    if job.status != Status.COMPLETED:
+                        return Outcome(job, None)
+                    return Outcome(job, result, StoredResult.from_row(ref, result) if ref else None)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job.status} after {timeout} s")
+                announced.wait(min(left, waiting.RECHECK))
+                announced.clear()
+        finally:
+            finishes.forget(job_id, announced)
+
+    def _finish_listener(self) -> waiting.FinishListener | waiting.Unheard:
+        with self._finishes_lock:
+            if self._finishes is None:
+                url = self.engine.url.render_as_string(hide_password=False)
+                self._finishes = waiting.listener(listen_url(url))
+            return self._finishes
+
+    # -- operators ------------------------------------------------------------------------------
+
+    def cancel_as_operator(self, job_id: UUID, *, operator_id: UUID,
+                           request_id: str | None = None) -> Job:
+        """Cancel any organization's job, as the operator (the same statement as a member's
+        cancel; ``operator_id`` must be an operator's), written to the operator audit log."""
+        with self._as_operator(job_id, operator_id) as conn:
+            job = store.request_cancel(conn, job_id, operator_id, request_id, as_operator=True)
+            actions.audit(conn, operator_id, "cancel", str(job_id), {"status": job.status},
+                          request_id)
+        return job
+
+    def retry_as_new(self, job_id: UUID, *, operator_id: UUID,
+                     request_id: str | None = None) -> Job:
+        """A failed or cancelled job again, as a NEW job (new id, same snapshot), linked to the
+        old one. Terminal states never come back; the requester's membership is re-checked by
+        the submit as for any other."""
+        with self._as_operator(job_id, operator_id) as conn:
+            old = store.snapshot(conn, job_id)
+            if old["status"] not in (Status.FAILED, Status.CANCELLED):
+                raise InvalidRequest("Only a failed or cancelled job can be retried.")
+            rules = get_any_kind(old["kind"]).rules
+            if rules.child_only:
+                # Alone, it would run for nobody: only its parent collects its result.
+                raise InvalidRequest("This job is a part of a fan-out: retry its parent instead.")
+            try:
+                new, _ = store.submit(conn, organization_id=old["organization_id"],
+                                      requested_by=old["requested_by"], kind=rules,
+                                      params=old["params"], request_id=request_id, retry_of=job_id)
+            except NotFound:
+                # The submit refuses a requester who left, as it refuses anyone outside the
+                # organization; to an operator that is not a missing job.
+                raise InvalidRequest("The job's requester is no longer a member of its "
+                                     "organization; a new job would be refused.") from None
+            actions.audit(conn, operator_id, "retry", str(job_id), {"new_job_id": str(new.id)},
+                          request_id)
+            self._wake_after_commit(conn, str(new.id))
+        return new
+
+    @contextmanager
+    def _as_operator(self, job_id: UUID, operator_id: UUID) -> Iterator[Connection]:
+        """A transaction in the job's organization, acting as the operator: the organization's
+        audit log names them (the scoped user and the actor)."""
+        if self._operator_engine is None:
+            raise RuntimeError("operators' actions need Jobs(operator_engine=...)")
+        with transaction(self._operator_engine) as conn:
+            org = job_organization(conn, job_id)
+        with transaction(self.engine, organization_id=org, user_id=operator_id,
+                         actor=f"operator:{operator_id}") as conn:
+            yield conn
+
+    def _wake_after_commit(self, conn: Connection, job_id: str) -> None:
+        publish = self._wake
+        if publish is not None:
+            after_commit(conn, lambda: publish(job_id))
 
 
 def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None,
@@ -238,10 +392,5 @@ def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str 
                              fields=["priority"])
     if dedup_key is not None and not job_kind.rules.dedupable:
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
-    return job_kind.parse_params(params).model_dump(mode="json")
-
-
-def _wake_after_commit(conn: Connection, job_id: str, wake: Wake | None) -> None:
-    publish = wake or _wake
-    if publish is not None:
-        after_commit(conn, lambda: publish(job_id))
+    result: dict[str, Any] = job_kind.parse_params(params).model_dump(mode="json")
+    return result

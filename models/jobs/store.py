@@ -168,6 +168,19 @@ def get(conn: Connection, job_id: UUID | str) -> Job | None:
     return Job.from_row(row) if row else None
 
 
+def request_id_of(conn: Connection, job_id: UUID) -> str | None:
+    found: str | None = conn.execute(Q["request_id_of"], {"id": job_id}).scalar_one_or_none()
+    return found
+
+
+def snapshot(conn: Connection, job_id: UUID) -> Mapping[str, Any]:
+    """The row's organization, status, requester, kind and params (NotFound if none)."""
+    row = conn.execute(Q["snapshot"], {"id": job_id}).mappings().one_or_none()
+    if row is None:
+        raise NotFound()
+    return row
+
+
 def get_result(conn: Connection, job_id: UUID | str) -> tuple[Job, Any, str | None] | None:
     """The job, its result and its ``result_ref`` (the key of a stored result, else None)."""
     row = conn.execute(Q["get_result"], {"id": str(job_id)}).mappings().one_or_none()

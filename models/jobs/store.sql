@@ -211,6 +211,13 @@ UPDATE jobs j SET last_wakeup_at = now()
 FROM due WHERE j.id = due.id
 RETURNING j.id, j.kind
 
+-- request_id_of --
+SELECT request_id FROM jobs WHERE id = :id
+
+-- snapshot --
+-- What an operator's retry copies into its NEW job (terminal rows never come back).
+SELECT organization_id, status, requested_by, kind, params FROM jobs WHERE id = :id
+
 -- get --
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,

@@ -10,7 +10,6 @@ in case a notification was lost with a broken connection.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import defaultdict
 from uuid import UUID
@@ -101,27 +100,10 @@ class Unheard:
         return False
 
 
-_listeners: dict[str, FinishListener] = {}
-_listeners_lock = threading.Lock()
-
-
 def listener(conninfo: str | None) -> FinishListener | Unheard:
-    """This process's listener for the database at ``conninfo`` (started on first use); None:
-    this process may not LISTEN (models.db.roles.listen_url)."""
+    """A listener for the database at ``conninfo`` (its thread starts on first use); an
+    :class:`Unheard` one when this process may not LISTEN (models.db.roles.listen_url). Its
+    owner keeps it for the process (models.jobs.service.Jobs holds one)."""
     if conninfo is None:
         return Unheard()
-    with _listeners_lock:
-        found = _listeners.get(conninfo)
-        if found is None:
-            found = _listeners[conninfo] = FinishListener(conninfo)
-        return found
-
-
-def _forget_parent() -> None:
-    # A forked child has no listening thread: it starts its own on first use.
-    global _listeners_lock
-    _listeners.clear()
-    _listeners_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parent)
+    return FinishListener(conninfo)

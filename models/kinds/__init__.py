@@ -12,10 +12,11 @@ from models.kinds.registry import (
     job_kind,
     kind_roles,
     load_kinds,
+    registered_kinds,
     required_role,
     submittable_kinds,
 )
 from models.kinds.rules import JobKind, KindRules, NoParams, Params
 
 __all__ = ["JobKind", "KindRules", "NoParams", "Params", "get_any_kind", "get_kind", "job_kind",
-           "kind_roles", "load_kinds", "required_role", "submittable_kinds"]
+           "kind_roles", "load_kinds", "registered_kinds", "required_role", "submittable_kinds"]

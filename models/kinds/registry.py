@@ -1,10 +1,15 @@
-"""The registry of job kinds: the ``@job_kind`` decorator, and loading the kind modules."""
+"""The registry of job kinds: the ``@job_kind`` decorator, and loading the kind modules.
+
+The registry is a module-level dict on purpose: kinds register themselves when their module is
+imported, as Celery's tasks and Flask's blueprints do, so a kind module needs no wiring of its
+own; :func:`load_kinds` is the one place that imports them."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from models.errors import UnknownKind
@@ -80,41 +85,33 @@ def job_kind(
     return register
 
 
-_loaded_for: tuple[bool, bool, str] | None = None
-
-
-def load_kinds() -> dict[str, JobKind]:
-    """Import the built-in kinds, the bench and demo kinds when enabled, and any extra kind modules.
-
-    Cheap to call often: the imports happen again only if the settings changed.
-    """
-    global _loaded_for
-    settings = get_settings()
-    wanted = (settings.bench_kinds, settings.demo_kinds, settings.extra_kind_modules)
-    if _loaded_for == wanted:
-        return _REGISTRY
-    _loaded_for = wanted
-    importlib.import_module("models.kinds.projects")
-    if settings.bench_kinds:
-        importlib.import_module("models.kinds.bench")
-    if settings.demo_kinds:
-        importlib.import_module("models.kinds.demo")
-    for module in settings.extra_kind_module_names:
+def load_kinds(modules: Sequence[str] | None = None) -> Mapping[str, JobKind]:
+    """Import the kind modules (each registers its kinds with ``@job_kind``) and return every
+    registered kind. Each process's start calls it once (the web's create_app, the worker's
+    Celery app, a script's ``spacejobs.connect()``), with the settings' modules when none are
+    named (``SPACEJOBS_KIND_MODULES`` and the rest, models.settings); the registry itself knows
+    no concrete kind and imports nothing on a lookup."""
+    for module in get_settings().kind_module_names if modules is None else modules:
         importlib.import_module(module)
-    return _REGISTRY
+    return registered_kinds()
+
+
+def registered_kinds() -> Mapping[str, JobKind]:
+    """The kinds registered so far, by name (read-only)."""
+    return MappingProxyType(_REGISTRY)
 
 
 def required_role(name: str) -> str:
     """The role a kind needs; ``owner`` for a kind this process does not know (an old job of a
     kind since removed), so that an unknown kind fails closed."""
-    found = load_kinds().get(name)
+    found = _REGISTRY.get(name)
     return found.rules.role if found else "owner"
 
 
 def kind_roles() -> dict[str, str]:
     """Every known kind's role, for the cancel statement (a kind it does not name needs an
     owner, as in :func:`required_role`)."""
-    return {name: kind.rules.role for name, kind in load_kinds().items()}
+    return {name: kind.rules.role for name, kind in _REGISTRY.items()}
 
 
 def get_kind(name: object) -> JobKind:
@@ -131,11 +128,11 @@ def get_any_kind(name: object) -> JobKind:
     """Any registered kind, child-only ones included: for the runner, which runs whatever row it
     leased, a parent's fan-out, the one path that creates child-only jobs, and operators'
     controls of a kind."""
-    if not isinstance(name, str) or name not in load_kinds():
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise UnknownKind()
     return _REGISTRY[name]
 
 
 def submittable_kinds() -> list[str]:
     """The names a submit accepts, sorted (the OpenAPI document lists these)."""
-    return sorted(name for name, kind in load_kinds().items() if not kind.rules.child_only)
+    return sorted(name for name, kind in _REGISTRY.items() if not kind.rules.child_only)

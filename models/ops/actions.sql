@@ -5,10 +5,6 @@
 INSERT INTO operator_audit (operator_id, action, target, detail, request_id)
 VALUES (:operator, :action, :target, :detail, :request_id)
 
--- job_snapshot --
--- The snapshot a retry copies into its NEW job (terminal rows never come back).
-SELECT status, requested_by, kind, params FROM jobs WHERE id = :id
-
 -- ensure_kind_settings --
 INSERT INTO kind_settings (kind, updated_by) VALUES (:kind, :operator)
 ON CONFLICT (kind) DO NOTHING

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from webapp.demo_data import seed
 
-from models.tenancy.demo import seed
 from tests.conftest import served
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from webapp.demo_data import ORGS
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
-from models.tenancy.demo import ORGS
 from tests.browser.conftest import Live
 from tests.kit.stack import Stack
 

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from models.errors import UnknownKind
 from models.jobs import service
+from models.jobs.service import Jobs
 from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.stack import Stack
 
@@ -91,10 +92,10 @@ def test_application_code_cannot_submit_a_child_only_kind_through_the_python_api
     org = stack.org()
     anna = stack.user(org, role="owner")
     with pytest.raises(UnknownKind), app_db.begin() as conn:
-        submitted = service.submit(conn, kind, params, organization_id=org, requested_by=anna.id)
+        submitted = Jobs(conn.engine).submit(conn, kind, params, organization_id=org, requested_by=anna.id)
         print("service.submit of", kind, "->", submitted.job.status)
     with pytest.raises(UnknownKind) as refused, app_db.begin() as conn:
-        written = service.submit_many(conn, [service.JobRequest("bench.noop"),
+        written = Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop"),
                                              service.JobRequest(kind, params)],
                                       organization_id=org, requested_by=anna.id)
         print("service.submit_many of", kind, "->", [job.kind for job in written])

@@ -180,22 +180,23 @@ def test_the_first_linger_looks_again_before_it_waits(bare_stack: Stack, monkeyp
     """A job committed between the claim that found the queue empty and the LISTEN that starts
     a process's first linger notified nobody. So the first wait answers at once (the runner
     claims again); from then on the LISTEN stands, and a wait ends only on a new job."""
+    from models.settings import get_settings
     from tasks import worker_process
 
     stack = bare_stack
-    monkeypatch.setattr(worker_process, "_listener", None)
     monkeypatch.setattr(worker_process, "role_url", lambda role: stack.worker_url)
     monkeypatch.setattr(worker_process, "listen_url", libpq_url)
+    process = worker_process.WorkerProcess(get_settings())
     org = stack.org()
     anna = stack.user(org, role="owner")
     try:
-        assert worker_process.wait_for_work(10) is True  # no job, no NOTIFY: it looks again
-        assert worker_process.wait_for_work(0.3) is False  # listening now, and nothing came
+        assert process.wait_for_work(10) is True  # no job, no NOTIFY: it looks again
+        assert process.wait_for_work(0.3) is False  # listening now, and nothing came
         submit(stack.make_app().test_client(), org, anna, "bench.noop")
-        assert worker_process.wait_for_work(10) is True  # the insert's NOTIFY
+        assert process.wait_for_work(10) is True  # the insert's NOTIFY
     finally:
-        if worker_process._listener is not None:
-            worker_process._listener.close()
+        process.stop_listening()
+        process.engine.dispose()
 
 
 def queue_length(stack: Stack) -> int:

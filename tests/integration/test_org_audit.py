@@ -22,8 +22,9 @@ from models.db.engine import make_engine
 from models.db.transaction import transaction
 from models.errors import DuplicateJob
 from models.jobs import service, store
+from models.jobs.service import Jobs
 from models.kinds import load_kinds
-from models.tenancy import accounts, member_jobs
+from models.tenancy import accounts
 from models.tenancy.access import find_membership
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.leasing import complete_one
@@ -108,8 +109,8 @@ def test_the_python_api_submits_are_audited_too(bare_stack: Stack):
     app_db = make_engine(bare_stack.app_url, pool_size=1)
     try:
         with app_db.begin() as conn:  # no tenant, user or actor in scope: the requester acted
-            one = service.submit(conn, "bench.noop", organization_id=org, requested_by=vera.id)
-            many = service.submit_many(conn, [service.JobRequest("bench.noop")] * 2,
+            one = Jobs(conn.engine).submit(conn, "bench.noop", organization_id=org, requested_by=vera.id)
+            many = Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop")] * 2,
                                        organization_id=org, requested_by=vera.id)
     finally:
         app_db.dispose()
@@ -299,19 +300,19 @@ def test_rolled_back_actions_leave_no_entry(bare_stack: Stack, client):
                 raise Undo()
 
         scoped = {"organization_id": org, "user_id": anna.id, "actor": f"user:{anna.id}"}
-        rolled_back(lambda conn: service.submit(conn, "bench.noop", organization_id=org,
+        rolled_back(lambda conn: Jobs(conn.engine).submit(conn, "bench.noop", organization_id=org,
                                                 requested_by=anna.id), **scoped)
-        rolled_back(lambda conn: service.submit_many(conn, [service.JobRequest("bench.noop")] * 2,
+        rolled_back(lambda conn: Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop")] * 2,
                                                      organization_id=org, requested_by=anna.id),
                     **scoped)
 
         def cancel(conn: Any) -> None:
             membership = find_membership(conn, org, anna.id)
-            member_jobs.cancel(conn, membership, uuid.UUID(waiting), anna.id)
+            Jobs(conn.engine).cancel(conn, membership, uuid.UUID(waiting), "request-1")
 
         def download(conn: Any) -> None:
             membership = find_membership(conn, org, anna.id)
-            member_jobs.read_result(conn, membership, uuid.UUID(done))
+            Jobs(conn.engine).result(conn, membership, uuid.UUID(done))
 
         rolled_back(cancel, **scoped)
         rolled_back(download, **scoped)
@@ -340,7 +341,7 @@ def test_a_bulk_submit_refused_for_a_duplicate_leaves_no_entry(bare_stack: Stack
     app_db = make_engine(bare_stack.app_url, pool_size=1)
     try:
         with pytest.raises(DuplicateJob), transaction(app_db) as conn:
-            service.submit_many(conn, [service.JobRequest("bench.noop"),
+            Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop"),
                                        service.JobRequest("bench.noop", dedup_key="k")],
                                 organization_id=org, requested_by=anna.id)
     finally:

@@ -15,6 +15,7 @@ from models.db.engine import make_engine
 from models.db.transaction import transaction
 from models.errors import DuplicateJob, InternalJobError
 from models.jobs import service, store
+from models.jobs.service import Jobs
 from models.tenancy import accounts
 from tests.conftest import served
 from tests.integration.leasing import complete_one
@@ -172,7 +173,7 @@ def test_submits_need_read_committed(bare_stack):
         with pytest.raises(DBAPIError, match="READ COMMITTED"), \
                 engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, \
                 conn.begin():
-            service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+            Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
     finally:
         engine.dispose()
 
@@ -186,7 +187,7 @@ def submit_beside_an_uncommitted_one(stack: Stack, org: uuid.UUID, user: uuid.UU
     outcome: list[object] = []
 
     def submit(conn) -> object:
-        return service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=user)
+        return Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=user)
 
     def second() -> None:
         try:
@@ -216,7 +217,7 @@ def test_a_submit_not_yet_committed_counts_against_the_cap(bare_stack):
     anna = bare_stack.user(org)
     set_quota(bare_stack, org, 2)
     with bare_stack.app_db.begin() as conn:
-        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+        Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
     # T1 writes the second of two
     waited, outcome = submit_beside_an_uncommitted_one(bare_stack, org, anna.id, patience=1.0)
     assert waited, f"T2 did not wait for T1: {outcome}"
@@ -241,9 +242,9 @@ def test_two_transactions_that_each_submit_twice_never_both_wait_forever(bare_st
     def twice(user) -> None:
         try:
             with engine.begin() as conn:
-                service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=user.id)
+                Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=user.id)
                 both_first.wait(timeout=10)
-                service.submit_many(conn, [service.JobRequest("bench.noop")] * 2,
+                Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop")] * 2,
                                     organization_id=org, requested_by=user.id)
             outcomes.append("committed")
         except DBAPIError as error:
@@ -297,26 +298,27 @@ def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_
         assert active(bare_stack, org) == noop + sleep, what
 
     with bare_stack.app_db.begin() as conn:
-        first = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+        first = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
     step("one submit", 1, 0)
     with bare_stack.app_db.begin() as conn:
-        batch = service.submit_many(
+        batch = Jobs(conn.engine).submit_many(
             conn, [service.JobRequest("bench.noop"), service.JobRequest("bench.sleep"),
                    service.JobRequest("bench.sleep", dedup_key="k")],
             organization_id=org, requested_by=anna.id)
     step("a batch of three", 2, 2)
     with pytest.raises(DuplicateJob), bare_stack.app_db.begin() as conn:
-        service.submit(conn, "bench.sleep", {}, organization_id=org, requested_by=anna.id,
+        Jobs(conn.engine).submit(conn, "bench.sleep", {}, organization_id=org, requested_by=anna.id,
                        dedup_key="k")
     step("a duplicate refused", 2, 2)
     with bare_stack.app_db.begin() as conn:
-        service.submit_many(conn, [service.JobRequest("bench.noop")] * 3,
+        Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop")] * 3,
                             organization_id=gone, requested_by=gina.id)
     with bare_stack.app_db.begin() as conn:
-        service.cancel(conn, first.job.id, organization_id=org, user_id=anna.id)
+        jobs = Jobs(conn.engine)
+        jobs.cancel(conn, jobs.member(conn, org, anna.id), first.job.id)
     step("a queued job cancelled by the web", 1, 2)
     with bare_stack.app_db.begin() as conn:
-        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+        Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
         conn.rollback()
     step("a submit rolled back", 1, 2)
 
@@ -337,8 +339,9 @@ def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_
                                   retry_in=60) == "queued"
     step("a failed attempt queued again", 0, 2)
     with bare_stack.app_db.begin() as conn:
-        assert service.cancel(conn, sleeps[1].id, organization_id=org,
-                              user_id=anna.id).status == "cancel_requested"
+        jobs = Jobs(conn.engine)
+        assert jobs.cancel(conn, jobs.member(conn, org, anna.id),
+                           sleeps[1].id).status == "cancel_requested"
     step("a running job asked to cancel", 0, 2)
     with transaction(bare_stack.worker_db) as conn:
         assert store.acknowledge_cancel(conn, sleeps[1].id, sleeps[1].lease_token)

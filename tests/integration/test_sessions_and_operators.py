@@ -17,7 +17,8 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.errors import InsufficientRole, NotFound
-from models.jobs import service, store
+from models.jobs import store
+from models.jobs.service import Jobs
 from models.kinds import kind_roles
 from models.tenancy import accounts, passwords
 from tests.conftest import csrf_of, sign_in, submit
@@ -212,7 +213,7 @@ def test_every_post_form_on_every_page_carries_the_csrf_token(stack: Stack, app,
 
 def test_a_plain_member_cannot_cancel_an_admins_import(stack: Stack, app, client):
     """Attack: a plain member cancelled an admin's import, through the pages before, and through
-    the Python API (service.cancel) until it took the web's rule: one rule, every entry point."""
+    the Python API (Jobs.cancel) until it took the web's rule: one rule, every entry point."""
     org = stack.org()
     admin = stack.user(org, role="admin", password=PASSWORD)
     member = stack.user(org, role="member", password=PASSWORD)
@@ -231,10 +232,12 @@ def test_a_plain_member_cannot_cancel_an_admins_import(stack: Stack, app, client
         forced = browser.post(f"/orgs/{org}/jobs/{imported['id']}/cancel", data={"csrf": csrf_of(page)})
         assert forced.status_code == 403
         with stack.app_db.begin() as conn, pytest.raises(InsufficientRole):
-            service.cancel(conn, imported["id"], organization_id=org, user_id=member.id)
+            jobs = Jobs(conn.engine)
+            jobs.cancel(conn, jobs.member(conn, org, member.id), imported["id"])
         stranger = stack.user(stack.org(), role="owner")  # an owner, of another organization
         with stack.app_db.begin() as conn, pytest.raises(NotFound):
-            service.cancel(conn, imported["id"], organization_id=org, user_id=stranger.id)
+            jobs = Jobs(conn.engine)
+            jobs.cancel(conn, jobs.member(conn, org, stranger.id), imported["id"])
         assert stack.job_row(imported["id"])["status"] == "queued"
 
         # The requester may stop their own job; a member holding the kind's role may stop anyone's.

@@ -23,6 +23,7 @@ from models.errors import (
     UnknownKind,
 )
 from models.jobs import service
+from models.jobs.service import Jobs
 from tests.kit.stack import Stack
 
 
@@ -36,8 +37,8 @@ def test_submit_in_the_callers_transaction_wakes_only_after_commit(stack: Stack,
         seen.append((job_id, stack.count_jobs(org)))
 
     with app_db.begin() as conn:
-        job = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
-                             wake=wake).job
+        job = Jobs(conn.engine, wake=wake).submit(conn, "bench.noop", {}, organization_id=org,
+                                                  requested_by=anna.id).job
         assert seen == []  # not yet: the row is not committed
     assert seen == [(str(job.id), 1)]
     stack.wait_for(job.id, "completed")
@@ -48,8 +49,8 @@ def test_a_rollback_after_submit_leaves_no_row_and_sends_nothing(stack: Stack, a
     anna = stack.user(org, role="owner")
     seen: list[str | None] = []
     with pytest.raises(RuntimeError), app_db.begin() as conn:
-        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
-                       wake=seen.append)
+        Jobs(conn.engine, wake=seen.append).submit(conn, "bench.noop", {}, organization_id=org,
+                                                   requested_by=anna.id)
         raise RuntimeError("the caller changes its mind")
     assert seen == [] and stack.count_jobs(org) == 0
 
@@ -62,7 +63,7 @@ def test_python_submit_refuses_like_the_api(stack: Stack, app_db, kind, params, 
     org = stack.org()
     anna = stack.user(org, role="owner")
     with pytest.raises(error), app_db.begin() as conn:
-        service.submit(conn, kind, params, organization_id=org, requested_by=anna.id)
+        Jobs(conn.engine).submit(conn, kind, params, organization_id=org, requested_by=anna.id)
     assert stack.count_jobs(org) == 0
 
 
@@ -70,7 +71,7 @@ def test_python_submit_checks_the_requesters_current_membership(stack: Stack, ap
     org = stack.org()
     stranger = stack.user(stack.org(), role="owner")
     with pytest.raises(Exception) as refused, app_db.begin() as conn:
-        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=stranger.id)
+        Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=stranger.id)
     assert not isinstance(refused.value, RequesterNotMember)  # a web refusal: not found
     assert getattr(refused.value, "code", None) == "not_found"
     assert stack.count_jobs(org) == 0
@@ -159,10 +160,10 @@ def test_python_submit_many_is_all_or_nothing_inside_a_savepoint(stack: Stack, a
     org = stack.org()
     anna = stack.user(org, role="owner")
     with app_db.begin() as conn:
-        service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+        Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
                        dedup_key="taken")
         with pytest.raises(DuplicateJob) as refused:
-            service.submit_many(conn, [service.JobRequest("bench.noop"),
+            Jobs(conn.engine).submit_many(conn, [service.JobRequest("bench.noop"),
                                        service.JobRequest("bench.noop", dedup_key="taken")],
                                 organization_id=org, requested_by=anna.id)
         assert refused.value.details["index"] == 1
@@ -185,7 +186,7 @@ def test_simultaneous_submits_with_one_dedup_key_give_one_job(stack: Stack):
         start.wait()
         try:
             with engine.begin() as conn:
-                job = service.submit(conn, "bench.noop", {}, organization_id=org,
+                job = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org,
                                      requested_by=anna.id, dedup_key="nightly").job
                 time.sleep(0.05)  # hold the row uncommitted while the others arrive
             created.append(job.id)
@@ -212,9 +213,9 @@ def test_wait_returns_the_finished_job_and_its_result_soon_after_the_finish(stac
     org = stack.org()
     anna = stack.user(org, role="owner")
     with app_db.begin() as conn:
-        job = service.submit(conn, "bench.sleep", {"seconds": 0.5}, organization_id=org,
+        job = Jobs(conn.engine).submit(conn, "bench.sleep", {"seconds": 0.5}, organization_id=org,
                              requested_by=anna.id).job
-    outcome = service.wait(job.id, 20, organization_id=org, engine=app_db)
+    outcome = Jobs(app_db).wait(job.id, 20, organization_id=org)
     returned = datetime.now(UTC)
     assert outcome.job.status == "completed" and outcome.result == {"slept": 0.5}
     # The finish's COMMIT notifies; the waiter re-reads the row and returns.
@@ -225,9 +226,9 @@ def test_wait_names_the_file_of_a_result_in_the_results_store(stack: Stack, app_
     org = stack.org()
     anna = stack.user(org, role="owner")
     with app_db.begin() as conn:
-        job = service.submit(conn, "projects_archive", {}, organization_id=org,
+        job = Jobs(conn.engine).submit(conn, "projects_archive", {}, organization_id=org,
                              requested_by=anna.id).job
-    outcome = service.wait(job.id, 20, organization_id=org, engine=app_db)
+    outcome = Jobs(app_db).wait(job.id, 20, organization_id=org)
     assert outcome.job.status == "completed"
     assert outcome.stored is not None and outcome.stored.key == stack.job_row(job.id)["result_ref"]
     assert outcome.result["stored"]["content_type"] == "application/zip"
@@ -239,30 +240,35 @@ def test_wait_times_out_and_does_not_see_other_organizations(stack: Stack, app_d
     org = stack.org()
     anna = stack.user(org, role="owner")
     with stack.workers_paused(), app_db.begin() as conn:
-        job = service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id).job
+        job = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id).job
     with stack.workers_paused():
         started = time.monotonic()
         with pytest.raises(TimeoutError):
-            service.wait(job.id, 0.5, organization_id=org, engine=app_db)
+            Jobs(app_db).wait(job.id, 0.5, organization_id=org)
         assert 0.5 <= time.monotonic() - started < 2
     with pytest.raises(NotFound):
-        service.wait(job.id, 1, organization_id=stack.org(), engine=app_db)
+        Jobs(app_db).wait(job.id, 1, organization_id=stack.org())
 
 
 def test_get_running_and_cancel_from_python(stack: Stack, app_db):
     org = stack.org()
     anna = stack.user(org, role="owner")
     with app_db.begin() as conn:
-        job = service.submit(conn, "bench.sleep", {"seconds": 10}, organization_id=org,
+        job = Jobs(conn.engine).submit(conn, "bench.sleep", {"seconds": 10}, organization_id=org,
                              requested_by=anna.id).job
     stack.wait_for(job.id, "leased")
+    jobs = Jobs(app_db)
     with app_db.begin() as conn:
-        assert [j.id for j in service.running(conn, organization_id=org)] == [job.id]
-        assert service.running(conn, organization_id=org, kind="bench.noop") == []
-        assert service.get(conn, job.id, organization_id=stack.org()) is None  # another tenant
-        asked = service.cancel(conn, job.id, organization_id=org, user_id=anna.id)
+        member = jobs.member(conn, org, anna.id)
+        assert [j.id for j in jobs.running(conn, member)] == [job.id]
+        assert jobs.running(conn, member, kind="bench.noop") == []
+        asked = jobs.cancel(conn, member, job.id)
+    other = stack.org()
+    stranger = stack.user(other)
+    with app_db.begin() as conn, pytest.raises(NotFound):  # another tenant's member never sees it
+        jobs.get(conn, jobs.member(conn, other, stranger.id), job.id)
     assert asked.status == "cancel_requested"
-    assert service.wait(job.id, 20, organization_id=org, engine=app_db).job.status == "cancelled"
+    assert Jobs(app_db).wait(job.id, 20, organization_id=org).job.status == "cancelled"
 
 
 # ------------------------------------------------------------------------- priority
@@ -282,7 +288,7 @@ def test_priority_from_the_api_the_batch_and_python_lands_on_the_row(stack: Stac
         batch = client.post(url + ":batch", json={"jobs": [
             {"kind": "bench.noop", "priority": -3}, {"kind": "bench.noop"}]}, headers=anna.auth)
         with app_db.begin() as conn:
-            python = service.submit(conn, "bench.noop", {}, organization_id=org,
+            python = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org,
                                     requested_by=anna.id, priority=10).job
         assert one.status_code == 202 and batch.status_code == 202
         low, default = (job["id"] for job in batch.get_json()["jobs"])
@@ -302,6 +308,6 @@ def test_a_priority_out_of_range_is_a_400_and_writes_nothing(stack: Stack, clien
     assert batch.status_code == 400
     if isinstance(priority, int) and not isinstance(priority, bool):
         with pytest.raises(InvalidRequest), app_db.begin() as conn:
-            service.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
+            Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
                            priority=priority)
     assert stack.count_jobs(org) == 0

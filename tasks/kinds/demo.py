@@ -11,7 +11,7 @@ from pydantic import Field
 
 from models.jobs.context import JobContext
 from models.kinds import Params, job_kind
-from models.kinds.projects import export
+from tasks.kinds.projects import export
 
 
 class SlowExportParams(Params):
