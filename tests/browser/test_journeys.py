@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from webapp.demo_data import ORGS
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
 from tests.browser.conftest import Live
 from tests.kit.stack import Stack
+from webapp.demo_data import ORGS
 
 pytestmark = pytest.mark.browser
 PASSWORD = "a long and careful password"
