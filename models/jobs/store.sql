@@ -1,6 +1,7 @@
 -- The job store: every statement that changes jobs.status lives here and is called only from
--- models/jobs/store.py. The transition trigger (models/db/schema.sql) rejects anything else; statement-level
--- triggers write the job_events rows (and metric events) in the same transaction.
+-- models/jobs/store.py. The transition trigger (models/db/schema/40_job_transitions.sql) rejects
+-- anything else; statement-level triggers write the job_events rows (and metric events) in the
+-- same transaction.
 --
 -- Columns are listed, never `*`: a worker must not receive another tenant's result, and the
 -- lease token leaves the database only towards the worker that holds the lease.
@@ -258,7 +259,7 @@ FOR UPDATE
 
 -- purge_finished --
 -- Retention, bounded per call, past the ages of the database's retention_policy; the function
--- is in models/db/schema.sql (it never touches an active job).
+-- is in models/db/schema/80_retention.sql (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:batch)
 
 -- claim_controls --

@@ -1,6 +1,6 @@
-"""schema.sql and the frozen revisions build the same database.
+"""The schema files and the frozen revisions build the same database.
 
-Fresh installs run ``models/db/schema.sql``; existing databases are upgraded revision by
+Fresh installs run ``models/db/schema/*.sql`` in order; existing databases are upgraded revision by
 revision. One database is built each way (from template0, like a new install) and their
 catalogs are compared section by section (test_migrations.sql); any drift fails with a diff.
 """
@@ -26,7 +26,7 @@ CATALOG = queries_beside(__file__)
 Catalog = dict[str, dict[str, list[str]]]
 
 FROM_REVISIONS = "built from the revisions"
-FROM_SCHEMA = "built from models/db/schema.sql"
+FROM_SCHEMA = "built from models/db/schema/"
 
 
 def read_catalog(url: str) -> Catalog:
@@ -110,9 +110,9 @@ def catalogs(databases: Databases) -> dict[str, Catalog]:
 def test_schema_sql_builds_the_same_database_as_the_revisions(catalogs: dict[str, Catalog]):
     found = drift(catalogs[FROM_REVISIONS], catalogs[FROM_SCHEMA], FROM_REVISIONS, FROM_SCHEMA)
     if found:
-        pytest.fail("models/db/schema.sql and the revisions in models/db/migrations/versions "
-                    "disagree.\nA schema change is a new revision AND the same change folded into "
-                    "schema.sql (docs/design.md, \"Changing the schema\").\n" + found, pytrace=False)
+        pytest.fail("models/db/schema/ and the revisions in models/db/migrations/versions "
+                    "disagree.\nA schema change is a new revision AND the same change in the schema "
+                    "file that holds the object (models/db/migrate.py).\n" + found, pytrace=False)
 
 
 def test_both_are_stamped_at_the_newest_revision(catalogs: dict[str, Catalog]):
