@@ -156,6 +156,15 @@ CREATE FUNCTION role_rank(role text) RETURNS integer LANGUAGE sql IMMUTABLE AS $
     SELECT array_position(ARRAY['member', 'admin', 'owner'], role)
 $$;
 
+-- Called by name (models/jobs/store.sql: `p_kind => ...`), so no caller depends on the order
+-- of sixteen arguments, three of them text side by side that a positional slip would swap
+-- without an error. The optional ones default to NULL ("none"), so a caller leaves out what it
+-- does not use, and a later optional argument (DROP + CREATE with a default) does not break a
+-- caller that does not pass it, such as the previous release's web during a rolling deploy.
+-- Not one jsonb or composite argument: each value keeps its PostgreSQL type, checked at the
+-- call before the body runs, and a composite type would be one more object whose fields are
+-- positional again.
+--
 -- outcome: 'created', 'replayed' (an Idempotency-Key seen before: the first job is answered,
 -- whatever the quota), 'duplicate' (an active job has the dedup_key: its id is answered),
 -- 'over_quota' (nothing written; quota_kind and quota_limit say which cap), or 'refused' (the
@@ -164,8 +173,10 @@ $$;
 CREATE FUNCTION submit_job(
     p_organization_id uuid, p_requested_by uuid, p_kind text, p_params jsonb,
     p_max_attempts integer, p_lease_seconds integer, p_org_states text[], p_role text,
-    p_dedup_key text, p_idempotency_key text, p_request_id text, p_run_after timestamptz,
-    p_retry_of uuid, p_org_quota integer, p_kind_quota integer, p_priority integer)
+    p_dedup_key text DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
+    p_request_id text DEFAULT NULL, p_run_after timestamptz DEFAULT NULL,
+    p_retry_of uuid DEFAULT NULL, p_org_quota integer DEFAULT NULL,
+    p_kind_quota integer DEFAULT NULL, p_priority integer DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -283,6 +294,9 @@ GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, 
 -- caller tells which item a refusal concerns. The whole batch is admitted against the caps or
 -- none of it. A row that meets an active duplicate is skipped and missing from the answer; the
 -- caller then rolls the batch back: all or nothing.
+-- Called by name too (store.sql), but without defaults: its one caller passes every argument,
+-- and defaults would need the optional p_request_id moved behind the required arrays, a new
+-- signature for no caller's gain.
 CREATE FUNCTION submit_jobs(
     p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
     p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
