@@ -8,6 +8,7 @@ catalogs are compared section by section (test_migrations.sql); any drift fails 
 from __future__ import annotations
 
 import difflib
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from models.db.engine import make_engine
-from models.db.migrate import MIGRATIONS, upgrade
+from models.db.migrate import MIGRATIONS, schema_files, upgrade
 from models.db.queries import queries_beside
 from models.db.transaction import owner_transaction
 from tests.kit.servers import Servers
@@ -141,6 +142,22 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
         "job_events_id_seq  type=bigint  start=1",
     ]:
         assert expected in built, expected
+
+
+def test_each_function_and_its_grants_live_in_one_schema_file():
+    """A revision replaces one function: the schema's side of that change is one file, the
+    function's, with its REVOKE/GRANT lines beside it (models/db/schema/README.md)."""
+    created: dict[str, set[str]] = {}
+    granted: dict[str, set[str]] = {}
+    for path in schema_files():
+        sql = path.read_text()
+        for name in re.findall(r"^CREATE (?:OR REPLACE )?FUNCTION (\w+)\(", sql, re.MULTILINE):
+            created.setdefault(name, set()).add(path.name)
+        for name in re.findall(r"\bON FUNCTION (\w+)\(", sql):
+            granted.setdefault(name, set()).add(path.name)
+    assert len(created) > 30, created
+    assert {name: files for name, files in created.items() if len(files) > 1} == {}
+    assert {name: files for name, files in granted.items() if files != created.get(name)} == {}
 
 
 def test_an_existing_database_is_upgraded_revision_by_revision(
