@@ -105,9 +105,10 @@ CREATE TABLE active_job_counts (
     PRIMARY KEY (organization_id, kind, slot)
 );
 
--- Written only by the jobs_after_insert and jobs_after_update triggers below, from a jobs row in
--- the same statement, and deleted with their job by jobs_after_delete/jobs_after_truncate: no
--- foreign keys, whose per-row checks cost the hot path and could never fail (revision 0015).
+-- Written only by the jobs_after_insert and jobs_after_update triggers (40_job_transitions.sql),
+-- from a jobs row in the same statement, and deleted with their job by
+-- jobs_after_delete/jobs_after_truncate: no foreign keys, whose per-row checks cost the hot path
+-- and could never fail (revision 0015).
 CREATE TABLE job_events (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id           uuid NOT NULL,
