@@ -5,19 +5,28 @@ creator, and the schema step runs under an advisory lock.
 
 Two ways to the same schema, in one transaction each:
 
-- a fresh database (no ``alembic_version`` table) runs ``schema.sql``, the whole current schema
-  as one reviewed file, and is stamped at the newest revision;
+- a fresh database (no ``alembic_version`` table) runs the files of ``schema/``, the whole
+  current schema split by concern, in the order of their two-digit prefixes (``00_`` first), and
+  is stamped at the newest revision;
 - an existing database is upgraded revision by revision through ``migrations/versions``.
 
 The revisions are frozen history: ``migrations/versions/FROZEN`` holds the sha256 of each file
-and ``tests/unit/test_frozen_revisions.py`` fails when one changes. To change the schema:
+and ``tests/unit/test_frozen_revisions.py`` fails when one changes. Each function lives in
+exactly one schema file, its REVOKE/GRANT lines right below it. To change the schema:
 
-1. add ``000N_name.sql`` with the change, and ``000N_name.py`` (copy the newest revision; set
-   ``revision``/``down_revision``; its ``upgrade()`` runs only its own ``.sql`` file);
-2. fold the same change into ``schema.sql``, where a reader would look for it;
+1. add ``00NN_name.sql`` with the change, and ``00NN_name.py`` (copy the newest revision; set
+   ``revision``/``down_revision``; its ``upgrade()`` runs only its own ``.sql`` file). A revision
+   adds or replaces whole objects, the fewest that make one change: to change a function it
+   carries that function's complete new text (``CREATE OR REPLACE``, or ``DROP`` + ``CREATE`` and
+   its grants again when the signature or the argument names change), never other functions'.
+   It copies the text rather than reading the schema file: a revision must do forever what it
+   did the day it was frozen, and the schema files keep changing;
+2. make the same change in the one schema file that holds the object (a new object goes in the
+   file of its concern, after what it needs, before what needs it: a file sees only the files
+   numbered below it);
 3. run ``pytest tests/unit/test_frozen_revisions.py``: it prints the manifest lines to add;
 4. run ``pytest tests/integration/test_migrations.py``: it diffs the catalogs of a database
-   built each way and prints any difference.
+   built each way (function bodies to the letter) and prints any difference.
 """
 
 from __future__ import annotations
@@ -36,7 +45,15 @@ from models.settings import get_settings
 
 Q = queries_beside(__file__)
 MIGRATIONS = Path(__file__).parent / "migrations"
-SCHEMA = Path(__file__).parent / "schema.sql"
+SCHEMA = Path(__file__).parent / "schema"
+
+
+def schema_files() -> list[Path]:
+    """The schema's files in the order a fresh database runs them: by their two-digit prefix."""
+    files = sorted(SCHEMA.glob("[0-9][0-9]_*.sql"))
+    if not files:  # an install without its package data must not be stamped as built
+        raise FileNotFoundError(f"no schema files in {SCHEMA}")
+    return files
 
 
 def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = False) -> None:
@@ -44,7 +61,7 @@ def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = 
 
     Args:
         admin_url: a role that may create roles and that may ``SET ROLE space_owner``.
-        revision: the Alembic revision to reach. ``schema.sql`` is only ever the newest, so a
+        revision: the Alembic revision to reach. ``schema/`` is only ever the newest, so a
             fresh database is built from it only when this is ``"head"``.
         replay_revisions: build a fresh database revision by revision too, as an existing one
             is upgraded (the migration test compares the two).
@@ -58,8 +75,9 @@ def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = 
             config = alembic_config(conn)
             fresh = not conn.execute(Q["has_alembic_version"]).scalar_one()
             if fresh and revision == "head" and not replay_revisions:
-                # text(), like the revisions' op.execute: one multi-statement script.
-                conn.execute(text(SCHEMA.read_text()))
+                # text(), like the revisions' op.execute: one multi-statement script a file.
+                for path in schema_files():
+                    conn.execute(text(path.read_text()))
                 command.stamp(config, "head")
             else:
                 command.upgrade(config, revision)

@@ -1,6 +1,7 @@
 -- The job store: every statement that changes jobs.status lives here and is called only from
--- models/jobs/store.py. The transition trigger (models/db/schema.sql) rejects anything else; statement-level
--- triggers write the job_events rows (and metric events) in the same transaction.
+-- models/jobs/store.py. The transition trigger (models/db/schema/40_job_transitions.sql) rejects
+-- anything else; statement-level triggers write the job_events rows (and metric events) in the
+-- same transaction.
 --
 -- Columns are listed, never `*`: a worker must not receive another tenant's result, and the
 -- lease token leaves the database only towards the worker that holds the lease.
@@ -10,21 +11,30 @@
 -- the row and its event written, or the answer for a replay, a duplicate, a full quota or a
 -- refusal (see submit_job() in the schema). Any role's transaction will do; it need not be
 -- scoped to the organization.
-SELECT * FROM submit_job(:organization_id, :requested_by, :kind, :params, :max_attempts,
-                         :lease_seconds, CAST(:org_states AS text[]), :role, :dedup_key,
-                         :idempotency_key, :request_id, CAST(:run_after AS timestamptz),
-                         CAST(:retry_of AS uuid), CAST(:org_quota AS integer),
-                         CAST(:kind_quota AS integer), CAST(:priority AS integer))
+-- Arguments by name: their order is the function's business alone.
+SELECT * FROM submit_job(
+    p_organization_id => :organization_id, p_requested_by => :requested_by, p_kind => :kind,
+    p_params => :params, p_max_attempts => :max_attempts, p_lease_seconds => :lease_seconds,
+    p_org_states => CAST(:org_states AS text[]), p_role => :role, p_dedup_key => :dedup_key,
+    p_idempotency_key => :idempotency_key, p_request_id => :request_id,
+    p_run_after => CAST(:run_after AS timestamptz), p_retry_of => CAST(:retry_of AS uuid),
+    p_org_quota => CAST(:org_quota AS integer), p_kind_quota => CAST(:kind_quota AS integer),
+    p_priority => CAST(:priority AS integer))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
 -- keep the request's order; a row that meets an active duplicate is missing from the answer.
-SELECT * FROM submit_jobs(:organization_id, :requested_by, CAST(:org_states AS text[]), :role,
-                          :request_id, CAST(:ids AS uuid[]), CAST(:kinds AS text[]),
-                          CAST(:params AS jsonb[]), CAST(:max_attempts AS integer[]),
-                          CAST(:lease_seconds AS integer[]), CAST(:dedup_keys AS text[]),
-                          CAST(:run_afters AS timestamptz[]), CAST(:org_quota AS integer),
-                          CAST(:kind_quotas AS integer[]), CAST(:priorities AS integer[]))
+-- Arguments by name, as for submit_job().
+SELECT * FROM submit_jobs(
+    p_organization_id => :organization_id, p_requested_by => :requested_by,
+    p_org_states => CAST(:org_states AS text[]), p_role => :role, p_request_id => :request_id,
+    p_ids => CAST(:ids AS uuid[]), p_kinds => CAST(:kinds AS text[]),
+    p_params => CAST(:params AS jsonb[]), p_max_attempts => CAST(:max_attempts AS integer[]),
+    p_lease_seconds => CAST(:lease_seconds AS integer[]),
+    p_dedup_keys => CAST(:dedup_keys AS text[]),
+    p_run_afters => CAST(:run_afters AS timestamptz[]),
+    p_org_quota => CAST(:org_quota AS integer), p_kind_quotas => CAST(:kind_quotas AS integer[]),
+    p_priorities => CAST(:priorities AS integer[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
@@ -265,7 +275,7 @@ FOR UPDATE
 
 -- purge_finished --
 -- Retention, bounded per call, past the ages of the database's retention_policy; the function
--- is in models/db/schema.sql (it never touches an active job).
+-- is in models/db/schema/80_retention.sql (it never touches an active job).
 SELECT * FROM purge_finished_jobs(:batch)
 
 -- claim_controls --

@@ -23,7 +23,7 @@ from models.db.transaction import transaction
 
 Q = queries_beside(__file__)
 
-# The same bounds as metric_buckets() in models/db/schema.sql.
+# The same bounds as metric_buckets() in models/db/schema/35_operations.sql.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 
 _HISTOGRAMS = {

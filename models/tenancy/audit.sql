@@ -1,4 +1,4 @@
--- The organizations' audit log (org_audit in models/db/schema.sql). Submits, membership and
+-- The organizations' audit log (models/db/schema/20_org_audit.sql). Submits, membership and
 -- state changes write their entries in the database itself (submit_job(), submit_jobs(), the
 -- memberships_audit and organizations_audit triggers) and a cancel in its own statement
 -- (jobs/store.sql request_cancel); a download is written here.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from models.db.migrate import schema_files
 from models.db.transaction import scope, transaction
 from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from models.jobs import store
@@ -250,7 +250,7 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
             " FROM generate_series(1, 20000)"), {"org": org, "user": user})
         conn.execute(text("ANALYZE jobs"))
     # The claim is claim_jobs()'s one statement: plan it as written in the schema, with values.
-    schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
+    schema = "".join(path.read_text() for path in schema_files())
     body = schema[schema.index("CREATE FUNCTION claim_jobs("):]
     statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\n    IF NOT FOUND")]
     for name, value in {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",

@@ -1,6 +1,6 @@
-"""schema.sql and the frozen revisions build the same database.
+"""The schema files and the frozen revisions build the same database.
 
-Fresh installs run ``models/db/schema.sql``; existing databases are upgraded revision by
+Fresh installs run ``models/db/schema/*.sql`` in order; existing databases are upgraded revision by
 revision. One database is built each way (from template0, like a new install) and their
 catalogs are compared section by section (test_migrations.sql); any drift fails with a diff.
 """
@@ -8,6 +8,7 @@ catalogs are compared section by section (test_migrations.sql); any drift fails 
 from __future__ import annotations
 
 import difflib
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from models.db.engine import make_engine
-from models.db.migrate import MIGRATIONS, upgrade
+from models.db.migrate import MIGRATIONS, schema_files, upgrade
 from models.db.queries import queries_beside
 from models.db.transaction import owner_transaction
 from tests.kit.servers import Servers
@@ -26,7 +27,7 @@ CATALOG = queries_beside(__file__)
 Catalog = dict[str, dict[str, list[str]]]
 
 FROM_REVISIONS = "built from the revisions"
-FROM_SCHEMA = "built from models/db/schema.sql"
+FROM_SCHEMA = "built from models/db/schema/"
 
 
 def read_catalog(url: str) -> Catalog:
@@ -110,9 +111,9 @@ def catalogs(databases: Databases) -> dict[str, Catalog]:
 def test_schema_sql_builds_the_same_database_as_the_revisions(catalogs: dict[str, Catalog]):
     found = drift(catalogs[FROM_REVISIONS], catalogs[FROM_SCHEMA], FROM_REVISIONS, FROM_SCHEMA)
     if found:
-        pytest.fail("models/db/schema.sql and the revisions in models/db/migrations/versions "
-                    "disagree.\nA schema change is a new revision AND the same change folded into "
-                    "schema.sql (docs/design.md, \"Changing the schema\").\n" + found, pytrace=False)
+        pytest.fail("models/db/schema/ and the revisions in models/db/migrations/versions "
+                    "disagree.\nA schema change is a new revision AND the same change in the schema "
+                    "file that holds the object (models/db/migrate.py).\n" + found, pytrace=False)
 
 
 def test_both_are_stamped_at_the_newest_revision(catalogs: dict[str, Catalog]):
@@ -141,6 +142,22 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
         "job_events_id_seq  type=bigint  start=1",
     ]:
         assert expected in built, expected
+
+
+def test_each_function_and_its_grants_live_in_one_schema_file():
+    """A revision replaces one function: the schema's side of that change is one file, the
+    function's, with its REVOKE/GRANT lines beside it (models/db/schema/README.md)."""
+    created: dict[str, set[str]] = {}
+    granted: dict[str, set[str]] = {}
+    for path in schema_files():
+        sql = path.read_text()
+        for name in re.findall(r"^CREATE (?:OR REPLACE )?FUNCTION (\w+)\(", sql, re.MULTILINE):
+            created.setdefault(name, set()).add(path.name)
+        for name in re.findall(r"\bON FUNCTION (\w+)\(", sql):
+            granted.setdefault(name, set()).add(path.name)
+    assert len(created) > 30, created
+    assert {name: files for name, files in created.items() if len(files) > 1} == {}
+    assert {name: files for name, files in granted.items() if files != created.get(name)} == {}
 
 
 def test_an_existing_database_is_upgraded_revision_by_revision(

@@ -1,5 +1,5 @@
 -- The catalog of one database, read section by section for test_migrations.py, which reads two
--- databases (built from the revisions, and from schema.sql) and diffs them.
+-- databases (built from the revisions, and from models/db/schema/) and diffs them.
 --
 -- Each block returns a row per object; the first column, "object", names it the same way in any
 -- database (a regclass or regprocedure name, never an OID, never the database's name), and the

@@ -41,7 +41,7 @@ def test_no_frozen_revision_file_was_edited_or_removed():
             "Databases that ran them never run them again, so an edit splits the fleet in two\n"
             "schemas. Restore them (git checkout main -- models/db/migrations/versions/) and add\n"
             "a NEW revision: 000N_name.py + 000N_name.sql, its lines in FROZEN, and the same change\n"
-            "folded into models/db/schema.sql (docs/design.md, \"Changing the schema\").\n"
+            "made in the schema file that holds the object (models/db/migrate.py, models/db/schema/).\n"
             "(Only a revision that main does not have yet may change; then update its line.)",
             pytrace=False)
 
@@ -52,6 +52,6 @@ def test_every_revision_file_is_in_the_manifest():
     if new:
         pytest.fail(
             "revision files missing from models/db/migrations/versions/FROZEN. Once the revision\n"
-            "is final, add these lines (and fold the same change into models/db/schema.sql):\n"
+            "is final, add these lines (and make the same change in models/db/schema/):\n"
             + "".join(f"{digest}  {name}\n" for name, digest in new.items()),
             pytrace=False)

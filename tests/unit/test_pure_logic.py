@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from models import errors
+from models.db.migrate import schema_files
 from models.db.roles import listen_url, role_url
 from models.errors import InvalidParams, UnknownKind
 from models.jobs import store
@@ -92,7 +92,7 @@ def test_named_queries_are_all_loaded():
                  "sweep_unsignalled", "lock_lease"):
         assert queries[name].strip(), name
     assert "claim_jobs(" in queries["claim_batch"]
-    schema = (Path(store.__file__).parent.parent / "db" / "schema.sql").read_text()
+    schema = "".join(path.read_text() for path in schema_files())
     claim = schema[schema.index("CREATE FUNCTION claim_jobs("):]
     claim = claim[:claim.index("END $$;")]
     code = "\n".join(line for line in claim.splitlines() if not line.strip().startswith("--"))

@@ -1,0 +1,225 @@
+-- Jobs and what hangs off them: their events and diagnostics, the quotas on active jobs and
+-- the counts those are checked against. What may move a job is in 40_job_transitions.sql.
+
+CREATE TABLE jobs (
+    id                   uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    organization_id      uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    requested_by         uuid NOT NULL REFERENCES users (id),
+    kind                 text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
+    status               text NOT NULL DEFAULT 'queued' CHECK (status IN
+                         ('queued', 'leased', 'cancel_requested', 'completed', 'failed', 'cancelled')),
+    params               jsonb NOT NULL DEFAULT '{}',
+    lease_token          uuid,
+    lease_until          timestamptz,
+    leased_by            text,
+    lease_seconds        integer NOT NULL CHECK (lease_seconds > 0),
+    attempts             integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts         integer NOT NULL CHECK (max_attempts >= 1),
+    run_after            timestamptz NOT NULL DEFAULT now(),
+    progress             jsonb,
+    result               jsonb,
+    result_ref           text,
+    error_code           text,
+    error_message        text,
+    dedup_key            text,
+    idempotency_key      text,
+    request_id           text,
+    -- When a wake-up was last sent for it: set at submit (the web sends one right after
+    -- commit) and by the sweeper; cleared when the job is put back in the queue, which
+    -- means "nobody has signalled it since".
+    last_wakeup_at       timestamptz DEFAULT now(),
+    cancel_requested_by  uuid REFERENCES users (id),
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    started_at           timestamptz,
+    finished_at          timestamptz,
+    cancel_requested_at  timestamptz,
+    -- set when retention dropped the result of a finished job (the API then answers 410)
+    result_expired_at    timestamptz,
+    -- The job an operator's retry copied (ops/actions.sql); NULL once retention deleted it.
+    -- Last because revision 0003 added it: both install paths keep the same column order.
+    retry_of             uuid REFERENCES jobs (id) ON DELETE SET NULL,
+    -- Taken first within its organization (claim_jobs); -10 to 10.
+    priority             smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN -10 AND 10),
+    -- A fan-out's child: its parent job and its place among the parent's items.
+    parent_id            uuid REFERENCES jobs (id) ON DELETE CASCADE,
+    child_index          integer CHECK (child_index >= 0),
+    CONSTRAINT jobs_child_has_a_parent CHECK ((parent_id IS NULL) = (child_index IS NULL)),
+    -- A lease exists exactly while someone may be running the job.
+    CHECK ((status IN ('leased', 'cancel_requested')) =
+           (lease_token IS NOT NULL AND lease_until IS NOT NULL))
+);
+
+-- The claim reads only these partial indexes, so its cost follows the number of ACTIVE jobs,
+-- not the millions of finished rows behind them.
+CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
+CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_until) WHERE status IN ('leased', 'cancel_requested');
+-- claim_jobs: an organization's queued jobs in the order they are taken, and (its leading
+-- column) the organizations that have any, found one index probe each.
+CREATE INDEX jobs_fair_claim_idx ON jobs (organization_id, priority DESC, run_after, created_at)
+    WHERE status = 'queued';
+-- A parent's children by place (children_of), and each place taken once: a re-run parent's
+-- spawn of a child that exists is a no-op.
+CREATE UNIQUE INDEX jobs_children_idx ON jobs (parent_id, child_index) WHERE parent_id IS NOT NULL;
+-- Tenant listing, newest first, with keyset pagination.
+CREATE INDEX jobs_org_created_idx ON jobs (organization_id, created_at DESC, id DESC);
+-- Retention walks finished rows by age: whole jobs (this one), results still held (the next).
+CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
+    WHERE result IS NOT NULL AND result_expired_at IS NULL;
+-- The orphan sweep's check of rows against the store (results_without_files): stored results only.
+CREATE INDEX jobs_result_ref_idx ON jobs (finished_at) WHERE result_ref IS NOT NULL;
+-- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance.
+CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_key)
+    WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested');
+-- Replays of a submit with the same Idempotency-Key by the same user find the first job.
+CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- Operators' overrides: kind '' caps the organization as a whole, any other kind caps that
+-- kind's jobs in the organization. Without a row the caller's defaults apply (the setting
+-- SPACEJOBS_ACTIVE_JOBS_QUOTA, and the quota a kind declares). Written by the owner only (the
+-- CLI's `orgs set-quota`), read only by admit_jobs() as the owner: no application role has a
+-- grant, and row-level security keeps the owner's own policy the only way in.
+CREATE TABLE job_quotas (
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    kind             text NOT NULL CHECK (kind = '' OR kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
+    max_active       integer NOT NULL CHECK (max_active >= 0),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, kind)
+);
+
+-- An organization's active jobs (queued, leased, cancel_requested), per kind, kept up to date by
+-- the jobs triggers in the statement that changes them, so that a submit's quota check reads a
+-- few rows instead of counting every active job (revision 0024). The count of (organization,
+-- kind) is the sum of its rows; there is one row per slot, and a slot is held by one writing
+-- transaction at a time (add_active_jobs()), so concurrent writers never wait on each other's
+-- row locks here. The owner's alone, like job_quotas: only the SECURITY DEFINER triggers write
+-- it, only admit_jobs() reads it. No foreign key: an organization's deletion cascades to its
+-- jobs, whose delete trigger takes their counts back.
+CREATE TABLE active_job_counts (
+    organization_id  uuid NOT NULL,
+    kind             text NOT NULL,
+    slot             smallint NOT NULL,
+    active           bigint NOT NULL,
+    PRIMARY KEY (organization_id, kind, slot)
+);
+
+-- Written only by the jobs_after_insert and jobs_after_update triggers (40_job_transitions.sql),
+-- from a jobs row in the same statement, and deleted with their job by
+-- jobs_after_delete/jobs_after_truncate: no foreign keys, whose per-row checks cost the hot path
+-- and could never fail (revision 0015).
+CREATE TABLE job_events (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id           uuid NOT NULL,
+    organization_id  uuid NOT NULL,
+    from_status      text,
+    to_status        text NOT NULL,
+    attempt          integer NOT NULL,
+    actor            text NOT NULL,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+-- A job's history in order (the API's events, ops/dashboard.sql job_events).
+CREATE INDEX job_events_job_idx ON job_events (job_id, id);
+
+-- Operator-only technical detail of a failed attempt. Never shown to tenants.
+CREATE TABLE job_diagnostics (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    attempt          integer NOT NULL,
+    worker           text,
+    exception_class  text NOT NULL,
+    traceback        text NOT NULL,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+-- A job's diagnostics in order (ops/dashboard.sql job_diagnostics).
+CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
+
+-- =============================================================================================
+-- Row-level security
+-- =============================================================================================
+
+-- jobs, web: strictly the scoped organization (submit, list, read, cancel).
+-- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE (lock_lease) is
+-- governed by UPDATE policies; a SELECT policy alone locks nothing. Nobody deletes: retention is
+-- purge_finished_jobs(), as the owner.
+ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON jobs TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_rw ON jobs TO space_app
+    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
+CREATE POLICY worker_queue_read ON jobs FOR SELECT TO space_worker USING (true);
+CREATE POLICY worker_queue_update ON jobs FOR UPDATE TO space_worker USING (true) WITH CHECK (true);
+CREATE POLICY operator_read ON jobs FOR SELECT TO space_operator USING (true);
+
+-- job_events: written only by the SECURITY DEFINER job triggers (as the owner), read per
+-- organization.
+ALTER TABLE job_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_events FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_events TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY worker_read ON job_events FOR SELECT TO space_worker
+    USING (organization_id = app_org());
+CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (true);
+CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
+    USING (organization_id = app_org());
+
+-- job_diagnostics: workers write, operators read, tenants never.
+ALTER TABLE job_diagnostics ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_diagnostics FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
+CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
+
+-- job_quotas: the owner's alone (the CLI writes, the submit functions read as the owner).
+ALTER TABLE job_quotas ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_quotas FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_quotas TO space_owner USING (true) WITH CHECK (true);
+
+-- active_job_counts: the owner's alone (the jobs triggers write, admit_jobs() reads, as the owner).
+ALTER TABLE active_job_counts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE active_job_counts FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON active_job_counts TO space_owner USING (true) WITH CHECK (true);
+
+-- =============================================================================================
+-- Grants
+-- =============================================================================================
+
+-- space_app: read jobs (never the lease token), ask to cancel; jobs are written only through
+-- submit_job(s)().
+GRANT SELECT (id, organization_id, requested_by, kind, status, params, lease_until, leased_by,
+              lease_seconds, attempts, max_attempts, run_after, progress, result, result_ref,
+              error_code, error_message, dedup_key, idempotency_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_app;
+GRANT UPDATE (status, cancel_requested_at, cancel_requested_by) ON jobs TO space_app;
+GRANT SELECT ON job_events TO space_app;
+
+-- space_worker: the queue's metadata across organizations, never a params or a result (params
+-- come from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing. It
+-- writes result and result_ref at its fenced finish, and reads neither.
+GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, lease_until,
+              leased_by, lease_seconds, attempts, max_attempts, run_after, progress,
+              error_code, error_message, dedup_key, request_id, last_wakeup_at,
+              cancel_requested_by, created_at, updated_at, started_at, finished_at,
+              cancel_requested_at, result_expired_at, retry_of)
+    ON jobs TO space_worker;
+GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, progress, result,
+              result_ref, error_code, error_message, last_wakeup_at)
+    ON jobs TO space_worker;
+GRANT SELECT ON job_events TO space_worker;
+GRANT INSERT ON job_diagnostics TO space_worker;
+
+-- space_operator: job metadata across organizations, never params, result or the lease token
+-- (hence the column lists).
+GRANT SELECT ON job_events, job_diagnostics TO space_operator;
+GRANT SELECT (id, organization_id, requested_by, kind, status, leased_by, lease_until,
+              lease_seconds, attempts, max_attempts, run_after, progress, result_ref, error_code,
+              error_message, dedup_key, request_id, last_wakeup_at, cancel_requested_by,
+              created_at, updated_at, started_at, finished_at, cancel_requested_at,
+              result_expired_at, retry_of)
+    ON jobs TO space_operator;
+
+-- Every role sees a fan-out's shape: which child belongs to which parent.
+GRANT SELECT (parent_id, child_index) ON jobs TO space_app, space_worker, space_operator;

@@ -1,0 +1,159 @@
+-- Operations: worker presence, kind controls, the operators' audit, metric counters and the
+-- functions that record them. None of it is tenant data: grants are its whole protection.
+
+-- One row per worker process (a Celery pool child, or the main process of a solo pool). The
+-- dashboard calls it offline after a documented silence; nothing here is tenant data.
+CREATE TABLE worker_processes (
+    id             text PRIMARY KEY,            -- '<host>:<pid>', as in jobs.leased_by
+    node           text NOT NULL,               -- the Celery node name
+    hostname       text NOT NULL,
+    pid            integer NOT NULL,
+    version        text NOT NULL,
+    queues         text[] NOT NULL DEFAULT '{}',
+    kinds          text[] NOT NULL DEFAULT '{}',
+    concurrency    integer NOT NULL DEFAULT 1,
+    running        integer NOT NULL DEFAULT 0,
+    processed      bigint NOT NULL DEFAULT 0,
+    failed         bigint NOT NULL DEFAULT 0,
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    last_seen_at   timestamptz NOT NULL DEFAULT now(),
+    stopped_at     timestamptz
+);
+-- Workers seen recently: the dashboard's list and /metrics' online count (ops/*.sql workers).
+CREATE INDEX worker_processes_seen_idx ON worker_processes (last_seen_at);
+
+-- Operator controls per kind, honoured by every claim on every host.
+CREATE TABLE kind_settings (
+    kind               text PRIMARY KEY,
+    paused             boolean NOT NULL DEFAULT false,
+    concurrency_limit  integer CHECK (concurrency_limit IS NULL OR concurrency_limit >= 0),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    updated_by         uuid REFERENCES users (id)
+);
+
+CREATE TABLE operator_audit (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    operator_id  uuid NOT NULL REFERENCES users (id),
+    action       text NOT NULL,
+    target       text NOT NULL,
+    detail       jsonb NOT NULL DEFAULT '{}',
+    request_id   text,
+    at           timestamptz NOT NULL DEFAULT now()
+);
+-- The dashboard's audit log, newest first (ops/dashboard.sql audit).
+CREATE INDEX operator_audit_at_idx ON operator_audit (at DESC);
+
+-- Prometheus counters must never go down, and retention deletes jobs: so finished-job counts
+-- and histogram observations are recorded as jobs move. Recording is an append-only INSERT into
+-- metric_events (no shared row to lock, so two claims never wait on each other's counters); the
+-- sweeper folds them into metric_counters in bounded batches, and /metrics adds both.
+CREATE TABLE metric_events (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name   text NOT NULL,
+    kind   text NOT NULL,
+    label  text NOT NULL DEFAULT '',
+    value  double precision NOT NULL
+);
+
+CREATE TABLE metric_counters (
+    name    text NOT NULL,
+    kind    text NOT NULL,
+    label   text NOT NULL DEFAULT '',
+    value   double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, kind, label)
+);
+
+-- =============================================================================================
+-- Metric functions
+-- =============================================================================================
+
+-- PostgreSQL lets PUBLIC execute a new function: the SECURITY DEFINER ones and the raw counter
+-- bump are each opened to exactly the roles that need them, below each function.
+
+-- Owner-only (no grant): reached through count_event().
+CREATE FUNCTION bump_metric(p_name text, p_kind text, p_label text, p_by double precision)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO metric_events (name, kind, label, value) VALUES (p_name, p_kind, p_label, p_by)
+$$;
+REVOKE ALL ON FUNCTION bump_metric(text, text, text, double precision) FROM PUBLIC;
+
+-- Histogram bucket bounds (seconds), shared by queue-wait and duration (and models/ops/metrics.py).
+CREATE FUNCTION metric_buckets() RETURNS double precision[] LANGUAGE sql IMMUTABLE AS
+$$ SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800]::double precision[] $$;
+
+-- The bucket label of a value: the smallest bound that holds it (stored per bucket, not
+-- cumulatively; /metrics accumulates on read). A plain CASE, because an SQL function made of
+-- one expression is inlined into the statement that calls it: the batch triggers call it per
+-- row. The bounds are metric_buckets()'s, which a test checks one by one.
+CREATE FUNCTION metric_bucket(seconds double precision) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN seconds IS NULL THEN NULL
+        WHEN seconds <= 0.005 THEN '0.005' WHEN seconds <= 0.01 THEN '0.01'
+        WHEN seconds <= 0.025 THEN '0.025' WHEN seconds <= 0.05 THEN '0.05'
+        WHEN seconds <= 0.1 THEN '0.1' WHEN seconds <= 0.25 THEN '0.25'
+        WHEN seconds <= 0.5 THEN '0.5' WHEN seconds <= 1 THEN '1'
+        WHEN seconds <= 2.5 THEN '2.5' WHEN seconds <= 5 THEN '5'
+        WHEN seconds <= 10 THEN '10' WHEN seconds <= 30 THEN '30'
+        WHEN seconds <= 60 THEN '60' WHEN seconds <= 300 THEN '300'
+        WHEN seconds <= 1800 THEN '1800'
+        ELSE '+Inf' END
+$$;
+
+-- The sweeper's fold of metric_events into metric_counters, in bounded batches. SECURITY
+-- DEFINER: the worker may neither read nor delete metric_events itself.
+CREATE FUNCTION fold_metric_events(batch integer) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    folded integer;
+BEGIN
+    WITH taken AS (
+        DELETE FROM metric_events WHERE id IN (
+            SELECT id FROM metric_events ORDER BY id LIMIT batch FOR UPDATE SKIP LOCKED)
+        RETURNING name, kind, label, value
+    ), summed AS (
+        SELECT name, kind, label, sum(value) AS value, count(*) AS n FROM taken
+        GROUP BY name, kind, label
+    ), upserted AS (
+        INSERT INTO metric_counters (name, kind, label, value)
+        SELECT name, kind, label, value FROM summed
+        ON CONFLICT (name, kind, label) DO UPDATE SET value = metric_counters.value + excluded.value
+        RETURNING 1
+    )
+    -- A data-modifying CTE runs to completion whether or not it is read.
+    SELECT coalesce(sum(n), 0) INTO folded FROM summed;
+    RETURN folded;
+END $$;
+REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
+
+-- Counters bumped from Python (stale finishes fenced, wake-ups published or failed) go
+-- through this one narrow door: three names, a positive finite amount (a flush's sum), a
+-- kind's name or none. A caller cannot make a counter go down (every rate() would read a
+-- reset), poison it with NaN or Infinity, or grow its labels with free text.
+CREATE FUNCTION count_event(p_name text, p_kind text, p_by double precision)
+RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT bump_metric(p_name, p_kind, '', p_by)
+    WHERE p_name IN ('spacejobs_stale_finishes_fenced_total', 'spacejobs_wakeups_published_total',
+                     'spacejobs_wakeups_failed_total')
+      AND p_by > 0 AND p_by <= 1e9
+      AND (p_kind = '' OR p_kind ~ '^[a-z][a-z0-9_.]{0,63}$')
+$$;
+REVOKE ALL ON FUNCTION count_event(text, text, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION count_event(text, text, double precision) TO space_app, space_worker;
+
+-- =============================================================================================
+-- Grants
+-- =============================================================================================
+
+-- space_app: kind controls and the operators' audit are the operators' actions, which the web
+-- performs after @operator_only.
+GRANT SELECT, INSERT, UPDATE ON kind_settings TO space_app;
+GRANT INSERT ON operator_audit TO space_app;
+
+-- space_worker: its own presence row; kind controls read by every claim.
+GRANT SELECT, INSERT, UPDATE ON worker_processes TO space_worker;
+GRANT SELECT ON kind_settings TO space_worker;
+
+GRANT SELECT ON worker_processes, kind_settings, operator_audit, metric_counters, metric_events
+    TO space_operator;

@@ -1,0 +1,245 @@
+-- Job triggers: transitions are enforced here, whatever client writes the row; the events,
+-- metric events, active counts and notifications of every change are written here too, in
+-- the statement that makes it.
+
+CREATE FUNCTION jobs_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.status IN ('completed', 'failed', 'cancelled') THEN
+        -- Terminal rows stay frozen, with one exception: retention may drop the result.
+        IF NEW.result_expired_at IS NOT NULL AND OLD.result_expired_at IS NULL
+           AND NEW.result IS NULL AND NEW.result_ref IS NULL THEN
+            NEW := OLD;
+            NEW.result := NULL;
+            NEW.result_ref := NULL;
+            NEW.result_expired_at := now();
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'job % is % and can no longer change', OLD.id, OLD.status
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.organization_id <> OLD.organization_id OR NEW.requested_by <> OLD.requested_by
+       OR NEW.kind <> OLD.kind OR NEW.params <> OLD.params THEN
+        RAISE EXCEPTION 'job % snapshot is immutable', OLD.id USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.status <> OLD.status AND NOT (
+           (OLD.status = 'queued' AND NEW.status IN ('leased', 'cancelled'))
+        OR (OLD.status = 'leased' AND NEW.status IN ('completed', 'failed', 'queued', 'cancel_requested'))
+        OR (OLD.status = 'cancel_requested' AND NEW.status IN ('cancelled', 'completed', 'failed'))
+    ) THEN
+        RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF current_user = 'space_app' AND NOT (
+           (OLD.status = 'queued' AND NEW.status = 'cancelled')
+        OR (OLD.status = 'leased' AND NEW.status = 'cancel_requested')) THEN
+        RAISE EXCEPTION 'the web may only cancel a job' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A live lease is only replaced once it has expired: fencing in the database itself.
+    IF OLD.status = 'leased' AND NEW.status = 'leased'
+       AND NEW.lease_token IS DISTINCT FROM OLD.lease_token AND OLD.lease_until > now() THEN
+        RAISE EXCEPTION 'job % is leased until %', OLD.id, OLD.lease_until
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.status IN ('completed', 'failed', 'cancelled') THEN
+        NEW.finished_at := coalesce(NEW.finished_at, now());
+        NEW.lease_token := NULL;
+        NEW.lease_until := NULL;
+    END IF;
+    NEW.updated_at := now();
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION jobs_check_transition();
+
+-- Adds the jobs that became active (+1) or stopped being active (-1), one entry per job, to
+-- active_job_counts, summed per (organization, kind). The rows written are the calling
+-- transaction's slot's: the first of 64 advisory locks it can take (or already holds), held
+-- until it ends, so no other transaction writes those rows meanwhile and nobody waits on them.
+-- Only with all 64 held by other writers does it share slot pid % 64, whose row locks then
+-- order the writers. Called by the jobs triggers only (as the owner).
+CREATE FUNCTION add_active_jobs(p_organization_ids uuid[], p_kinds text[], p_deltas integer[])
+RETURNS void LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+DECLARE
+    slots CONSTANT integer := 64;
+    lock_key CONSTANT integer := hashtext('spacejobs.active_job_counts');
+    orgs uuid[];
+    kinds text[];
+    deltas bigint[];
+    mine integer;
+BEGIN
+    -- A claim or a heartbeat moves jobs between active statuses: nothing to add, no slot taken.
+    SELECT array_agg(d.organization_id ORDER BY d.organization_id, d.kind),
+           array_agg(d.kind ORDER BY d.organization_id, d.kind),
+           array_agg(d.delta ORDER BY d.organization_id, d.kind)
+    INTO orgs, kinds, deltas
+    FROM (SELECT u.organization_id, u.kind, sum(u.delta) AS delta
+          FROM unnest(p_organization_ids, p_kinds, p_deltas) AS u (organization_id, kind, delta)
+          GROUP BY u.organization_id, u.kind
+          HAVING sum(u.delta) <> 0) AS d;
+    IF orgs IS NULL THEN
+        RETURN;
+    END IF;
+    FOR i IN 0 .. slots - 1 LOOP
+        IF pg_try_advisory_xact_lock(lock_key, i) THEN
+            mine := i;
+            EXIT;
+        END IF;
+    END LOOP;
+    INSERT INTO active_job_counts AS c (organization_id, kind, slot, active)
+    SELECT d.organization_id, d.kind, coalesce(mine, pg_backend_pid() % slots), d.delta
+    FROM unnest(orgs, kinds, deltas) WITH ORDINALITY AS d (organization_id, kind, delta, ord)
+    ORDER BY d.ord
+    ON CONFLICT (organization_id, kind, slot) DO UPDATE SET active = c.active + excluded.active;
+END $$;
+REVOKE ALL ON FUNCTION add_active_jobs(uuid[], text[], integer[]) FROM PUBLIC;
+
+-- The counts again from the jobs themselves, for a database whose rows were written with the
+-- triggers disabled (pg_restore --disable-triggers). The owner runs it; writers wait meanwhile.
+CREATE FUNCTION recount_active_jobs() RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    LOCK TABLE jobs IN SHARE MODE;
+    LOCK TABLE active_job_counts IN EXCLUSIVE MODE;
+    DELETE FROM active_job_counts;
+    INSERT INTO active_job_counts (organization_id, kind, slot, active)
+    SELECT j.organization_id, j.kind, 0, count(*) FROM jobs j
+    WHERE j.status IN ('queued', 'leased', 'cancel_requested')
+    GROUP BY j.organization_id, j.kind;
+END $$;
+REVOKE ALL ON FUNCTION recount_active_jobs() FROM PUBLIC;
+
+-- Inserted jobs: their 'queued' events, and one NOTIFY per statement for workers that LISTEN
+-- (a wake-up faster than the broker's; the broker's wake-up and the sweeper remain the
+-- guarantee, NOTIFY is only a shortcut). The actor defaults to the requester.
+-- SECURITY DEFINER: job_events is written by this function only, whoever inserted the job.
+CREATE FUNCTION jobs_after_insert() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    -- Whatever a session of an application role inserts (through our functions, the only way
+    -- it can) is checked; the owner's administrative sessions (a restore, test set-ups that
+    -- plant finished rows) are not.
+    IF session_user IN ('space_app', 'space_worker', 'space_operator') AND EXISTS (
+               SELECT 1 FROM new_jobs n
+               WHERE n.status <> 'queued' OR n.attempts <> 0 OR n.lease_token IS NOT NULL
+                  OR n.lease_until IS NOT NULL OR n.leased_by IS NOT NULL OR n.result IS NOT NULL
+                  OR n.result_ref IS NOT NULL OR n.started_at IS NOT NULL
+                  OR n.finished_at IS NOT NULL OR n.error_code IS NOT NULL) THEN
+        RAISE EXCEPTION 'a job is born queued, at attempt 0, with no lease and no result'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
+    FROM new_jobs n;
+    IF FOUND THEN
+        PERFORM pg_notify('spacejobs_jobs', '');
+    END IF;
+    PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind), array_agg(1))
+    FROM new_jobs n WHERE n.status IN ('queued', 'leased', 'cancel_requested');
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
+
+CREATE TRIGGER jobs_after_insert AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_insert();
+
+-- Updated jobs: an event per status change (and per re-lease after expiry, which is a new
+-- attempt), and the metric events, summed per statement: a batch of 100 finishes adds one
+-- 'finished' row with value 100, not 100 rows. Jobs that stop being active leave
+-- active_job_counts in the same statement.
+CREATE FUNCTION jobs_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+-- PL/pgSQL keeps each statement's first plan for the session, and a transition table has no
+-- statistics: a plan made for a one-row update joined new_jobs to old_jobs by nested loop ever
+-- after, comparing every new row with every old one (revision 0022). Hash joins instead, and
+-- no JIT: the cost of the LATERAL's nested loop, disabled but still the only way, would pass
+-- jit_above_cost and LLVM would compile the metrics statement on every call (~300 ms).
+SET enable_nestloop = off SET jit = off AS $$
+BEGIN
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
+    SELECT n.id, n.organization_id, o.status, n.status, n.attempts,
+           coalesce(nullif(current_setting('app.actor', true), ''), current_user)
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE n.status <> o.status OR n.attempts <> o.attempts;
+
+    INSERT INTO metric_events (name, kind, label, value)
+    SELECT m.name, t.kind, m.label, sum(m.value)
+    FROM (
+        SELECT n.kind,
+               -- queue wait: created -> first lease; duration: first lease -> finish
+               CASE WHEN o.status = 'queued' AND n.status = 'leased' AND o.attempts = 0
+                    THEN extract(epoch FROM clock_timestamp() - n.created_at) END AS wait_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                         AND n.started_at IS NOT NULL
+                    THEN extract(epoch FROM clock_timestamp() - n.started_at) END AS run_s,
+               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                    THEN n.status END AS finished_as,
+               o.status IN ('leased', 'cancel_requested') AND o.lease_until < now()
+                   AND (n.status <> o.status OR n.lease_token IS DISTINCT FROM o.lease_token) AS expired
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.status <> o.status OR n.attempts <> o.attempts
+    ) AS t
+    CROSS JOIN LATERAL (VALUES
+        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(t.wait_s), 1.0, t.wait_s IS NOT NULL),
+        ('spacejobs_job_queue_wait_seconds_sum', '', t.wait_s, t.wait_s IS NOT NULL),
+        ('spacejobs_jobs_finished_total', t.finished_as, 1.0, t.finished_as IS NOT NULL),
+        ('spacejobs_job_duration_seconds_bucket', metric_bucket(t.run_s), 1.0, t.run_s IS NOT NULL),
+        ('spacejobs_job_duration_seconds_sum', '', t.run_s, t.run_s IS NOT NULL),
+        ('spacejobs_leases_expired_total', '', 1.0, t.expired)
+    ) AS m (name, label, value, wanted)
+    WHERE m.wanted
+    GROUP BY m.name, t.kind, m.label;
+
+    PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
+    FROM (SELECT o.organization_id, o.kind, -1 AS delta FROM old_jobs o
+          WHERE o.status IN ('queued', 'leased', 'cancel_requested')
+          UNION ALL
+          SELECT n.organization_id, n.kind, 1 FROM new_jobs n
+          WHERE n.status IN ('queued', 'leased', 'cancel_requested')) AS c;
+
+    -- Jobs that just ended, for whoever waits on them (models/jobs/waiting.py): their ids, at
+    -- most 200 to a notification (a payload holds 8,000 bytes). Delivered at COMMIT, like the
+    -- row itself; a waiter re-reads the row, the truth, in any case.
+    PERFORM pg_notify('spacejobs_finished', chunk.ids)
+    FROM (SELECT string_agg(e.id::text, ',') AS ids
+          FROM (SELECT n.id, (row_number() OVER ()) / 200 AS part
+                FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                WHERE n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status) e
+          GROUP BY e.part) AS chunk;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION jobs_after_update() FROM PUBLIC;
+
+CREATE TRIGGER jobs_after_update AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_update();
+
+-- A job's events and its count as active go with it: retention, an organization's deletion
+-- (cascading to its jobs), TRUNCATE.
+CREATE FUNCTION jobs_after_delete() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    DELETE FROM job_events e USING gone_jobs g WHERE e.job_id = g.id;
+    PERFORM add_active_jobs(array_agg(g.organization_id), array_agg(g.kind), array_agg(-1))
+    FROM gone_jobs g WHERE g.status IN ('queued', 'leased', 'cancel_requested');
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION jobs_after_delete() FROM PUBLIC;
+
+CREATE TRIGGER jobs_after_delete AFTER DELETE ON jobs
+    REFERENCING OLD TABLE AS gone_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_delete();
+
+CREATE FUNCTION jobs_after_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    TRUNCATE job_events;
+    TRUNCATE active_job_counts;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION jobs_after_truncate() FROM PUBLIC;
+
+CREATE TRIGGER jobs_after_truncate AFTER TRUNCATE ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_after_truncate();
