@@ -25,6 +25,7 @@ errors (models.errors) say what was refused; nothing has been written when one i
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -60,6 +61,8 @@ from models.tenancy.access import (
     may_read_result,
     require_membership,
 )
+
+log = logging.getLogger("spacejobs.jobs")
 
 #: how many jobs one bulk submit may carry
 MAX_BATCH = 1000
@@ -174,6 +177,9 @@ class Jobs:
             request_id=request_id, run_after=run_after, priority=priority)
         if created:
             self._wake_after_commit(conn, str(job.id))
+        log.info("job submitted" if created else "job submit replayed",
+                 extra={"request_id": request_id, "job_id": str(job.id), "kind": job.kind,
+                        "organization_id": str(job.organization_id), "attempt": 0})
         return Submitted(job, created)
 
     def submit_many(
@@ -220,6 +226,8 @@ class Jobs:
         savepoint.commit()
         jobs = [job for job in written if job is not None]
         self._wake_after_commit(conn, str(jobs[0].id))
+        log.info("%d jobs submitted", len(jobs), extra={
+            "request_id": request_id, "organization_id": str(organization_id)})
         return jobs
 
     # -- a member's reads and cancels -----------------------------------------------------------

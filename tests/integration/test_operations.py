@@ -253,7 +253,7 @@ def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: 
     org = stack.org()
     anna = stack.user(org, role="owner")
     request_id = "trace-" + uuid.uuid4().hex[:12]
-    with caplog.at_level("INFO", logger="spacejobs.web"):
+    with caplog.at_level("INFO", logger="spacejobs.jobs"):
         answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "projects_export"},
                              headers={**anna.auth, "X-Request-ID": request_id})
     assert answer.headers["X-Request-ID"] == request_id
