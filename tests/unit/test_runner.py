@@ -24,8 +24,11 @@ from tasks.runner import (
     Action,
     BatchSize,
     Outcome,
+    Ports,
     Runner,
+    Signals,
     Stats,
+    Tuning,
     action_for,
 )
 from tests.unit.fake_leases import FakeLeases, FakeStanding
@@ -121,11 +124,11 @@ class Harness:
         self.counted: list[tuple[str, str]] = []
         self.stop, self.release = stop, release
         self.runner = Runner(
-            leases=self.leases, keeper=self.keeper, stats=self.stats, batch=BatchSize(maximum),
-            controls=lambda: [], publish_wake=self._wake, stop_requested=lambda: self.stop,
-            release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)),
-            fan_out=lambda: self.fanned_out.append(True), results=self.results,
-            inline_max_bytes=200)
+            ports=Ports(self.leases, self.keeper, results=self.results, inline_max_bytes=200,
+                        count=lambda name, kind: self.counted.append((name, kind))),
+            signals=Signals(stop_requested=lambda: self.stop, release_due=lambda: self.release,
+                            publish_wake=self._wake, fan_out=lambda: self.fanned_out.append(True)),
+            tuning=Tuning(BatchSize(maximum)), stats=self.stats)
         self.fanned_out: list[bool] = []
         self.kills = 0
 
@@ -299,8 +302,8 @@ def test_at_shutdown_held_jobs_are_given_back_unstarted_without_burning_an_attem
         h.stop = True  # SIGTERM arrives while the batch is held
         return report
 
-    h.runner.batch = BatchSize(10, target=10.0)
-    h.runner.batch.observe(0.001)  # short jobs: claim the whole batch
+    h.runner.tuning.batch = BatchSize(10, target=10.0)
+    h.runner.tuning.batch.observe(0.001)  # short jobs: claim the whole batch
     h.leases.finish_and_claim = stop_after_claim  # type: ignore[method-assign]
     assert h.drain() == 0
     assert [h.leases.status(j) for j in jobs] == [Status.QUEUED] * 3
@@ -375,8 +378,9 @@ def test_every_exception_maps_to_exactly_one_action():
     assert action_for(ReleaseRequested()) is Action.RELEASE
     assert action_for(CancelRequested()) is Action.ACKNOWLEDGE_CANCEL
     assert action_for(TimedOut()) is Action.FAIL
-    assert action_for(KeyError("x")) is Action.FAIL
-    assert ON_EXCEPTION[-1] == (Exception, Action.FAIL)  # the catch-all comes last
+    assert action_for(KeyError("x")) is Action.FAIL_INTERNAL
+    assert action_for(None) is Action.FINISH  # it returned
+    assert ON_EXCEPTION[-1] == (Exception, Action.FAIL_INTERNAL)  # the catch-all comes last
     assert {o.value for o in Outcome} >= {"completed", "retry", "failed", "cancelled", "released",
                                           "lease_lost", "stale_finish_discarded", "crashed"}
 
