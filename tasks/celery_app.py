@@ -17,7 +17,7 @@ from celery.signals import (
 from models.kinds import load_kinds
 from models.logs import configure_logging
 from tasks import presence, sweeper, worker_process
-from tasks.runner import BatchSize, Runner
+from tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
 from tasks.task_failures import reported_without_messages
 from tasks.wakeups import SWEEP_TASK, WAKE_TASK
 
@@ -37,21 +37,15 @@ def make_runner(process: worker_process.WorkerProcess) -> Runner:
         process.publisher.wake(job_id, countdown=countdown, force=True)
 
     return Runner(
-        leases=process.leases,
-        keeper=process.keeper,
+        ports=Ports(leases=process.leases, keeper=process.keeper, controls=process.controls,
+                    results=process.results(),
+                    inline_max_bytes=settings.result_inline_max_bytes, count=process.count),
+        signals=Signals(stop_requested=shutdown.stop_requested, release_due=shutdown.release_due,
+                        wait_for_work=process.wait_for_work, publish_wake=publish_quietly,
+                        fan_out=process.publisher.wake),
+        tuning=Tuning(BatchSize(settings.claim_batch), linger=settings.linger_seconds),
         stats=process.stats,
-        batch=BatchSize(settings.claim_batch),
-        controls=process.controls,
-        publish_wake=publish_quietly,
-        stop_requested=shutdown.stop_requested,
-        release_due=shutdown.release_due,
-        count=process.count,
-        linger=settings.linger_seconds,
-        wait_for_work=process.wait_for_work,
-        fan_out=process.publisher.wake,
         ring=process.ring,
-        results=process.results(),
-        inline_max_bytes=settings.result_inline_max_bytes,
     )
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -14,7 +16,9 @@ from sqlalchemy import text
 from models.db.transaction import transaction
 from models.logs import ContextFormatter
 from models.tenancy.projects import Projects
+from tests import kinds
 from tests.conftest import submit
+from tests.kinds import SECRET_MARKER
 from tests.kit.stack import Stack
 
 HTML = {"Accept": "text/html"}
@@ -129,4 +133,40 @@ def test_a_result_postgresql_would_refuse_fails_its_own_job_alone_and_says_nothi
     leaks = [line for line in logs.splitlines() if unique_part(marker) in line]
     print(f"marker in the worker's log: {len(leaks)} lines, e.g.", [line[:300] for line in leaks[:2]])
     assert leaks == []
-    assert "DataError" not in logs  # the finish never sent it to PostgreSQL
+    # The finish never sent it to PostgreSQL (test.cast_to_uuid's DataError, raised in its
+    # kind, is logged with its traceback by the same workers).
+    assert [record for record in log_records(logs)
+            if "DataError" in record and "kind=test.cast_to_uuid" not in record] == []
+
+
+def log_records(log: str) -> list[str]:
+    """A process's log split into its records (each starts with its timestamp; an exception's
+    traceback stays with the record that logged it)."""
+    return re.split(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} )", log)
+
+
+def test_a_kind_that_raises_leaves_its_traceback_in_the_workers_log_and_no_message_anywhere(
+        stack: Stack, client):
+    """The worker's log is where a kind's author finds why the job failed: the frames down to
+    the kind's raise. Its message (here a secret planted in it) stays out of the log, as out of
+    the operators' diagnostics."""
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    job = submit(client, org, vera, "test.fail")
+    stack.wait_for(job["id"], "failed", timeout=30)
+
+    logs = "".join(proc.output() for proc in stack.processes)
+    raised = [record for record in log_records(logs)
+              if "job raised builtins.RuntimeError" in record and f"job_id={job['id']}" in record]
+    assert len(raised) == 3, "one traceback per attempt (test.fail has 3)"
+    source = Path(kinds.__file__).read_text().splitlines()
+    raise_line = source.index('    raise RuntimeError(f"boom: {SECRET_MARKER}")') + 1
+    for useful in (f'tests/kinds.py", line {raise_line}, in always_fails',
+                   'raise RuntimeError(f"boom: {SECRET_MARKER}")',  # the source line, not its value
+                   "builtins.RuntimeError (message withheld)", "kind=test.fail"):
+        assert useful in raised[0], (useful, raised[0])
+    assert SECRET_MARKER not in logs and "hunter2" not in logs
+
+    seen = operators_view(stack, client, job["id"])
+    assert "in always_fails" in seen["diagnostics rows"]
+    assert all("hunter2" not in shown for shown in seen.values())

@@ -8,6 +8,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg.errors
@@ -24,8 +25,11 @@ from tasks.runner import (
     Action,
     BatchSize,
     Outcome,
+    Ports,
     Runner,
+    Signals,
     Stats,
+    Tuning,
     action_for,
 )
 from tests.unit.fake_leases import FakeLeases, FakeStanding
@@ -84,6 +88,21 @@ def tenant(ctx: Any, params: NoParams) -> dict[str, Any]:
     return {}
 
 
+#: what unit.raises raises (set by the test)
+TO_RAISE: list[BaseException] = []
+
+
+@job_kind("unit.raises", org_states={"active"}, max_attempts=3)
+def raises(ctx: Any, params: NoParams) -> dict[str, Any]:
+    raise TO_RAISE[0]
+
+
+@job_kind("unit.hard", org_states={"active"}, hard_time_limit=5.0)
+def hard_limited(ctx: Any, params: NoParams) -> dict[str, Any]:
+    ctx.progress("started")
+    return {}
+
+
 ARCHIVE = b"PK\x03\x04 not really a zip"
 
 
@@ -112,7 +131,9 @@ def returns_a_large_json(ctx: Any, params: NoParams) -> dict[str, Any]:
 class Harness:
     """A runner over a FakeLeases, with the wake-ups and counters it publishes recorded."""
 
-    def __init__(self, *, stop: bool = False, release: bool = False, maximum: int = 100) -> None:
+    def __init__(self, *, stop: bool = False, release: bool = False, maximum: int = 100,
+                 linger: float = 0.0, wait_for_work: Any = None,
+                 clock: Any = time.monotonic) -> None:
         self.leases = FakeLeases()
         self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail, kill=self._killed)
         self.stats = Stats()
@@ -121,11 +142,12 @@ class Harness:
         self.counted: list[tuple[str, str]] = []
         self.stop, self.release = stop, release
         self.runner = Runner(
-            leases=self.leases, keeper=self.keeper, stats=self.stats, batch=BatchSize(maximum),
-            controls=lambda: [], publish_wake=self._wake, stop_requested=lambda: self.stop,
-            release_due=lambda: self.release, count=lambda name, kind: self.counted.append((name, kind)),
-            fan_out=lambda: self.fanned_out.append(True), results=self.results,
-            inline_max_bytes=200)
+            ports=Ports(self.leases, self.keeper, results=self.results, inline_max_bytes=200,
+                        count=lambda name, kind: self.counted.append((name, kind))),
+            signals=Signals(stop_requested=lambda: self.stop, release_due=lambda: self.release,
+                            publish_wake=self._wake, fan_out=lambda: self.fanned_out.append(True),
+                            wait_for_work=wait_for_work or (lambda seconds: False)),
+            tuning=Tuning(BatchSize(maximum), linger=linger), stats=self.stats, clock=clock)
         self.fanned_out: list[bool] = []
         self.kills = 0
 
@@ -137,6 +159,18 @@ class Harness:
 
     def drain(self, limit: int = 1000) -> int:
         return self.runner.drain(limit)
+
+    def lease(self, kind: str, **row: Any) -> Any:
+        """Add a job of ``kind`` and lease it (held by the heartbeat), as a claim would."""
+        self.leases.add(kind, **row)
+        (job,) = self.leases.finish_and_claim([], claim=1).leased
+        self.keeper.hold([job])
+        return job
+
+    def one_big_batch(self) -> None:
+        """Short jobs seen: the next claim leases two jobs at once, and each after it doubles."""
+        self.runner.tuning.batch = BatchSize(10, target=10.0)
+        self.runner.tuning.batch.observe(0.001)
 
     def files(self) -> list[str]:
         return [found.key for found in self.results.list()]
@@ -162,6 +196,7 @@ class Harness:
 @pytest.fixture(autouse=True)
 def _forget_seen() -> None:
     SEEN.clear()
+    TO_RAISE.clear()
 
 
 def test_a_job_that_returns_is_completed_with_its_result_and_counted():
@@ -299,8 +334,7 @@ def test_at_shutdown_held_jobs_are_given_back_unstarted_without_burning_an_attem
         h.stop = True  # SIGTERM arrives while the batch is held
         return report
 
-    h.runner.batch = BatchSize(10, target=10.0)
-    h.runner.batch.observe(0.001)  # short jobs: claim the whole batch
+    h.one_big_batch()
     h.leases.finish_and_claim = stop_after_claim  # type: ignore[method-assign]
     assert h.drain() == 0
     assert [h.leases.status(j) for j in jobs] == [Status.QUEUED] * 3
@@ -375,8 +409,9 @@ def test_every_exception_maps_to_exactly_one_action():
     assert action_for(ReleaseRequested()) is Action.RELEASE
     assert action_for(CancelRequested()) is Action.ACKNOWLEDGE_CANCEL
     assert action_for(TimedOut()) is Action.FAIL
-    assert action_for(KeyError("x")) is Action.FAIL
-    assert ON_EXCEPTION[-1] == (Exception, Action.FAIL)  # the catch-all comes last
+    assert action_for(KeyError("x")) is Action.FAIL_INTERNAL
+    assert action_for(None) is Action.FINISH  # it returned
+    assert ON_EXCEPTION[-1] == (Exception, Action.FAIL_INTERNAL)  # the catch-all comes last
     assert {o.value for o in Outcome} >= {"completed", "retry", "failed", "cancelled", "released",
                                           "lease_lost", "stale_finish_discarded", "crashed"}
 
@@ -567,3 +602,233 @@ def test_a_finish_whose_commit_is_unknown_leaves_the_file_to_the_orphan_sweep():
         h.drain()
     # Deleting it could break a job that did complete: only the rows can tell.
     assert len(h.files()) == 1
+
+
+# ------------------------------------------------------- one attempt: its decision table
+
+@dataclass(frozen=True)
+class Ending:
+    """One row of the attempt's decision table, as a test case: what the kind raised, what
+    the table decides, how the attempt ends and what the job row says after it."""
+
+    raised: BaseException
+    action: Action
+    outcome: Outcome
+    status: Status
+    error_code: str | None = None
+    cancel_asked: bool = False  # the user asked to cancel while it ran
+
+
+def _endings() -> list[Ending]:
+    from models.errors import CancelRequested, LeaseLost, ReleaseRequested
+
+    return [
+        Ending(LeaseLost(), Action.NOTHING, Outcome.LEASE_LOST, Status.LEASED),
+        Ending(ReleaseRequested(), Action.RELEASE, Outcome.RELEASED, Status.QUEUED),
+        Ending(CancelRequested(), Action.ACKNOWLEDGE_CANCEL, Outcome.CANCELLED, Status.CANCELLED,
+               cancel_asked=True),
+        Ending(Refused(), Action.FAIL, Outcome.FAILED, Status.FAILED, "not_today"),
+        Ending(Flaky(), Action.FAIL, Outcome.RETRY, Status.QUEUED, "flaky"),
+        Ending(Refused(), Action.FAIL, Outcome.CANCELLED, Status.CANCELLED, "not_today",
+               cancel_asked=True),
+        Ending(KeyError(UNSAFE_MESSAGE), Action.FAIL_INTERNAL, Outcome.RETRY, Status.QUEUED,
+               "internal_error"),
+    ]
+
+
+@pytest.mark.parametrize("ending", _endings(), ids=lambda e: f"{type(e.raised).__name__}-{e.outcome}")
+def test_each_exception_a_kind_raises_ends_the_attempt_as_the_table_says(ending: Ending):
+    h = Harness()
+    job = h.lease("unit.raises")
+    if ending.cancel_asked:
+        h.leases.rows[job.id].status = Status.CANCEL_REQUESTED
+    if ending.outcome is Outcome.LEASE_LOST:
+        h.leases.steal(job.id)
+    ended: list[Outcome] = []
+    original_end = h.runner.ends.end
+    h.runner.ends.end = lambda job, outcome, seconds=0.0: (  # type: ignore[method-assign]
+        ended.append(outcome), original_end(job, outcome, seconds))
+    TO_RAISE.append(ending.raised)
+
+    assert action_for(ending.raised) is ending.action
+    assert h.runner.attempt.run(job, ok_kind("unit.raises")) is None  # nothing to finish
+    row = h.leases.rows[job.id]
+    assert ended == [ending.outcome]
+    assert (row.status, row.error_code) == (ending.status, ending.error_code)
+    assert h.keeper.held == 0 and h.stats.running == 0
+    assert bool(row.diagnostics) is (ending.action is Action.FAIL_INTERNAL)
+
+
+def test_the_table_cases_cover_every_decision():
+    assert {e.action for e in _endings()} | {Action.FINISH} == set(Action)
+
+
+def test_a_job_that_returned_is_handed_to_the_buffer_not_written():
+    h = Harness()
+    job = h.lease("unit.ok")
+    finished = h.runner.attempt.run(job, ok_kind("unit.ok"))
+    assert finished is not None and finished.result == {"ok": True}
+    assert h.leases.status(job.id) == Status.LEASED  # the batched finish writes it
+    assert h.keeper.held == 1  # its lease is kept alive until then
+
+
+def test_a_cancel_noticed_before_the_start_never_runs_the_kind():
+    h = Harness()
+    job = h.lease("unit.ok")
+    h.leases.rows[job.id].status = Status.CANCEL_REQUESTED
+    h.keeper.tick()  # the heartbeat learns of it while the job waits in the batch
+    assert h.runner.attempt.run(job, ok_kind("unit.ok")) is None
+    assert SEEN == [] and h.leases.status(job.id) == Status.CANCELLED
+
+
+def ok_kind(name: str) -> Any:
+    from models.kinds import get_any_kind
+
+    return get_any_kind(name)
+
+
+# ------------------------------------------------- the worker's log of a kind's exception
+
+def test_a_kind_that_raises_leaves_its_traceback_in_the_worker_log_without_its_message(caplog):
+    from models.logs import ContextFormatter
+
+    h = Harness()
+    h.leases.add("unit.crash")
+    with caplog.at_level("INFO", logger="spacejobs.runner"):
+        h.drain(limit=1)
+    [raised] = [r for r in caplog.records if r.exc_info]
+    assert raised.levelname == "ERROR"
+    assert raised.getMessage() == "job raised builtins.ZeroDivisionError"
+    source = Path(__file__).read_text().splitlines()
+    raise_line = source.index("    raise ZeroDivisionError(UNSAFE_MESSAGE)") + 1
+    for as_json in (False, True):
+        line = ContextFormatter(as_json=as_json).format(raised)
+        for useful in ("test_runner.py", f"line {raise_line}, in crash",
+                       "raise ZeroDivisionError(UNSAFE_MESSAGE)",
+                       "builtins.ZeroDivisionError (message withheld)", "unit.crash"):
+            assert useful in line, (useful, as_json)
+        assert "tenant-4711" not in line
+
+
+def test_a_domain_error_is_the_kinds_own_answer_and_logs_no_traceback(caplog):
+    h = Harness()
+    h.leases.add("unit.refused")
+    with caplog.at_level("INFO", logger="spacejobs.runner"):
+        h.drain()
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert "job attempt failed with not_today; now failed" in caplog.text
+
+
+# ------------------------------------------------------ the buffer of finished results
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _buffer(h: Harness, clock: FakeClock) -> Any:
+    from tasks.finishes import FinishBuffer
+
+    return FinishBuffer(h.runner.ports, h.runner.ends, clock=clock, flush_after=0.005)
+
+
+def test_the_buffer_asks_for_a_flush_once_a_result_waited_or_before_a_hard_limited_job():
+    from models.jobs.leases import Finished
+
+    h, clock = Harness(), FakeClock()
+    buffer = _buffer(h, clock)
+    ok, hard = ok_kind("unit.ok"), ok_kind("unit.hard")
+    assert not buffer.due_before(hard)  # nothing waits: nothing to flush
+    job = h.lease("unit.ok")
+    buffer.add(Finished(job, ok.rules, {"ok": True}))
+    clock.now += 0.004
+    assert not buffer.due_before(ok)  # young enough to ride on the next claim
+    assert buffer.due_before(hard)  # the heartbeat may kill the process under a hard limit
+    assert not buffer.due_before(None)
+    clock.now += 0.002
+    assert buffer.due_before(ok)  # waited too long: flushed alone
+    report = buffer.flush()
+    assert report.completed == [job] and not buffer
+    assert h.leases.calls[-1] == "finish_and_claim(1, claim=0)"
+
+
+def test_a_flush_that_fails_ends_every_pending_attempt_as_crashed_and_raises():
+    from models.jobs.leases import Finished
+
+    h = Harness()
+    buffer = _buffer(h, FakeClock())
+    jobs = [h.lease("unit.ok") for _ in range(2)]
+    for job in jobs:
+        buffer.add(Finished(job, ok_kind("unit.ok").rules, {"ok": True}))
+    h.leases.broken = True
+    with pytest.raises(ConnectionError):
+        buffer.flush()
+    assert not buffer and h.keeper.held == 0
+    assert (h.stats.processed, h.stats.failed) == (2, 2)
+    assert [h.leases.status(j.id) for j in jobs] == [Status.LEASED] * 2  # they expire, run again
+
+
+def test_a_result_is_flushed_alone_before_a_hard_limited_job_of_the_same_batch_starts():
+    h = Harness()
+    done, _hard = h.leases.add("unit.ok"), h.leases.add("unit.hard")
+    h.one_big_batch()
+    h.drain()
+    assert h.leases.calls == ["finish_and_claim(0, claim=2)",  # both, in one batch
+                              "record_progress",  # unit.ok ran
+                              "finish_and_claim(1, claim=0)",  # its result, alone...
+                              "record_progress",  # ...before unit.hard started
+                              "finish_and_claim(1, claim=4)"]
+    assert h.leases.status(done) == Status.COMPLETED
+
+
+# ------------------------------------------------------------------------------ the loop
+
+def test_the_loop_lingers_for_new_work_and_drains_what_came():
+    waits: list[float] = []
+
+    def a_job_arrives(seconds: float) -> bool:
+        waits.append(seconds)
+        if len(waits) == 1:
+            h.leases.add("unit.ok")
+            return True
+        return False
+
+    h = Harness(linger=0.5, wait_for_work=a_job_arrives)
+    h.leases.add("unit.ok")
+    assert h.drain() == 2
+    assert waits == [0.5, 0.5]  # it waited again after the second drain, and nothing came
+    assert all(row.status == Status.COMPLETED for row in h.leases.rows.values())
+
+
+def test_a_stopping_worker_does_not_linger():
+    waits: list[float] = []
+    h = Harness(stop=True, linger=0.5, wait_for_work=lambda s: waits.append(s) or True)
+    h.leases.add("unit.ok")
+    assert h.drain() == 0 and waits == []
+    assert h.leases.calls == []  # nothing pending, nothing wanted: not even a claim
+
+
+def test_a_claim_that_met_only_locked_jobs_looks_again_shortly(monkeypatch):
+    import tasks.runner
+
+    pauses: list[float] = []
+    monkeypatch.setattr(tasks.runner.time, "sleep", pauses.append)
+    h = Harness()
+    job = h.leases.add("unit.ok")
+    original = h.leases.finish_and_claim
+    claims = []
+
+    def locked_at_first(finished: Any, **kwargs: Any) -> Any:
+        claims.append(kwargs["claim"])
+        if len(claims) == 1:  # another process's claim holds the row's lock for a moment
+            report = original(finished, claim=0)
+            report.more_due = True
+            return report
+        return original(finished, **kwargs)
+
+    h.leases.finish_and_claim = locked_at_first  # type: ignore[method-assign]
+    assert h.drain() == 1
+    assert pauses == [0.005] and h.leases.status(job) == Status.COMPLETED

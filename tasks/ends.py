@@ -1,0 +1,103 @@
+"""The ends of an attempt other than a completion: a failure, a cancel acknowledged, a lease
+given back, each written through the store at once, and every end (completions too) counted
+and logged once (:meth:`Ends.end`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from enum import StrEnum
+
+from models.jobs.leases import Failure
+from models.jobs.records import LeasedJob, Status
+from tasks.ports import Ports, Signals
+
+log = logging.getLogger("spacejobs.runner")
+
+
+class Outcome(StrEnum):
+    """How one attempt ended, for logs, worker counts and tests."""
+
+    COMPLETED = "completed"
+    RETRY = "retry"  # back in the queue, same job, same id
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RELEASED = "released"  # given back at shutdown, attempt not counted
+    LEASE_LOST = "lease_lost"  # a newer attempt owns the job: nothing of ours was written
+    STALE_FINISH = "stale_finish_discarded"  # ran to the end, but the lease had moved on
+    CRASHED = "crashed"  # not even the failure could be recorded (database gone): lease expires
+
+
+#: the ends that are not the worker's failures (every other one counts in ``Stats.failed``)
+NOT_FAILURES = frozenset({Outcome.COMPLETED, Outcome.CANCELLED, Outcome.RELEASED})
+
+#: what a recorded failure made of the job (the store's answer), as an outcome; no answer
+#: (None) means a newer attempt held the lease and nothing was written
+AFTER_FAILURE: Mapping[Status | None, Outcome] = {
+    Status.QUEUED: Outcome.RETRY,
+    Status.FAILED: Outcome.FAILED,
+    Status.CANCELLED: Outcome.CANCELLED,
+    None: Outcome.LEASE_LOST,
+}
+
+
+class Stats:
+    """This process's counts (worker presence shows them); one job runs at a time per process."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.processed = 0
+        self.failed = 0
+
+
+class Ends:
+    def __init__(self, ports: Ports, signals: Signals, stats: Stats) -> None:
+        self.ports = ports
+        self.signals = signals
+        self.stats = stats
+
+    def end(self, job: LeasedJob, outcome: Outcome, seconds: float = 0.0) -> None:
+        """The attempt is over: its lease is no longer this process's to keep."""
+        self.ports.keeper.drop([job.id])
+        self.stats.processed += 1
+        if outcome not in NOT_FAILURES:
+            self.stats.failed += 1
+        log.info("job attempt ended: %s in %.3fs", outcome, seconds, extra=job.log_context)
+
+    def fail(self, job: LeasedJob, failure: Failure) -> Outcome:
+        context = job.log_context
+        try:
+            status = self.ports.leases.fail(job, failure)
+        except Exception:
+            log.exception("could not record a failed attempt; its lease will expire", extra=context)
+            return Outcome.CRASHED
+        outcome = AFTER_FAILURE.get(status, Outcome.FAILED)
+        if outcome is Outcome.LEASE_LOST:
+            log.warning("failure of a stale attempt discarded", extra=context)
+            return outcome
+        log.info("job attempt failed with %s; now %s", failure.error.code, status, extra=context)
+        if outcome is Outcome.RETRY:
+            self.signals.publish_wake(str(job.id), countdown=failure.retry_in)
+        return outcome
+
+    def acknowledge_cancel(self, job: LeasedJob) -> Outcome:
+        if self.ports.leases.acknowledge_cancel(job):
+            log.info("job cancelled at a safe point", extra=job.log_context)
+            return Outcome.CANCELLED
+        return Outcome.LEASE_LOST
+
+    def give_back(self, jobs: list[LeasedJob]) -> Outcome:
+        """Release leases without counting the attempt (shutdown); another worker is woken."""
+        try:
+            released = self.ports.leases.release(jobs)
+        finally:
+            self.ports.keeper.drop([j.id for j in jobs])
+        for job in jobs:
+            log.info("job given back at shutdown; attempt not counted", extra=job.log_context)
+        if released:
+            self.signals.publish_wake(None)
+        return Outcome.RELEASED if released else Outcome.LEASE_LOST
+
+    def lease_lost(self, job: LeasedJob) -> Outcome:
+        log.warning("job stopped: lease lost to a newer attempt", extra=job.log_context)
+        return Outcome.LEASE_LOST
