@@ -35,7 +35,8 @@ from tasks.wakeups import WakeupPublisher
 
 log = logging.getLogger("spacejobs.worker")
 
-#: the channel the jobs table's insert trigger notifies (models/db/schema/40_job_transitions.sql, jobs_after_insert)
+#: the channel the jobs table's insert trigger notifies (jobs_after_insert, in
+#: models/db/schema/40_job_transitions.sql)
 JOBS_CHANNEL = "spacejobs_jobs"
 
 #: a pause or a new limit reaches every worker within this many seconds
