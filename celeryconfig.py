@@ -1,5 +1,5 @@
 """Celery settings, decided here and fed from the one settings object (models.settings; see
-docs/operations.md, "Configuration").
+docs/reference/configuration.md).
 
 Redis only carries wake-up signals; the job row in PostgreSQL is the truth. That decides most
 of what follows.

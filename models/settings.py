@@ -1,8 +1,9 @@
 """Every setting of Space Jobs, read once from the environment, validated and typed.
 
 Web, workers, beat, the CLI and ``celeryconfig.py`` all read this one object; no other module
-reads ``os.environ``. The configuration table of ``docs/operations.md`` is checked against these fields by a
-test (``tests/unit/test_settings.py``), so a new setting cannot go undocumented.
+reads ``os.environ``. The configuration table of ``docs/reference/configuration.md`` is checked
+against these fields by a test (``tests/unit/test_settings.py``), so a new setting cannot go
+undocumented.
 
 pydantic-settings rather than a hand-written dataclass: we already validate request bodies
 with pydantic, and it gives typed parsing (``"1"`` → ``True``, ``"2.5"`` → ``2.5``) with a
@@ -202,7 +203,7 @@ class Settings(BaseSettings):
 
     periodic_jobs: str = Field(
         "[]", description="periodic jobs, a JSON list of {name, kind, organization_id, "
-                          "requested_by, params?, schedule?} (docs/design.md, \"Periodic jobs\")")
+                          "requested_by, params?, schedule?} (docs/concepts/job-row.md, \"Periodic jobs\")")
 
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
@@ -242,7 +243,7 @@ class Settings(BaseSettings):
 
 
 def markdown_table() -> str:
-    """The configuration table of docs/operations.md, made from the fields above (a test keeps
+    """The configuration table of docs/reference/configuration.md, made from the fields above (a test keeps
     them equal). ``python -m models.settings`` prints it; paste it between the markers there.
     """
     lines = ["| variable | default | meaning |", "|---|---|---|"]

@@ -1,6 +1,6 @@
 """A Redis restart under a worker that holds a reserved wake-up: the worker must reconnect, not die.
 
-The crash this guards against (docs/design.md, "Faults"): kombu's ``Connection.collect()`` stops closing
+The crash (docs/concepts/leases-and-fencing.md): kombu's ``Connection.collect()`` stops closing
 channels at the first one that fails, detaches the transport anyway, and Celery 5.7 then closes
 the task channel again; restoring its unacknowledged wake-ups needs the detached transport and
 raises ``AttributeError: 'NoneType' object has no attribute 'hostname'``, which kills the

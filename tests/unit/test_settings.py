@@ -7,21 +7,21 @@ from pydantic import ValidationError
 
 from models.settings import Settings, markdown_table
 
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md"
 
 
 def test_the_documented_configuration_table_is_the_generated_one() -> None:
-    text = OPERATIONS.read_text()
+    text = CONFIGURATION.read_text()
     start = text.index("<!-- settings-table:start -->\n") + len("<!-- settings-table:start -->\n")
     end = text.index("<!-- settings-table:end -->")
     assert text[start:end].strip() == markdown_table(), (
-        "docs/operations.md's configuration table is stale: run `python -m models.settings` and paste it"
+        "docs/reference/configuration.md's table is stale: run `python -m models.settings` and paste it"
     )
 
 
 def test_every_setting_is_documented() -> None:
     for name, field in Settings.model_fields.items():
-        assert field.description, f"{name} has no description for docs/operations.md"
+        assert field.description, f"{name} has no description for docs/reference/configuration.md"
 
 
 def test_variables_are_read_by_their_documented_names(monkeypatch: pytest.MonkeyPatch) -> None:
