@@ -1,0 +1,41 @@
+"""A job kind: the most common words in an organization's project descriptions.
+
+Workers and web processes load it when this module is named in SPACEJOBS_EXTRA_KIND_MODULES
+(here `word_count`, with this folder on PYTHONPATH). tests/integration/test_guides.py runs it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from models.jobs.context import JobContext
+from models.kinds import Params, job_kind
+
+WORD = re.compile(r"[^\W\d_]+")
+
+
+class WordCountParams(Params):
+    """What a submit may ask for; anything else is refused with 400 invalid_params."""
+
+    top: Annotated[int, Field(ge=1, le=100)] = 10
+    min_length: Annotated[int, Field(ge=1, le=50)] = 3
+
+
+@job_kind("word_count", org_states={"active", "read_only"}, role="member",
+          max_attempts=3, params=WordCountParams)
+def count_words(ctx: JobContext, params: WordCountParams) -> dict[str, Any]:
+    # A transaction scoped to the job's organization: only its rows are visible.
+    with ctx.tenant() as tenant:
+        projects = tenant.projects.list()
+    counts: Counter[str] = Counter()
+    for done, project in enumerate(projects, start=1):
+        counts.update(word for word in WORD.findall(project.description.lower())
+                      if len(word) >= params.min_length)
+        if done % 100 == 0 or done == len(projects):
+            ctx.progress("counting words", done=done, total=len(projects))  # also a checkpoint
+    return {"projects": len(projects),
+            "words": [{"word": word, "count": count} for word, count in counts.most_common(params.top)]}

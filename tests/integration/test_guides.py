@@ -1,0 +1,88 @@
+"""The guides' examples (docs/examples/), run for real: the "writing a kind" guide's kind is loaded
+through SPACEJOBS_EXTRA_KIND_MODULES by `spacejobs web` and a Celery worker, and its script
+submits a job over HTTP and reads the result back, exactly as the page tells a reader to."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.kit.processes import REPO_ROOT, free_port
+from tests.kit.stack import Stack
+
+EXAMPLES = Path(REPO_ROOT) / "docs" / "examples"
+
+
+@pytest.fixture(scope="module")
+def kind_env(bare_stack: Stack) -> dict[str, str]:
+    """What the guide says to set: the example's folder importable, its module named."""
+    return bare_stack.env(
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(EXAMPLES)]),
+        SPACEJOBS_EXTRA_KIND_MODULES="word_count")
+
+
+@pytest.fixture(scope="module")
+def web(bare_stack: Stack, kind_env: dict[str, str]) -> Iterator[str]:
+    """`spacejobs web` and one worker, both with the example kind, on the module's stack."""
+    worker = bare_stack.start_worker(PYTHONPATH=kind_env["PYTHONPATH"],
+                                     SPACEJOBS_EXTRA_KIND_MODULES=kind_env["SPACEJOBS_EXTRA_KIND_MODULES"])
+    port = free_port()
+    proc = bare_stack.processes.start(
+        "web", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers", "1"], kind_env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(url + "/api/v1/openapi.json", timeout=1)
+            break
+        except requests.ConnectionError:
+            if time.monotonic() > deadline or proc.popen.poll() is not None:
+                raise AssertionError(proc.output()[-3000:]) from None
+            time.sleep(0.2)
+    yield url
+    bare_stack.retire(proc, worker)
+
+
+def test_the_kind_of_the_guide_runs_on_a_worker_and_its_result_is_read_back(
+        bare_stack: Stack, web: str, kind_env: dict[str, str]) -> None:
+    org = bare_stack.org()
+    member = bare_stack.user(org, "member")
+    for name, description in (("Apollo", "Rockets, rockets and more rockets: crews ride rockets to orbit."),
+                               ("Gemini", "Crews train, crews fly; orbit first.")):
+        created = requests.post(f"{web}/api/v1/orgs/{org}/projects", headers=member.auth,
+                                json={"name": name, "description": description}, timeout=10)
+        assert created.status_code == 201, created.text
+
+    ran = subprocess.run(
+        [sys.executable, str(EXAMPLES / "word_count_submit.py")], capture_output=True, text=True,
+        timeout=90, cwd=REPO_ROOT,
+        env=kind_env | {"SPACEJOBS_URL": web, "SPACEJOBS_TOKEN": member.token, "SPACEJOBS_ORG": str(org)})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    answer = json.loads(ran.stdout)
+
+    assert answer["kind"] == "word_count"
+    # the 3 commonest words of at least 4 letters in both descriptions (the params the script
+    # sent): "and", "to" and "fly" are too short
+    assert answer["result"] == {"projects": 2, "words": [
+        {"word": "rockets", "count": 4}, {"word": "crews", "count": 3}, {"word": "orbit", "count": 2}]}
+    row = bare_stack.job_row(answer["job_id"])
+    assert (row["status"], row["attempts"]) == ("completed", 1)
+    assert [e["to_status"] for e in bare_stack.events(answer["job_id"])] == ["queued", "leased", "completed"]
+
+
+def test_the_params_model_of_the_guide_refuses_what_it_does_not_allow(bare_stack: Stack, web: str) -> None:
+    org = bare_stack.org()
+    member = bare_stack.user(org, "member")
+    for params in ({"top": 0}, {"top": 5, "colour": "red"}):
+        refused = requests.post(f"{web}/api/v1/orgs/{org}/jobs", headers=member.auth,
+                                json={"kind": "word_count", "params": params}, timeout=10)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_params")
+    assert bare_stack.count_jobs(org) == 0
