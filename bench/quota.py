@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +38,8 @@ import psycopg
 import redis
 import requests
 from sqlalchemy import text
+
+from bench.harness import WRK_MISSING, have_wrk, poll, post_script, run_wrk
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,8 +100,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the three versions, in turn (figures: the median)")
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("needs wrk (apt-get install wrk)")
+    if not have_wrk():
+        sys.exit(WRK_MISSING)
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 
     from models.db.engine import make_engine
@@ -138,12 +138,15 @@ def main() -> None:
              str(args.workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         url = f"http://127.0.0.1:{port}"
-        for _ in range(150):
+
+        def answers() -> bool:
             try:
                 requests.get(url + "/api/v1/me", timeout=1)
-                break
             except requests.ConnectionError:
-                time.sleep(0.2)
+                return False
+            return True
+
+        poll(answers, 30, interval=0.2)
 
         def drain() -> None:
             while not stop.wait(0.05):
@@ -154,11 +157,7 @@ def main() -> None:
 
         drainer = threading.Thread(target=drain, daemon=True)
         drainer.start()
-        script = Path(tempfile.mkdtemp()) / "post.lua"
-        script.write_text(
-            'wrk.method = "POST"\nwrk.body = \'{"kind": "bench.noop"}\'\n'
-            'wrk.headers["Content-Type"] = "application/json"\n'
-            f'wrk.headers["Authorization"] = "Bearer {token}"\n')
+        script = post_script(Path(tempfile.mkdtemp()), "post", '{"kind": "bench.noop"}', token)
         target = f"{url}/api/v1/orgs/{org}/jobs"
         print(f"POST {target.replace(str(org), '{org}')}: one organization, one token, "
               f"{args.connections} connections, {args.workers} gunicorn processes x 16 threads, "
@@ -169,17 +168,10 @@ def main() -> None:
             for label, definition in versions[round_ % 3:] + versions[:round_ % 3]:
                 with owner_transaction(admin, actor="bench") as conn:
                     conn.execute(text(definition))
-                subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d2s", "-s", str(script),
-                                target], capture_output=True, check=True)  # warm-up
-                out = subprocess.run(
-                    ["wrk", "-t2", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s",
-                     str(script), target], capture_output=True, text=True, check=True).stdout
-                rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-                not_ok = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-                p50, p99 = re.search(r"50%\s+(\S+)", out), re.search(r"99%\s+(\S+)", out)
-                figures[label].append((float(rate.group(1)) if rate else 0.0,
-                                       p50.group(1) if p50 else "?", p99.group(1) if p99 else "?",
-                                       int(not_ok.group(1)) if not_ok else 0))
+                run_wrk(target, script, seconds=2, connections=args.connections)  # warm-up
+                run = run_wrk(target, script, seconds=args.seconds, connections=args.connections,
+                              latency=True)
+                figures[label].append((run.requests_per_second, run.p50, run.p99, run.not_2xx))
                 print(f"  round {round_ + 1} {label:<11} {figures[label][-1][0]:8.1f} submits/s",
                       flush=True)
         direct: dict[str, list[float]] = {label: [] for label, _ in versions}
@@ -193,7 +185,7 @@ def main() -> None:
                       "(database only)", flush=True)
         print("median of the rounds:")
         for label, runs in figures.items():
-            rate, p50, p99, not_ok = sorted(runs)[len(runs) // 2]
+            rate, p50, p99, _ = sorted(runs)[len(runs) // 2]
             print(f"  {label:<11} {rate:8.1f} submits/s   p50 {p50:>8}  p99 {p99:>8}   "
                   f"not 202: {sum(r[3] for r in runs)}   (all: "
                   f"{', '.join(f'{r[0]:.0f}' for r in runs)})")
