@@ -425,8 +425,8 @@ def render(figures: list[Figures], header: list[tuple[str, str]]) -> str:
     lines += [f"{key.ljust(width)} : {value}" for key, value in header]
     columns = ["placement", "SELECT 1 round trip, ms", "drain, jobs/s", "latency p50, ms",
                "latency p95, ms", "worker connections from"]
-    rows = [[f"{f.placement} (round {f.round})", f.round_trip, f"{f.drain:,.0f}", f"{f.p50:.1f}",
-             f"{f.p95:.1f}", f.addresses] for f in sorted(figures, key=lambda f: f.round)]
+    table = [[f"{f.placement} (round {f.round})", f.round_trip, f"{f.drain:,.0f}", f"{f.p50:.1f}",
+              f"{f.p95:.1f}", f.addresses] for f in sorted(figures, key=lambda f: f.round)]
     medians: dict[str, tuple[float, float, float]] = {}
     for name in ("loopback", "namespaces"):
         mine = [f for f in figures if f.placement == name]
@@ -434,17 +434,17 @@ def render(figures: list[Figures], header: list[tuple[str, str]]) -> str:
             medians[name] = (statistics.median(f.drain for f in mine),
                              statistics.median(f.p50 for f in mine),
                              statistics.median(f.p95 for f in mine))
-            rows.append([f"{name}, median of {len(mine)}", "", f"{medians[name][0]:,.0f}",
-                         f"{medians[name][1]:.1f}", f"{medians[name][2]:.1f}", ""])
+            table.append([f"{name}, median of {len(mine)}", "", f"{medians[name][0]:,.0f}",
+                          f"{medians[name][1]:.1f}", f"{medians[name][2]:.1f}", ""])
     if len(medians) == 2:
         ratios = [f"{a / b:.2f}x" for a, b in zip(medians["namespaces"], medians["loopback"],
                                                   strict=True)]
-        rows.append(["namespaces / loopback", "", *ratios, ""])
-    widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+        table.append(["namespaces / loopback", "", *ratios, ""])
+    widths = [max(len(str(row[i])) for row in [columns, *table]) for i in range(len(columns))]
     lines += ["", "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
               "  ".join("-" * w for w in widths)]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-              for row in rows]
+              for row in table]
     checks = [check for f in figures for check in f.invariants]
     if checks:
         lines += ["", "Invariants (read from the database)"]

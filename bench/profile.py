@@ -171,7 +171,7 @@ def python_report(stacks: Path, top: int = 30) -> str:
 
 def statements_report(db_url: str, jobs: int, seconds: float) -> str:
     with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
-        rows = conn.execute(
+        statements = conn.execute(
             "SELECT calls, rows, total_exec_time, mean_exec_time,"
             "       shared_blks_hit + shared_blks_read, wal_records, jit_functions,"
             "       regexp_replace(query, '\\s+', ' ', 'g')"
@@ -192,7 +192,7 @@ def statements_report(db_url: str, jobs: int, seconds: float) -> str:
              " statements want: compiling costs more than they run).", "",
              f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8} {'blks/row':>8} {'wal/row':>8}"
              f" {'jit':>5}  statement"]
-    for call_count, row_count, total, mean, blocks, wal, jit, query in rows:
+    for call_count, row_count, total, mean, blocks, wal, jit, query in statements:
         per_row = max(row_count, 1)
         lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}"
                      f" {blocks / per_row:>8.1f} {wal / per_row:>8.1f} {jit:>5}  {query[:150]}")
