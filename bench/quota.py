@@ -14,6 +14,7 @@ finish them, so the count stays far below the cap (1,000) and no submit is refus
     DATABASE_URL=postgresql://postgres@127.0.0.1/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python -m bench.quota --seconds 10 --connections 32 --workers 2
 
+`--embedded` measures on an embedded PostgreSQL and Redis started for the run instead.
 Needs `wrk` (apt-get install wrk). Prints requests/s and the answers that were not 202.
 
 Then the same three versions without the web: `--connections` threads, each with its own
@@ -35,11 +36,11 @@ import uuid
 from pathlib import Path
 
 import psycopg
-import redis
 import requests
 from sqlalchemy import text
 
 from bench.harness import WRK_MISSING, have_wrk, poll, post_script, run_wrk
+from bench.servers import add_embedded_option, measured_on
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,19 +100,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the three versions, in turn (figures: the median)")
+    add_embedded_option(parser)
     args = parser.parse_args()
     if not have_wrk():
         sys.exit(WRK_MISSING)
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+    with measured_on(args.embedded) as (server, redis_url):
+        measure_all(args, server, redis_url)
+
+
+def measure_all(args: argparse.Namespace, server: str, redis_url: str) -> None:
+    """The three versions through the web, then without it, on the given servers."""
 
     from models.db.engine import make_engine
     from models.db.transaction import owner_transaction
-    from tests.kit import seeding
+    from tests.kit import broker, seeding
     from tests.kit.processes import free_port
     from tests.kit.servers import Servers
 
-    server = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     name = f"sj_quota_{uuid.uuid4().hex[:8]}"
     queue = f"sj-quota-{uuid.uuid4().hex[:8]}"
     servers = Servers(server, redis_url, "DATABASE_URL / REDIS_URL")
@@ -201,7 +207,7 @@ def main() -> None:
             admin.dispose()
         servers.drop_database(name)
         servers.close()  # the template
-        redis.Redis.from_url(redis_url).delete(queue)
+        broker.redis_client(redis_url).delete(queue)
 
 
 if __name__ == "__main__":
