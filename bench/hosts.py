@@ -15,7 +15,7 @@ Run as root from the repository root (it creates network namespaces):
   servers listen on 127.0.0.1 only and are left alone.
 - **Workers.** One ``celery -A tasks.celery_app worker`` per namespace (``ip netns exec``),
   connecting to the bridge's address. Then, for comparison, the same N workers on 127.0.0.1.
-- **Figures.** They are read from the job rows, as in bench/rows.py:
+- **Figures.** They are read from the job rows (bench/rows.py):
   - the drain rate of M pre-filled ``bench.noop`` jobs (first start to last finish);
   - created → finished latency at a paced rate;
   - the round trip of ``SELECT 1`` from each placement.
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,17 +48,8 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from bench.peers.base import paced
-from bench.rows import (
-    KIND,
-    BenchError,
-    _log,
-    latencies,
-    percentile,
-    phase_rows,
-    seed_tenant,
-    wait_finished,
-)
+from bench import rows
+from bench.harness import paced, percentile, poll
 from models.db.engine import libpq_url
 from tests.kit import broker
 from tests.kit.processes import (
@@ -68,11 +60,22 @@ from tests.kit.processes import (
     free_port,
     until_stopped,
 )
+from tests.kit.seeding import Tenant
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
+KIND = "bench.noop"
 PREFIX = "sjh"  # namespaces sjh<pid>-<n>, bridge sjb<pid>, host-side veths sjv<pid>h<n>
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _log(message: str) -> None:
+    # Progress goes to stderr so stdout carries only the report.
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -237,16 +240,18 @@ class PrivateCluster:
                  "--dir", str(self.directory)],
                 stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
-        deadline = time.monotonic() + 20
-        while True:
-            with suppress(redis.RedisError):
-                if redis.Redis(port=self.redis_port, socket_timeout=1).ping():
-                    break
-            if self.redis_proc.poll() is not None or time.monotonic() > deadline:
-                raise BenchError("redis-server did not start")
-            time.sleep(0.05)
+        if not poll(self._redis_answers, 20, interval=0.05):
+            raise BenchError("redis-server did not start")
         with psycopg.connect(libpq_url(self.admin_url("127.0.0.1"))) as conn:
             self.version = conn.execute("SHOW server_version").fetchone()[0]
+
+    def _redis_answers(self) -> bool:
+        """True once redis-server answers a PING; a redis-server that exited raises."""
+        if self.redis_proc is not None and self.redis_proc.poll() is not None:
+            raise BenchError("redis-server did not start")
+        with suppress(redis.RedisError):
+            return bool(redis.Redis(port=self.redis_port, socket_timeout=1).ping())
+        return False
 
     def admin_url(self, host: str) -> str:
         return f"postgresql://postgres@{host}:{self.pg_port}/postgres"
@@ -268,6 +273,22 @@ class PrivateCluster:
 
 def on_host(url: str, host: str) -> str:
     return make_url(url).set(host=host).render_as_string(hide_password=False)
+
+
+def seed_tenant(stack: Stack, label: str) -> Tenant:
+    """One organization per phase, so each phase's rows are told apart by organization_id."""
+    return stack.tenant(f"bench-{label}")
+
+
+def wait_finished(stack: Stack, org: uuid.UUID, expected: int, timeout: float) -> None:
+    def finished() -> bool:
+        with stack.admin() as conn:
+            return rows.finished_count(conn, org) >= expected
+
+    if not poll(finished, timeout, interval=0.2, between=stack.processes.check_alive):
+        with stack.admin() as conn:
+            done = rows.finished_count(conn, org)
+        raise BenchError(f"only {done}/{expected} jobs finished after {timeout:.0f}s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,9 +376,10 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
             for proc in workers:
                 proc.signal_group(signal.SIGCONT)
         wait_finished(stack, tenant.organization_id, args.jobs, timeout=max(120, args.jobs / 20))
-        rows = phase_rows(stack, tenant.organization_id)
-        drain = args.jobs / (rows.last_finished - rows.first_started).total_seconds()
-        ok, detail = rows.invariants(args.jobs)
+        with stack.admin() as conn:
+            drained = rows.outcome(conn, tenant.organization_id)
+        drain = args.jobs / (drained.last_finished - drained.first_started).total_seconds()
+        ok, detail = drained.invariants(args.jobs)
         checks.append((f"{placement.name} {round_number} drain", ok, detail))
 
         # Latency: paced submits to idle (lingering) workers, each its own transaction.
@@ -373,8 +395,9 @@ def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
 
         paced(args.rate, count, submit_one)
         wait_finished(stack, tenant.organization_id, count, timeout=120)
-        values = [1000 * v for v in latencies(stack, tenant.organization_id)]
-        ok, detail = phase_rows(stack, tenant.organization_id).invariants(count)
+        with stack.admin() as conn:
+            values = [1000 * v for v in rows.row_latencies(conn, tenant.organization_id)]
+            ok, detail = rows.outcome(conn, tenant.organization_id).invariants(count)
         checks.append((f"{placement.name} {round_number} latency", ok, detail))
 
         # Where the workers' connections really came from, as PostgreSQL saw them.
@@ -404,8 +427,8 @@ def render(figures: list[Figures], header: list[tuple[str, str]]) -> str:
     lines += [f"{key.ljust(width)} : {value}" for key, value in header]
     columns = ["placement", "SELECT 1 round trip, ms", "drain, jobs/s", "latency p50, ms",
                "latency p95, ms", "worker connections from"]
-    rows = [[f"{f.placement} (round {f.round})", f.round_trip, f"{f.drain:,.0f}", f"{f.p50:.1f}",
-             f"{f.p95:.1f}", f.addresses] for f in sorted(figures, key=lambda f: f.round)]
+    table = [[f"{f.placement} (round {f.round})", f.round_trip, f"{f.drain:,.0f}", f"{f.p50:.1f}",
+              f"{f.p95:.1f}", f.addresses] for f in sorted(figures, key=lambda f: f.round)]
     medians: dict[str, tuple[float, float, float]] = {}
     for name in ("loopback", "namespaces"):
         mine = [f for f in figures if f.placement == name]
@@ -413,17 +436,17 @@ def render(figures: list[Figures], header: list[tuple[str, str]]) -> str:
             medians[name] = (statistics.median(f.drain for f in mine),
                              statistics.median(f.p50 for f in mine),
                              statistics.median(f.p95 for f in mine))
-            rows.append([f"{name}, median of {len(mine)}", "", f"{medians[name][0]:,.0f}",
-                         f"{medians[name][1]:.1f}", f"{medians[name][2]:.1f}", ""])
+            table.append([f"{name}, median of {len(mine)}", "", f"{medians[name][0]:,.0f}",
+                          f"{medians[name][1]:.1f}", f"{medians[name][2]:.1f}", ""])
     if len(medians) == 2:
         ratios = [f"{a / b:.2f}x" for a, b in zip(medians["namespaces"], medians["loopback"],
                                                   strict=True)]
-        rows.append(["namespaces / loopback", "", *ratios, ""])
-    widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+        table.append(["namespaces / loopback", "", *ratios, ""])
+    widths = [max(len(str(row[i])) for row in [columns, *table]) for i in range(len(columns))]
     lines += ["", "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
               "  ".join("-" * w for w in widths)]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-              for row in rows]
+              for row in table]
     checks = [check for f in figures for check in f.invariants]
     if checks:
         lines += ["", "Invariants (read from the database)"]

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench import rows
+from bench.harness import poll
 from models.db.engine import libpq_url, make_engine
 from tests.kit import seeding
 from tests.kit.servers import Servers
@@ -54,11 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     servers = Servers(args.server, args.redis, "--server / --redis")
     db_url = servers.create_database(name, template=servers.migrated_template())
     spy = worker = None
+    # Kept open for the drain's poll: connected (and SQLAlchemy's first-connect queries run)
+    # before pg_stat_statements is reset, so the report counts only the drain's statements.
+    admin = make_engine(db_url, pool_size=1)
     try:
-        admin = make_engine(db_url, pool_size=1)
         org = seeding.organization(admin, "profile")
         user = seeding.user(admin, org, "member")
-        admin.dispose()
         with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
             # Owner-role rows, the same shape submit writes (bench.noop, 3 attempts, 30 s lease).
             conn.execute("SET ROLE space_owner")
@@ -85,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             start_new_session=True)
         # The worker's start-up (imports, forking the pool) is not what we profile: attach once
         # it says it is ready.
-        deadline = time.monotonic() + 120
-        while " ready." not in log_path.read_text(errors="replace"):
-            if worker.poll() is not None or time.monotonic() > deadline:
+        def started_up() -> bool:
+            if worker.poll() is not None:
                 raise SystemExit("the worker did not start; see worker.log")
-            time.sleep(0.1)
+            return " ready." in log_path.read_text(errors="replace")
+
+        if not poll(started_up, 120):
+            raise SystemExit("the worker did not start; see worker.log")
         spy = subprocess.Popen(
             [spy_bin, "record", "--subprocesses", "--rate", str(args.rate), "--nonblocking",
              "-o", str(args.out / "stacks.txt"), "-f", "raw", "--pid", str(worker.pid)],
@@ -102,20 +107,22 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         for _ in range(args.concurrency):
             publisher.wake()
-        with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
-            while True:
-                done, first, last = conn.execute(
-                    "SELECT count(*) FILTER (WHERE status = 'completed'), min(started_at),"
-                    " max(finished_at) FROM jobs").fetchone()
-                if done >= args.jobs:
-                    break
-                if time.monotonic() - started > max(120, args.jobs / 20):
-                    raise SystemExit(f"only {done}/{args.jobs} finished")
+        seen: list[rows.Progress] = []
+        # Autocommit: the poll is one statement a time in pg_stat_statements, no BEGIN around it.
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            def drained() -> bool:
+                seen.append(rows.progress(conn))
+                return seen[-1].completed >= args.jobs
+
+            def still_working() -> None:
                 if worker.poll() is not None:
                     raise SystemExit("the worker exited; see worker.log")
-                time.sleep(0.2)
                 publisher.wake()
-        seconds = (last - first).total_seconds()
+
+            if not poll(drained, max(120, args.jobs / 20) - (time.monotonic() - started),
+                        interval=0.2, between=still_working):
+                raise SystemExit(f"only {seen[-1].completed}/{args.jobs} finished")
+        seconds = (seen[-1].last_finished - seen[-1].first_started).total_seconds()
         os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
         spy.wait(timeout=60)
         spy = None
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for process in (spy, worker):
             if process is not None:
                 os.killpg(process.pid, signal.SIGKILL)
+        admin.dispose()
         servers.drop_database(name)
         servers.close()  # the template
 
@@ -163,7 +171,7 @@ def python_report(stacks: Path, top: int = 30) -> str:
 
 def statements_report(db_url: str, jobs: int, seconds: float) -> str:
     with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
-        rows = conn.execute(
+        statements = conn.execute(
             "SELECT calls, rows, total_exec_time, mean_exec_time,"
             "       shared_blks_hit + shared_blks_read, wal_records, jit_functions,"
             "       regexp_replace(query, '\\s+', ' ', 'g')"
@@ -184,7 +192,7 @@ def statements_report(db_url: str, jobs: int, seconds: float) -> str:
              " statements want: compiling costs more than they run).", "",
              f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8} {'blks/row':>8} {'wal/row':>8}"
              f" {'jit':>5}  statement"]
-    for call_count, row_count, total, mean, blocks, wal, jit, query in rows:
+    for call_count, row_count, total, mean, blocks, wal, jit, query in statements:
         per_row = max(row_count, 1)
         lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}"
                      f" {blocks / per_row:>8.1f} {wal / per_row:>8.1f} {jit:>5}  {query[:150]}")

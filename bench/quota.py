@@ -14,6 +14,7 @@ finish them, so the count stays far below the cap (1,000) and no submit is refus
     DATABASE_URL=postgresql://postgres@127.0.0.1/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python -m bench.quota --seconds 10 --connections 32 --workers 2
 
+`--embedded` measures on an embedded PostgreSQL and Redis started for the run instead.
 Needs `wrk` (apt-get install wrk). Prints requests/s and the answers that were not 202.
 
 Then the same three versions without the web: `--connections` threads, each with its own
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,9 +36,11 @@ import uuid
 from pathlib import Path
 
 import psycopg
-import redis
 import requests
 from sqlalchemy import text
+
+from bench.harness import WRK_MISSING, have_wrk, poll, post_script, run_wrk
+from bench.servers import add_embedded_option, measured_on
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,19 +100,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the three versions, in turn (figures: the median)")
+    add_embedded_option(parser)
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("needs wrk (apt-get install wrk)")
+    if not have_wrk():
+        sys.exit(WRK_MISSING)
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+    with measured_on(args.embedded) as (server, redis_url):
+        measure_all(args, server, redis_url)
+
+
+def measure_all(args: argparse.Namespace, server: str, redis_url: str) -> None:
+    """The three versions through the web, then without it, on the given servers."""
 
     from models.db.engine import make_engine
     from models.db.transaction import owner_transaction
-    from tests.kit import seeding
+    from tests.kit import broker, seeding
     from tests.kit.processes import free_port
     from tests.kit.servers import Servers
 
-    server = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     name = f"sj_quota_{uuid.uuid4().hex[:8]}"
     queue = f"sj-quota-{uuid.uuid4().hex[:8]}"
     servers = Servers(server, redis_url, "DATABASE_URL / REDIS_URL")
@@ -138,12 +144,15 @@ def main() -> None:
              str(args.workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         url = f"http://127.0.0.1:{port}"
-        for _ in range(150):
+
+        def answers() -> bool:
             try:
                 requests.get(url + "/api/v1/me", timeout=1)
-                break
             except requests.ConnectionError:
-                time.sleep(0.2)
+                return False
+            return True
+
+        poll(answers, 30, interval=0.2)
 
         def drain() -> None:
             while not stop.wait(0.05):
@@ -154,11 +163,7 @@ def main() -> None:
 
         drainer = threading.Thread(target=drain, daemon=True)
         drainer.start()
-        script = Path(tempfile.mkdtemp()) / "post.lua"
-        script.write_text(
-            'wrk.method = "POST"\nwrk.body = \'{"kind": "bench.noop"}\'\n'
-            'wrk.headers["Content-Type"] = "application/json"\n'
-            f'wrk.headers["Authorization"] = "Bearer {token}"\n')
+        script = post_script(Path(tempfile.mkdtemp()), "post", '{"kind": "bench.noop"}', token)
         target = f"{url}/api/v1/orgs/{org}/jobs"
         print(f"POST {target.replace(str(org), '{org}')}: one organization, one token, "
               f"{args.connections} connections, {args.workers} gunicorn processes x 16 threads, "
@@ -169,17 +174,10 @@ def main() -> None:
             for label, definition in versions[round_ % 3:] + versions[:round_ % 3]:
                 with owner_transaction(admin, actor="bench") as conn:
                     conn.execute(text(definition))
-                subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d2s", "-s", str(script),
-                                target], capture_output=True, check=True)  # warm-up
-                out = subprocess.run(
-                    ["wrk", "-t2", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s",
-                     str(script), target], capture_output=True, text=True, check=True).stdout
-                rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-                not_ok = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-                p50, p99 = re.search(r"50%\s+(\S+)", out), re.search(r"99%\s+(\S+)", out)
-                figures[label].append((float(rate.group(1)) if rate else 0.0,
-                                       p50.group(1) if p50 else "?", p99.group(1) if p99 else "?",
-                                       int(not_ok.group(1)) if not_ok else 0))
+                run_wrk(target, script, seconds=2, connections=args.connections)  # warm-up
+                run = run_wrk(target, script, seconds=args.seconds, connections=args.connections,
+                              latency=True)
+                figures[label].append((run.requests_per_second, run.p50, run.p99, run.not_2xx))
                 print(f"  round {round_ + 1} {label:<11} {figures[label][-1][0]:8.1f} submits/s",
                       flush=True)
         direct: dict[str, list[float]] = {label: [] for label, _ in versions}
@@ -193,7 +191,7 @@ def main() -> None:
                       "(database only)", flush=True)
         print("median of the rounds:")
         for label, runs in figures.items():
-            rate, p50, p99, not_ok = sorted(runs)[len(runs) // 2]
+            rate, p50, p99, _ = sorted(runs)[len(runs) // 2]
             print(f"  {label:<11} {rate:8.1f} submits/s   p50 {p50:>8}  p99 {p99:>8}   "
                   f"not 202: {sum(r[3] for r in runs)}   (all: "
                   f"{', '.join(f'{r[0]:.0f}' for r in runs)})")
@@ -209,7 +207,7 @@ def main() -> None:
             admin.dispose()
         servers.drop_database(name)
         servers.close()  # the template
-        redis.Redis.from_url(redis_url).delete(queue)
+        broker.redis_client(redis_url).delete(queue)
 
 
 if __name__ == "__main__":

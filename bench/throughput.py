@@ -3,6 +3,7 @@ with issue 8's targets.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python -m bench.throughput [--reps 3] [--jobs 5000] [--scale] [--peer NAME ...]
+    .venv/bin/python -m bench.throughput --embedded ...   # on servers started for the run
 
 The figures are interleaved (for each repetition, for each system, each figure) so that a busy
 moment of this shared machine falls on every system alike; each is reported as the median of
@@ -32,6 +33,7 @@ import redis
 
 from bench.peers import PEERS, Figure, Peer, PeerError, load_peer
 from bench.peers.plain_celery import redis_py_url
+from bench.servers import add_embedded_option, measured_on
 from models.db.engine import libpq_url
 from tests.kit.processes import clean_up_on_signals
 
@@ -252,6 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--claim-samples", type=int, default=200, help="claims timed per table")
     parser.add_argument("--rss-jobs", type=int,
                         help="jobs drained before reading RSS (default 100000; 2000 with --quick)")
+    add_embedded_option(parser)
     args = parser.parse_args(argv)
     quick = args.quick
 
@@ -337,8 +340,12 @@ def run(args: argparse.Namespace, peers: dict[str, Peer], results: Results) -> N
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     clean_up_on_signals()
-    admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    with measured_on(args.embedded) as (admin_url, redis_url):
+        return measure_all(args, admin_url, redis_url)
+
+
+def measure_all(args: argparse.Namespace, admin_url: str, redis_url: str) -> int:
+    """The whole run on the given servers: the header, the repetitions, the report."""
     _say("Space Jobs and its peers, one run (issue 8)")
     for line in machine(admin_url, redis_url):
         _say(line)

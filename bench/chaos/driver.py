@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import psutil
 import redis
 
+from bench.harness import Deadline, poll
 from tests.kit.private_servers import PrivateServers
 from tests.kit.processes import (
     BEAT_READY,
@@ -134,15 +135,13 @@ class Fleet:
             return self.beat
 
     def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         for incarnation in [*self.slots, self.beat]:
             assert incarnation is not None
-            while not incarnation.ready:
-                if not incarnation.alive:
-                    raise ChaosError(f"{incarnation.name} exited early:\n{incarnation.output()[-3000:]}")
-                if time.monotonic() > deadline:
-                    raise ChaosError(f"{incarnation.name} not ready:\n{incarnation.output()[-3000:]}")
-                time.sleep(0.1)
+            poll(lambda i=incarnation: i.ready or not i.alive, deadline)
+            if not incarnation.ready:
+                why = "not ready" if incarnation.alive else "exited early"
+                raise ChaosError(f"{incarnation.name} {why}:\n{incarnation.output()[-3000:]}")
 
     def ready_workers(self) -> list[int]:
         return [i for i, inc in enumerate(self.slots) if inc is not None and inc.alive and inc.ready]

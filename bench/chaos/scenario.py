@@ -31,6 +31,7 @@ from bench.chaos.driver import (
 )
 from bench.chaos.invariants import check_survivors, read_database
 from bench.chaos.report import ChaosReport
+from bench.harness import poll
 from models.db.transaction import transaction
 from models.jobs.records import ACTIVE
 from tests.kit import facts
@@ -161,19 +162,16 @@ def _lease_holders(operator: Engine) -> dict[int, list[str]]:
 
 
 def _wait_terminal(operator: Engine, fleet: Fleet, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def all_terminal() -> bool:
         fleet.watch()
         try:
             with transaction(operator) as conn:
                 counts = facts.counts_by_status(conn)
-            active = sum(counts[status] for status in ACTIVE)
         except DBAPIError:
-            active = -1  # still restarting
-        if active == 0:
-            return True
-        time.sleep(0.5)
-    return False
+            return False  # still restarting
+        return sum(counts[status] for status in ACTIVE) == 0
+
+    return poll(all_terminal, timeout, interval=0.5)
 
 
 def _stall_notes(operator: Engine, stalls: list[Stall]) -> list[str]:

@@ -2,6 +2,7 @@
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python -m bench.peers --quick [--peer pgqueuer ...]
+    .venv/bin/python -m bench.peers --quick --embedded   # on servers started for the run
 
 The real comparison, with Space Jobs in the same run, is ``bench.throughput``'s.
 """
@@ -16,6 +17,7 @@ import uuid
 from typing import Any
 
 from bench.peers import PEERS, PeerError, load_peer
+from bench.servers import add_embedded_option, measured_on
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -30,6 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=50, help="paced rate for latency (per second)")
     parser.add_argument("--seconds", type=float,
                         help="length of the latency run (default 20; 4 with --quick)")
+    add_embedded_option(parser)
     args = parser.parse_args(argv)
     args.jobs = args.jobs or (500 if args.quick else 5000)
     args.bulk = args.bulk or (2000 if args.quick else 20_000)
@@ -44,8 +47,11 @@ def _exit_on_signal(signum: int, _frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    admin_url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    with measured_on(args.embedded) as (admin_url, redis_url):
+        return measure_all(args, admin_url, redis_url)
+
+
+def measure_all(args: argparse.Namespace, admin_url: str, redis_url: str) -> int:
     run_id = uuid.uuid4().hex[:8]
     print(f"run {run_id}: N={args.jobs}, bulk {args.bulk}, {args.processes} worker processes, latency at"
           f" {args.rate:g}/s for {args.seconds:g} s; {os.cpu_count()} CPUs, load at start"

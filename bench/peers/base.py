@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import psycopg
 from psycopg import sql
 
+from bench.harness import paced, poll, spread
 from models.db.engine import libpq_url, with_database
 from models.db.queries import parse_blocks
 
@@ -78,26 +79,12 @@ def rate_figure(count: int, seconds: float, detail: str) -> Figure:
 
 
 def latency_figure(seconds: list[float], detail: str) -> Figure:
-    """p50/p95/p99 (inclusive quantiles) and max of per-job latencies given in seconds."""
+    """p50/p95/p99 (bench.harness's percentiles) and max of per-job latencies given in seconds."""
     if len(seconds) < 2:
         raise PeerError(f"{len(seconds)} latency samples: too few for percentiles")
     ms = [1000 * value for value in seconds]
-    cuts = statistics.quantiles(ms, n=100, method="inclusive")
-    spread = {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(ms)}
-    return Figure(spread["p50"], "ms", f"{len(ms)} jobs, {detail}", spread)
-
-
-def paced(rate: float, count: int, send: Callable[[], object]) -> float:
-    """Call ``send`` ``count`` times on a fixed schedule of ``rate`` per second; a late call is
-    made at once, never skipped, so a slow sender shows as a lower achieved rate. Returns the
-    elapsed seconds."""
-    start = time.perf_counter()
-    for index in range(count):
-        delay = start + index / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        send()
-    return time.perf_counter() - start
+    cuts = spread(ms)
+    return Figure(cuts["p50"], "ms", f"{len(ms)} jobs, {detail}", cuts)
 
 
 class Workers:
@@ -230,14 +217,10 @@ class Peer(ABC):
     def wait_until(self, what: str, done: Callable[[], bool], timeout: float,
                    interval: float = 0.1) -> None:
         """Poll ``done`` until it holds; a dead worker or the timeout raises."""
-        deadline = time.monotonic() + timeout
-        while not done():
-            self.workers.check_alive()
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {name}\n{self.workers.tail(name, 1500)}"
-                                 for name in self.workers.running)
-                raise PeerError(f"{self.title}: {what} not reached after {timeout:.0f} s\n{logs}")
-            time.sleep(interval)
+        if not poll(done, timeout, interval=interval, between=self.workers.check_alive):
+            logs = "\n".join(f"--- {name}\n{self.workers.tail(name, 1500)}"
+                             for name in self.workers.running)
+            raise PeerError(f"{self.title}: {what} not reached after {timeout:.0f} s\n{logs}")
 
     def start_workers(self, processes: int, argv: list[str], env: Mapping[str, str]) -> None:
         for index in range(processes):

@@ -22,7 +22,8 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready
 
-from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, paced, rate_figure
+from bench.harness import paced
+from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, rate_figure
 
 NOOP_TASK = "plain_bench.noop"
 

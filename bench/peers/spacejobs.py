@@ -13,8 +13,6 @@ without beat. Every figure is read from the job rows and ``job_events`` as the o
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +28,19 @@ from typing import Any, ClassVar
 import psutil
 from sqlalchemy import text
 
-from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, paced, rate_figure
+from bench import rows
+from bench.harness import (
+    WRK_MISSING,
+    WrkError,
+    WrkReport,
+    have_wrk,
+    paced,
+    percentile,
+    poll,
+    post_script,
+    run_wrk,
+)
+from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, rate_figure
 from models.db.queries import queries_beside
 from models.db.transaction import transaction
 from models.jobs import service, store
@@ -103,12 +113,10 @@ class SpaceJobsPeer(Peer):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _read(self, name: str, **params: Any) -> Any:
+    def _read(self, reader: Any, *args: Any) -> Any:
+        """What ``reader`` (one of bench.rows') reads, as the owner role."""
         with self.stack.admin() as conn:
-            return conn.execute(Q[name], params).mappings().all()
-
-    def _count(self, name: str) -> int:
-        return self._read(name)[0]["count"]
+            return reader(conn, *args)
 
     def _clear(self) -> None:
         """Empty the tables, the wake-up queue and the coalescing guard, so that the next figure
@@ -131,7 +139,7 @@ class SpaceJobsPeer(Peer):
                                     requested_by=tenant.user_id)
 
     def _expect_queued(self, n: int) -> None:
-        if (queued := self._count("queued_count")) != n:
+        if (queued := self._read(rows.progress).queued) != n:
             raise PeerError(f"Space Jobs: {queued} jobs queued after submitting {n}")
 
     def _start_worker(self, processes: int) -> LoggedProcess:
@@ -141,27 +149,23 @@ class SpaceJobsPeer(Peer):
             self.stack.env(), ready=WORKER_READY, timeout=120)
 
     def _wait(self, what: str, done: Any, timeout: float, interval: float = 0.2) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            self.stack.processes.check_alive()
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p.name}\n{p.output()[-1500:]}" for p in self.stack.processes)
-                raise PeerError(f"Space Jobs: {what} not reached after {timeout:.0f} s\n{logs}")
-            time.sleep(interval)
+        """Poll ``done`` until it holds; a dead process of the stack or the timeout raises."""
+        if not poll(done, timeout, interval=interval, between=self.stack.processes.check_alive):
+            logs = "\n".join(f"--- {p.name}\n{p.output()[-1500:]}" for p in self.stack.processes)
+            raise PeerError(f"Space Jobs: {what} not reached after {timeout:.0f} s\n{logs}")
 
     def _wait_completed(self, n: int, timeout: float) -> None:
-        self._wait(f"{n} jobs completed", lambda: self._count("completed_count") >= n, timeout)
+        self._wait(f"{n} jobs completed", lambda: self._read(rows.progress).completed >= n, timeout)
         time.sleep(0.5)  # a job run twice would show up as a second chain of events
 
     def _outcome(self, n: int) -> tuple[Any, Any, int]:
         """First lease and last completion; raises unless each of the ``n`` jobs ran once."""
-        row = self._read("outcome")[0]
-        if not (row["jobs"] == row["completed_once"] == row["clean_chains"] == n) or row["diagnostics"]:
-            raise PeerError(f"Space Jobs: {row['jobs']} rows, {row['completed_once']} completed in one"
-                            f" attempt, {row['clean_chains']} event chains queued>leased>completed,"
-                            f" {row['diagnostics']} diagnostics, for {n} jobs")
-        claimers = len(self._read("claims_by_worker"))
-        return row["first_leased"], row["last_completed"], claimers
+        found = self._read(rows.outcome)
+        if not (found.jobs == found.completed_once == found.clean_chains == n) or found.diagnostics:
+            raise PeerError(f"Space Jobs: {found.jobs} rows, {found.completed_once} completed in one"
+                            f" attempt, {found.clean_chains} event chains queued>leased>completed,"
+                            f" {found.diagnostics} diagnostics, for {n} jobs")
+        return found.first_leased, found.last_completed, len(found.claims_by_actor)
 
     # -- the peers' figures ----------------------------------------------------------------
 
@@ -216,14 +220,14 @@ class SpaceJobsPeer(Peer):
             elapsed = paced(rate, count, lambda: self._submit_one(self.tenant))
             self._wait_completed(count, timeout=60)
             self._outcome(count)
-            rows = self._read("latencies")
+            found = self._read(rows.event_latencies)
         finally:
             self.stack.processes.stop(worker)
         self._clear()
-        if len(rows) != count:
-            raise PeerError(f"Space Jobs: {len(rows)} complete histories for {count} jobs")
-        starts = [float(row["started"]) for row in rows]
-        return latency_figure([float(row["finished"]) for row in rows],
+        if len(found) != count:
+            raise PeerError(f"Space Jobs: {len(found)} complete histories for {count} jobs")
+        starts = [started for _, started in found]
+        return latency_figure([finished for finished, _ in found],
                               f"service.submit() at {count / elapsed:.1f}/s achieved, 1 worker -c"
                               f" {processes}, created_at -> completion event (job_events); submit ->"
                               f" lease p50 {1000 * statistics.median(starts):.1f} ms")
@@ -240,12 +244,12 @@ class SpaceJobsPeer(Peer):
         self._submit_many(self.tenant, flood, 1000)
         worker = self._start_worker(processes)
         try:
-            self._wait("the flood's first lease", lambda: self._count("leased_events") > 0,
+            self._wait("the flood's first lease", lambda: self._read(rows.leased_count) > 0,
                        timeout=120, interval=0.01)
             time.sleep(lone_after)
             self._submit_one(lone)
             self._wait_completed(flood + 1, drain_timeout(flood))
-            row = self._read("lone_wait", lone=lone.organization_id)[0]
+            row = self._read(rows.lone_wait, lone.organization_id)
         finally:
             self.stack.processes.stop(worker)
         self._clear()
@@ -279,7 +283,7 @@ class SpaceJobsPeer(Peer):
                 if outcome.job.status != "completed":
                     raise PeerError(f"Space Jobs wait: a job ended {outcome.job.status}")
                 delays.append((job.id, returned))
-            done_at = {row["job_id"]: row["at"] for row in self._read("completion_events")}
+            done_at = self._read(rows.completion_times)
         finally:
             self.stack.processes.stop(worker)
         self._clear()
@@ -291,9 +295,8 @@ class SpaceJobsPeer(Peer):
     def web_rate(self, seconds: float = 10, connections: int = 32, processes: int = 2) -> Figure:
         """`POST /api/v1/orgs/{org}/jobs` through `spacejobs web` driven by wrk (keep-alive, one
         token), no worker running: jobs/s counted from the rows the POSTs created."""
-        wrk = shutil.which("wrk")
-        if wrk is None:
-            raise PeerError("the web figure needs wrk (apt-get install wrk)")
+        if not have_wrk():
+            raise PeerError(f"the web figure {WRK_MISSING}")
         self._clear()
         port = free_port()
         web = self.stack.processes.start(
@@ -306,22 +309,32 @@ class SpaceJobsPeer(Peer):
             self._wait("the web answering", lambda: _answers(base + "/api/v1/me"), timeout=60)
             # The warm-up's rows belong to an organization of their own and are not counted.
             warm, measured = self.stack.tenant("bench-web-warm"), self.stack.tenant("bench-web")
-            _wrk(wrk, self.log_dir, base, warm, 2, connections)
-            output = _wrk(wrk, self.log_dir, base, measured, seconds, connections)
+            try:
+                self._post(base, warm, 2, connections)
+                report = self._post(base, measured, seconds, connections)
+            except WrkError as error:
+                raise PeerError(str(error)) from error
             time.sleep(0.5)  # requests wrk gave up on at its deadline may still commit
-            row = self._read("created_span", org=measured.organization_id)[0]
+            found = self._read(rows.outcome, measured.organization_id)
         finally:
             self.stack.processes.stop(web)
         self._clear()
-        made = row["jobs"]
+        made = found.jobs
         if made < 2:
-            raise PeerError(f"Space Jobs web: {made} rows created by wrk's POSTs:\n{output[-1500:]}")
-        span = (row["last_created"] - row["first_created"]).total_seconds()
-        answered, not_2xx, errors = _wrk_counts(output)
+            raise PeerError(f"Space Jobs web: {made} rows created by wrk's POSTs:\n{report.output[-1500:]}")
+        span = (found.last_created - found.first_created).total_seconds()
         return rate_figure(made, span,
-                           f"rows created by {answered} POSTs answered to wrk ({not_2xx} non-2xx,"
-                           f" socket errors {errors}), {connections} keep-alive connections, 2 wrk"
+                           f"rows created by {report.answered} POSTs answered to wrk ({report.not_2xx}"
+                           f" non-2xx, socket errors {report.socket_errors}), {connections} keep-alive"
+                           f" connections, 2 wrk"
                            f" threads, `spacejobs web --workers {processes}`, first -> last created_at")
+
+    def _post(self, base: str, tenant: Tenant, seconds: float, connections: int) -> WrkReport:
+        """wrk POSTing ``bench.noop`` jobs to ``tenant``'s organization with its member's token."""
+        script = post_script(self.log_dir, f"post-{tenant.organization_id}", f'{{"kind": "{KIND}"}}',
+                             tenant.member.token)
+        return run_wrk(f"{base}/api/v1/orgs/{tenant.organization_id}/jobs", script, seconds=seconds,
+                       connections=connections)
 
     def rss_after(self, n: int, processes: int = 2) -> Figure:
         """VmRSS of each process of a worker (the consumer and its pool processes) after it has
@@ -362,7 +375,7 @@ class SpaceJobsPeer(Peer):
             if len(leased) != 1:
                 raise PeerError(f"Space Jobs claim cost: a claim leased {len(leased)} jobs")
         self._clear()
-        p95 = statistics.quantiles(values, n=20, method="inclusive")[18]
+        p95 = percentile(values, 95)
         mean = statistics.fmean(values)
         return ClaimCost(finished, queued, Figure(
             mean, "ms", f"{samples} one-job claims (store.claim_batch, one transaction each, worker"
@@ -388,27 +401,3 @@ def _answers(url: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _wrk(wrk: str, log_dir: Path, base: str, tenant: Tenant, seconds: float, connections: int) -> str:
-    script = log_dir / f"post-{tenant.organization_id}.lua"
-    script.write_text(
-        'wrk.method = "POST"\n'
-        f"wrk.body = '{{\"kind\": \"{KIND}\"}}'\n"
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        f'wrk.headers["Authorization"] = "Bearer {tenant.member.token}"\n')
-    found = subprocess.run([wrk, "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s",
-                            str(script), f"{base}/api/v1/orgs/{tenant.organization_id}/jobs"],
-                           capture_output=True, text=True, check=False, timeout=seconds + 60)
-    if found.returncode != 0:
-        raise PeerError(f"wrk exited with {found.returncode}: {found.stderr[-1500:]}")
-    return found.stdout
-
-
-def _wrk_counts(output: str) -> tuple[int, int, str]:
-    """Requests wrk saw answered, how many of those were not 2xx/3xx, and its socket errors."""
-    answered = re.search(r"(\d+) requests in", output)
-    not_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    errors = re.search(r"Socket errors: (.*)", output)
-    return (int(answered.group(1)) if answered else 0, int(not_2xx.group(1)) if not_2xx else 0,
-            errors.group(1).strip() if errors else "none")
