@@ -55,7 +55,7 @@ class Settings(BaseSettings):
                             "and LISTEN only through `SPACEJOBS_LISTEN_DATABASE_URL` "
                             "(docs/scaling.md)")
     listen_database_url: str | None = Field(
-        None, description="a direct server (no pooler) for LISTEN (worker linger, `service.wait`): "
+        None, description="a direct server (no pooler) for LISTEN (worker linger, `Jobs.wait`): "
                           "its host, port and database, with each process's own role and "
                           "password (default: the process's own URL; with "
                           "`SPACEJOBS_DB_POOLER=transaction` and this unset, no LISTEN: linger "

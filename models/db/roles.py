@@ -50,7 +50,7 @@ def listen_url(url: str) -> str | None:
     transaction-mode pooler cannot give: through PgBouncer it hears nothing, and the LISTEN
     stays behind on a server connection that other clients then share. So behind such a
     pooler only ``SPACEJOBS_LISTEN_DATABASE_URL`` (a direct server) is used; without it the
-    callers do without (the worker's linger is off, ``service.wait`` re-reads the row).
+    callers do without (the worker's linger is off, ``Jobs.wait`` re-reads the row).
     """
     settings = get_settings()
     if settings.listen_database_url:

@@ -335,7 +335,7 @@ def test_workers_and_web_through_the_pooler_run_every_job_once_in_its_own_organi
     stack = bare_stack
     orgs = seed_orgs(stack, 2, projects_each=4)
     users = {org: stack.user(org) for org in orgs}
-    # This process waits for jobs (service.wait) with a direct LISTEN, as a web process would.
+    # This process waits for jobs (Jobs.wait) with a direct LISTEN, as a web process would.
     monkeypatch.setenv("SPACEJOBS_LISTEN_DATABASE_URL", stack.admin_url)
     reload_settings()
     through = {"SPACEJOBS_DB_POOLER": "transaction",
