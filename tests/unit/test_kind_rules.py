@@ -39,23 +39,23 @@ def register(name: str, **options) -> object:
 def test_rules_that_cannot_hold_are_refused_at_import(scratch_registry, options, complaint):
     options = {"org_states": {"active"}} | options
     with pytest.raises(ValueError, match=complaint):
-        job_kind("unit.refused", **options)
-    assert "unit.refused" not in scratch_registry
+        job_kind("rules.refused", **options)
+    assert "rules.refused" not in scratch_registry
 
 
 def test_a_soft_time_limit_brings_a_hard_one_a_little_later(scratch_registry):
-    assert register("unit.soft", time_limit=10).hard_time_limit == 20  # 10 * 1.5 + 5
-    assert register("unit.both", time_limit=10, hard_time_limit=12).hard_time_limit == 12
-    assert register("unit.none").hard_time_limit is None
-    assert register("unit.hard_only", hard_time_limit=7).hard_time_limit == 7
+    assert register("rules.soft", time_limit=10).hard_time_limit == 20  # 10 * 1.5 + 5
+    assert register("rules.both", time_limit=10, hard_time_limit=12).hard_time_limit == 12
+    assert register("rules.none").hard_time_limit is None
+    assert register("rules.hard_only", hard_time_limit=7).hard_time_limit == 7
 
 
 def test_the_decorator_keeps_the_function_and_its_defaults(scratch_registry):
     def run(ctx, params):
         return "ran"
 
-    assert job_kind("unit.kept", org_states={"active", "read_only"})(run) is run
-    kept = registry._REGISTRY["unit.kept"]
+    assert job_kind("rules.kept", org_states={"active", "read_only"})(run) is run
+    kept = registry._REGISTRY["rules.kept"]
     assert kept.run is run and kept.rules.org_states == frozenset({"active", "read_only"})
     assert (kept.rules.role, kept.rules.max_attempts, kept.rules.backoff_base,
             kept.rules.backoff_max, kept.rules.dedupable, kept.rules.quota) == (
@@ -63,15 +63,15 @@ def test_the_decorator_keeps_the_function_and_its_defaults(scratch_registry):
 
 
 def test_a_quota_of_zero_is_allowed_it_refuses_every_job(scratch_registry):
-    assert register("unit.zero", quota=0).quota == 0
+    assert register("rules.zero", quota=0).quota == 0
 
 
 def test_a_child_only_kind_is_unknown_to_submits_and_known_to_the_runner(scratch_registry):
-    register("unit.part", child_only=True)
+    register("rules.part", child_only=True)
     with pytest.raises(UnknownKind):
-        get_kind("unit.part")
-    assert get_any_kind("unit.part").rules.child_only
-    assert "unit.part" not in submittable_kinds()
+        get_kind("rules.part")
+    assert get_any_kind("rules.part").rules.child_only
+    assert "rules.part" not in submittable_kinds()
     assert submittable_kinds() == sorted(submittable_kinds())
 
 
@@ -106,8 +106,8 @@ class Seconds(Params):
 
 
 def test_params_default_to_an_empty_object_and_are_frozen(scratch_registry):
-    register("unit.params", params=Seconds)
-    kind = get_any_kind("unit.params")
+    register("rules.params", params=Seconds)
+    kind = get_any_kind("rules.params")
     with pytest.raises(InvalidParams) as missing:
         kind.parse_params(None)  # None is {}: the required field is missing
     assert missing.value.details["fields"] == ["seconds"]
@@ -121,9 +121,9 @@ def test_a_refusal_lists_every_bad_field_sorted_and_never_the_values(scratch_reg
         b: int
         a: int
 
-    register("unit.two", params=Two)
+    register("rules.two", params=Two)
     with pytest.raises(InvalidParams) as refused:
-        get_any_kind("unit.two").parse_params({"a": "secret-value", "b": "other-secret"})
+        get_any_kind("rules.two").parse_params({"a": "secret-value", "b": "other-secret"})
     assert refused.value.details["fields"] == ["a", "b"]
     assert refused.value.message == "The job parameters are not valid: a, b."
 
