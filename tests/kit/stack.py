@@ -211,6 +211,16 @@ class Stack:
         with self.admin() as conn:
             return facts.job_row(conn, job_id)
 
+    def wait_for_lease_to_run_out(self, job_id: str | uuid.UUID, timeout: float = 15) -> None:
+        """Until the database's clock is past the job's lease (a frozen worker's job is then
+        anyone's to take), however long the kind's lease is."""
+        def ran_out() -> bool:
+            with self.admin() as conn:
+                return conn.execute(text("SELECT lease_until < now() FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+
+        wait_until(ran_out, timeout, interval=0.05, what=f"the lease of job {job_id} run out")
+
     def count_jobs(self, org: uuid.UUID) -> int:
         """How many jobs the organization has, in any state (as the owner)."""
         with self.admin() as conn:
