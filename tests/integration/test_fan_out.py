@@ -9,7 +9,7 @@ import time
 from sqlalchemy import text
 
 from tests.conftest import submit
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 
 
 def children(stack: Stack, parent: str) -> list[dict]:
@@ -86,17 +86,13 @@ def test_cancelling_the_parent_cancels_its_children(stack: Stack, client):
     anna = stack.user(org, role="owner")
     parts = [{"n": i, "seconds": 5} for i in range(4)]
     job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
-    deadline = time.monotonic() + 20
-    while len(children(stack, job["id"])) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: len(children(stack, job["id"])) >= 2, what="two children spawned")
     answer = client.post(job["links"]["cancel"], headers=anna.auth)
     assert answer.status_code == 202
     stack.wait_for(job["id"], "cancelled", timeout=30)
-    deadline = time.monotonic() + 20
-    while any(c["status"] not in ("cancelled", "completed") for c in children(stack, job["id"])):
-        assert time.monotonic() < deadline, children(stack, job["id"])
-        time.sleep(0.1)
+    wait_until(lambda: all(c["status"] in ("cancelled", "completed")
+                           for c in children(stack, job["id"])),
+               what=lambda: f"every child ended ({children(stack, job['id'])})")
     assert len(children(stack, job["id"])) == 2  # nothing spawned after the cancel
     assert {c["status"] for c in children(stack, job["id"])} == {"cancelled"}
 
@@ -111,10 +107,8 @@ def test_a_fan_out_survives_its_worker_killed_half_way(bare_stack: Stack):
     stack.start_beat()
     parts = [{"n": i, "seconds": 0.5} for i in range(8)]
     job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
-    deadline = time.monotonic() + 30
-    while sum(c["status"] == "completed" for c in children(stack, job["id"])) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: sum(c["status"] == "completed" for c in children(stack, job["id"])) >= 2,
+               timeout=30, interval=0.05, what="two children completed")
     stack.retire(first)  # SIGKILL to the whole group: parent and children die mid-way
     stack.start_worker(concurrency=2)
     done = stack.wait_for(job["id"], "completed", timeout=90)

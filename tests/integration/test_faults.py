@@ -34,9 +34,9 @@ def test_stalled_worker_loses_its_lease_and_its_late_finish_changes_nothing(bare
 
     job = submit(client, org, anna, "test.stall", {"seconds": 3})
     leased = stack.wait_for(job["id"], "leased")
-    first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the 2 s lease runs out
+    first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the lease runs out
     try:
-        time.sleep(2.5)
+        stack.wait_for_lease_to_run_out(job["id"])
         second = stack.start_worker(concurrency=1)
         stack.start_beat()
         done = stack.wait_for(job["id"], "completed", timeout=30)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 
 
 def test_export_goes_queued_leased_completed_and_returns_only_its_orgs_projects(stack: Stack, client):
@@ -26,12 +25,13 @@ def test_export_goes_queued_leased_completed_and_returns_only_its_orgs_projects(
     assert job["organization_id"] == str(org) and job["requested_by"] == str(anna.id)
 
     seen = {job["status"]}
-    deadline = time.monotonic() + 20
-    while job["status"] != "completed" and time.monotonic() < deadline:
-        job = client.get(answer.headers["Location"], headers=anna.auth).get_json()
-        seen.add(job["status"])
-        time.sleep(0.01)
-    assert job["status"] == "completed"
+
+    def completed() -> dict | None:
+        polled = client.get(answer.headers["Location"], headers=anna.auth).get_json()
+        seen.add(polled["status"])
+        return polled if polled["status"] == "completed" else None
+
+    job = wait_until(completed, interval=0.01, what=lambda: f"the job completed (seen {seen})")
     assert job["attempts"] == 1 and job["started_at"] and job["finished_at"]
     assert job["progress"] == {"stage": "writing the file", "done": 2, "total": 2}
 

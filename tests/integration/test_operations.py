@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from models.db.transaction import transaction
 from models.tenancy import passwords
+from tasks.worker_process import CONTROLS_TTL
 from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack, wait_until
@@ -73,13 +74,26 @@ def test_pause_stops_claims_on_every_worker_and_resume_restarts_them(stack: Stac
     org = stack.org()
     anna = stack.user(org, role="owner")
     assert client.post("/ops/api/kinds/bench.noop/pause", headers=operator.auth).status_code == 200
-    time.sleep(1.2)  # workers re-read the controls every second
+    # The bound every running worker promises (tasks/worker_process.py): its cached controls are
+    # at most this old at any claim. Named, not copied, so the wait follows the promise.
+    time.sleep(CONTROLS_TTL + 0.2)
     try:
         jobs = [submit(client, org, anna, "bench.noop") for _ in range(4)]
         other = submit(client, org, anna, "projects_export")  # other kinds still run
         stack.wait_for(other["id"], "completed")
-        time.sleep(2.5)  # several sweeps re-signal them: still nobody may claim
-        assert {stack.job_row(j["id"])["status"] for j in jobs} == {"queued"}
+        # Re-signalled twice by the sweeper: a job is re-signalled only while still queued a
+        # grace after its last wake-up, so the second proves the first woke nobody who claimed.
+        signals: dict[str, set] = {j["id"]: set() for j in jobs}
+
+        def resignalled_twice() -> bool:
+            for job_id, seen in signals.items():
+                row = stack.job_row(job_id)
+                assert row["status"] == "queued", row["status"]
+                if row["last_wakeup_at"] > row["created_at"]:  # the submit's own is not one
+                    seen.add(row["last_wakeup_at"])
+            return all(len(seen) >= 2 for seen in signals.values())
+
+        wait_until(resignalled_twice, timeout=30, what="every paused job re-signalled twice")
     finally:
         assert client.post("/ops/api/kinds/bench.noop/resume", headers=operator.auth).status_code == 200
     for job in jobs:
@@ -97,11 +111,12 @@ def test_global_concurrency_limit_holds_across_worker_processes(bare_stack: Stac
     org = stack.org()
     anna = stack.user(org, role="owner")
     client = stack.make_app().test_client()
-    for _ in range(3):
-        stack.start_worker(concurrency=2)  # six processes that could run jobs at once
+    # The limit first: a worker process reads the controls at its first claim, so no process
+    # can act on controls older than the limit.
     assert client.post("/ops/api/kinds/bench.sleep/limit", json={"limit": 2},
                        headers=operator.auth).status_code == 200
-    time.sleep(1.2)  # workers re-read the controls every second
+    for _ in range(3):
+        stack.start_worker(concurrency=2)  # six processes that could run jobs at once
     jobs = [submit(client, org, anna, "bench.sleep", {"seconds": 0.4}) for _ in range(14)]
     peak, samples, done = 0, 0, False
 
@@ -180,10 +195,7 @@ def test_a_sigkilled_worker_shows_offline_after_the_silence(bare_stack: Stack):
         rows = client.get("/ops/api/workers", headers=operator.auth).get_json()["workers"]
         return {w["pid"]: w["online"] for w in rows}
 
-    deadline = time.monotonic() + 15
-    while not any(states().values()):
-        assert time.monotonic() < deadline, "the worker never showed up"
-        time.sleep(0.2)
+    wait_until(lambda: any(states().values()), timeout=15, what="the worker shown online")
     online_pids = [pid for pid, online in states().items() if online]
     worker.signal_group(signal.SIGKILL)
     # Offline comes from the silence alone (2 s here); poll rather than sleep a fixed time, so a
@@ -261,10 +273,15 @@ def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: 
     web_lines = [r for r in caplog.records if getattr(r, "request_id", None) == request_id]
     assert web_lines and web_lines[0].job_id == job_id
     stack.wait_for(job_id, "completed")
-    time.sleep(0.3)
-    worker_lines = [line for p in stack.processes for line in p.output().splitlines()
-                    if f"job_id={job_id}" in line]
-    assert worker_lines
+
+    def worker_lines() -> list[str]:
+        return [line for p in stack.processes for line in p.output().splitlines()
+                if f"job_id={job_id}" in line]
+
+    # The attempt's last line, written once its finish is committed.
+    wait_until(lambda: any("job attempt ended" in line for line in worker_lines()),
+               what="the worker's line for the end of the attempt")
+    worker_lines = worker_lines()
     for line in worker_lines:
         assert f"request_id={request_id}" in line and "kind=projects_export" in line
         assert f"organization_id={org}" in line and "attempt=1" in line

@@ -251,9 +251,9 @@ def first_attempt_with_its_file(stack: Stack, *, stall_seconds: float) -> tuple[
 def test_a_stale_finish_leaves_no_file_behind(bare_stack: Stack):
     stack = bare_stack
     first, job, stale_file = first_attempt_with_its_file(stack, stall_seconds=4)
-    first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the 2 s lease runs out
+    first.signal_group(signal.SIGSTOP)  # heartbeats stop with it: the lease runs out
     try:
-        time.sleep(2.5)
+        stack.wait_for_lease_to_run_out(job["id"])
         second = stack.start_worker(concurrency=1)
         beat = stack.start_beat()
         done = stack.wait_for(job["id"], "completed", timeout=30)

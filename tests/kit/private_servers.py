@@ -21,6 +21,7 @@ from pathlib import Path
 import redis
 
 from tests.kit.servers import Servers
+from tests.kit.waiting import wait_until
 
 log = logging.getLogger("spacejobs.kit")
 
@@ -110,16 +111,17 @@ class RestartableRedis:
                  "--dir", str(self.directory)],
                 stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
+        def answering() -> bool:
             try:
-                if self.client().ping():
-                    return
+                return bool(self.client().ping())
             except redis.RedisError:
-                pass
-            if self.popen.poll() is not None or time.monotonic() > deadline:
-                raise ServerDidNotStart(f"redis-server did not start:\n{self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
+                if self.popen.poll() is not None:
+                    raise ServerDidNotStart(
+                        f"redis-server exited:\n{self.log.read_text()[-2000:]}") from None
+                return False
+
+        wait_until(answering, timeout, interval=0.05, failure=ServerDidNotStart,
+                   what=lambda: f"redis-server answering\n{self.log.read_text()[-2000:]}\n")
 
     def kill(self) -> None:
         if self.popen is not None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import psutil
 
+from tests.kit.waiting import wait_until
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,14 +71,15 @@ class LoggedProcess:
 
     def wait_for_log(self, needle: str, timeout: float = 30) -> None:
         """Wait until the log holds ``needle`` (a ready line); raise if it exits or times out."""
-        deadline = time.monotonic() + timeout
-        while not self.has_logged(needle):
+        def logged() -> bool:
+            if self.has_logged(needle):
+                return True
             if not self.alive:
                 raise ProcessDied(f"{self.name} exited early:\n{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise NotReady(f"{self.name}: {needle!r} not seen after {timeout:.0f} s:\n"
-                               f"{self.output()[-3000:]}")
-            time.sleep(0.05)
+            return False
+
+        wait_until(logged, timeout, interval=0.05, failure=NotReady, what=lambda: (
+            f"{self.name}: {needle!r} in its log\n{self.output()[-3000:]}\n"))
 
     def check_alive(self) -> None:
         if not self.alive:

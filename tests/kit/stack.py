@@ -12,10 +12,9 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from tests.kit.processes import (
     celery_worker_argv,
 )
 from tests.kit.servers import Servers
+from tests.kit.waiting import wait_until
 
 #: what the test suite's processes run with: its own and the demo job kinds, and a sweeper quick enough
 #: that a lost wake-up is noticed within a test's patience.
@@ -211,6 +211,16 @@ class Stack:
         with self.admin() as conn:
             return facts.job_row(conn, job_id)
 
+    def wait_for_lease_to_run_out(self, job_id: str | uuid.UUID, timeout: float = 15) -> None:
+        """Until the database's clock is past the job's lease (a frozen worker's job is then
+        anyone's to take), however long the kind's lease is."""
+        def ran_out() -> bool:
+            with self.admin() as conn:
+                return conn.execute(text("SELECT lease_until < now() FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+
+        wait_until(ran_out, timeout, interval=0.05, what=f"the lease of job {job_id} run out")
+
     def count_jobs(self, org: uuid.UUID) -> int:
         """How many jobs the organization has, in any state (as the owner)."""
         with self.admin() as conn:
@@ -227,24 +237,15 @@ class Stack:
 
     def wait_for(self, job_id: str | uuid.UUID, *statuses: str, timeout: float = 20) -> dict[str, Any]:
         """The job's row once its status is one of ``statuses``; fails with its events if not."""
-        deadline = time.monotonic() + timeout
-        while True:
-            row = self.job_row(job_id)
-            if row["status"] in statuses:
-                return row
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {row['status']}, not {statuses}; "
-                                     f"events {self.events(job_id)}")
-            time.sleep(0.05)
+        last: dict[str, Any] = {}
 
+        def arrived() -> dict[str, Any] | None:
+            last.update(self.job_row(job_id))
+            return dict(last) if last["status"] in statuses else None
 
-def wait_until(condition: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
-    """Poll ``condition`` until it holds; fail saying ``what`` was not reached in time."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        time.sleep(0.1)
+        return wait_until(arrived, timeout, interval=0.05, what=lambda: (
+            f"job {job_id} {' or '.join(statuses)} (it is {last.get('status')}; "
+            f"events {self.events(job_id)})"))
 
 
 @contextlib.contextmanager

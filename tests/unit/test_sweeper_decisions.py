@@ -1,0 +1,155 @@
+"""The sweeper's decisions (tasks/sweeper.py) with the store's statements replaced by fakes:
+what it counts, how many wake-ups it sends for how many due jobs, what it does when the broker
+is down, and when stored files are deleted."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from models.jobs.records import Status
+from models.settings import get_settings
+from tasks import sweeper
+
+
+class FakeResults:
+    def __init__(self, failing: set[str] = frozenset()) -> None:
+        self.deleted: list[str] = []
+        self.failing = failing
+
+    def delete(self, key: str) -> None:
+        if key in self.failing:
+            raise OSError("store unreachable")
+        self.deleted.append(key)
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch):
+    state = SimpleNamespace(expired=[], due=[], purged={"jobs_deleted": 0, "results_dropped": 0,
+                                                       "events_deleted": 0, "dropped_refs": []},
+                            audit_deleted=0, transactions=[], folded=0, results=FakeResults(),
+                            orphans=[], grace=None)
+
+    def transaction(engine, *, actor=None):
+        state.transactions.append(actor)
+        return contextlib.nullcontext("conn")
+
+    def sweep_unsignalled(conn, *, grace, batch):
+        state.grace = grace
+        return state.due
+
+    def fold_metrics(conn):
+        state.folded += 1
+
+    def sweep_orphans(engine, store, *, grace):
+        state.orphans.append(grace)
+        return SimpleNamespace(deleted=2, missing=["a"])
+
+    monkeypatch.setattr(sweeper, "transaction", transaction)
+    monkeypatch.setattr(sweeper, "store", SimpleNamespace(
+        sweep_expired_leases=lambda conn, batch: state.expired, sweep_unsignalled=sweep_unsignalled,
+        purge_finished=lambda conn, batch: state.purged, fold_metrics=fold_metrics))
+    monkeypatch.setattr(sweeper, "audit", SimpleNamespace(purge=lambda conn, batch: state.audit_deleted))
+    monkeypatch.setattr(sweeper, "worker_process", SimpleNamespace(
+        engine=lambda: "engine", results=lambda: state.results))
+    monkeypatch.setattr(sweeper, "sweep_orphans", sweep_orphans)
+    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda: False)
+    return state
+
+
+def ids(n: int) -> list[uuid.UUID]:
+    return [uuid.uuid4() for _ in range(n)]
+
+
+class Publisher:
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self.fail_after = fail_after
+
+    def __call__(self, job_id: str, *, force: bool = False) -> bool:
+        self.calls.append((job_id, force))
+        return self.fail_after is None or len(self.calls) <= self.fail_after
+
+
+def test_expired_leases_are_counted_by_what_became_of_them_and_only_requeued_ones_woken(world):
+    requeued, failed, cancelled = ids(2), ids(1), ids(3)
+    world.expired = ([(j, Status.QUEUED) for j in requeued] + [(j, Status.FAILED) for j in failed]
+                     + [(j, Status.CANCELLED) for j in cancelled])
+    publish = Publisher()
+    report = sweeper.sweep_once(publish_wake=publish)
+    assert (report.requeued, report.failed, report.cancelled) == (2, 1, 3)
+    assert publish.calls == [(str(requeued[0]), True)]  # one forced wake-up for the batch
+    assert report.wakeups_sent == 1 and report.publish_failures == 0
+
+
+def test_due_jobs_are_woken_one_wakeup_per_claim_batch(world):
+    batch = get_settings().claim_batch
+    world.due = [(j, "bench.noop") for j in ids(2 * batch + 1)]
+    publish = Publisher()
+    report = sweeper.sweep_once(publish_wake=publish)
+    assert report.resignalled == 2 * batch + 1 and report.wakeups_sent == 3
+    assert [job_id for job_id, _ in publish.calls] == [
+        str(world.due[0][0]), str(world.due[batch][0]), str(world.due[2 * batch][0])]
+    assert all(force for _, force in publish.calls)
+    assert world.grace == get_settings().wakeup_grace
+
+
+def test_nothing_due_sends_no_wakeup(world):
+    publish = Publisher()
+    report = sweeper.sweep_once(publish_wake=publish)
+    assert publish.calls == [] and report.wakeups_sent == 0
+
+
+def test_a_broker_that_fails_stops_the_round_and_counts_every_job_left_unwoken(world):
+    batch = get_settings().claim_batch
+    world.expired = [(j, Status.QUEUED) for j in ids(5)]
+    world.due = [(j, "bench.noop") for j in ids(3 * batch)]
+    publish = Publisher(fail_after=1)
+    report = sweeper.sweep_once(publish_wake=publish)
+    assert len(publish.calls) == 2  # the first went through, the second failed: no third try
+    assert report.wakeups_sent == 1
+    assert report.publish_failures == 5 + 3 * batch - batch
+
+
+def test_files_of_purged_rows_are_deleted_after_their_commit_and_a_failure_is_left(world):
+    world.purged = {"jobs_deleted": 4, "results_dropped": 2, "events_deleted": 9,
+                    "dropped_refs": ["o/j/1", "o/j/2", "o/j/3"]}
+    world.results = FakeResults(failing={"o/j/2"})
+    world.audit_deleted = 6
+    report = sweeper.sweep_once(publish_wake=Publisher())
+    assert (report.jobs_deleted, report.results_dropped, report.events_deleted,
+            report.audit_deleted) == (4, 2, 9, 6)
+    assert world.results.deleted == ["o/j/1", "o/j/3"] and report.files_deleted == 2
+    assert world.folded == 1
+    assert set(world.transactions) == {"sweeper"}  # every change is audited as the sweeper's
+
+
+def test_the_orphan_sweep_runs_only_when_due(world, monkeypatch):
+    report = sweeper.sweep_once(publish_wake=Publisher())
+    assert world.orphans == [] and report.orphans_deleted == 0
+    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda: True)
+    report = sweeper.sweep_once(publish_wake=Publisher())
+    assert world.orphans == [get_settings().results_orphan_grace]
+    assert (report.orphans_deleted, report.results_missing) == (2, 1)
+
+
+def test_the_orphan_sweep_is_due_once_per_interval_per_process(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(sweeper, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(sweeper, "_last_orphan_sweep", None)
+    interval = get_settings().results_sweep_interval
+    assert sweeper.orphan_sweep_due()  # the first sweep of a process
+    now[0] += interval - 1
+    assert not sweeper.orphan_sweep_due()
+    now[0] += 1
+    assert sweeper.orphan_sweep_due()
+    assert not sweeper.orphan_sweep_due()
+
+
+def test_the_report_lists_every_count_by_name():
+    report = sweeper.SweepReport(requeued=1, files_deleted=2)
+    assert report.as_dict()["requeued"] == 1 and report.as_dict()["files_deleted"] == 2
+    assert set(report.as_dict()) == set(sweeper.SweepReport.__dataclass_fields__)
