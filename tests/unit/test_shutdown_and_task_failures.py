@@ -13,56 +13,61 @@ from tasks import shutdown
 from tasks.task_failures import TaskFailed, reported_without_messages
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [100.0]
-    monkeypatch.setattr(shutdown, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    monkeypatch.setattr(shutdown, "_stop_at", None)
-    monkeypatch.setattr(shutdown, "grace", lambda: 20.0)
-    return now
+def clock() -> Clock:
+    return Clock()
 
 
 def test_before_a_stop_nothing_is_released(clock):
-    assert not shutdown.stop_requested() and not shutdown.release_due()
-    clock[0] += 10_000
-    assert not shutdown.release_due()
+    stopping = shutdown.Shutdown(grace=20.0, clock=clock)
+    assert not stopping.stop_requested() and not stopping.release_due()
+    clock.now += 10_000
+    assert not stopping.release_due()
 
 
 def test_running_jobs_go_on_for_the_grace_and_are_given_back_after_it(clock):
-    shutdown.request_stop()
-    assert shutdown.stop_requested() and not shutdown.release_due()
-    clock[0] += 19.9
-    assert not shutdown.release_due()
-    clock[0] += 0.1
-    assert shutdown.release_due()
+    stopping = shutdown.Shutdown(grace=20.0, clock=clock)
+    stopping.request_stop()
+    assert stopping.stop_requested() and not stopping.release_due()
+    clock.now += 19.9
+    assert not stopping.release_due()
+    clock.now += 0.1
+    assert stopping.release_due()
 
 
 def test_a_second_sigterm_does_not_extend_the_grace(clock):
-    shutdown.request_stop()
-    clock[0] += 15
-    shutdown.request_stop()
-    clock[0] += 5
-    assert shutdown.release_due()
+    stopping = shutdown.Shutdown(grace=20.0, clock=clock)
+    stopping.request_stop()
+    clock.now += 15
+    stopping.request_stop()
+    clock.now += 5
+    assert stopping.release_due()
 
 
-def test_no_grace_gives_jobs_back_at_once(clock, monkeypatch):
-    monkeypatch.setattr(shutdown, "grace", lambda: 0.0)
-    shutdown.request_stop()
-    assert shutdown.release_due()
+def test_no_grace_gives_jobs_back_at_once(clock):
+    stopping = shutdown.Shutdown(grace=0.0, clock=clock)
+    stopping.request_stop()
+    assert stopping.release_due()
 
 
-def test_the_main_process_keeps_celerys_own_sigterm_handler(monkeypatch):
-    installed = []
-    monkeypatch.setattr(shutdown, "_in_forked_child", False)
-    monkeypatch.setattr(shutdown, "_installed", False)
+def test_a_pool_child_takes_over_sigterm_once_and_a_sigterm_then_stops_its_claims(monkeypatch, clock):
+    installed: dict[int, object] = {}
     monkeypatch.setattr(shutdown, "signal", SimpleNamespace(
-        SIGTERM=15, signal=lambda signum, handler: installed.append(signum)))
-    shutdown.install_in_pool_child()
-    assert installed == []
-    monkeypatch.setattr(shutdown, "_in_forked_child", True)
-    shutdown.install_in_pool_child()
-    shutdown.install_in_pool_child()  # idempotent
-    assert installed == [15]
+        SIGTERM=15, signal=lambda signum, handler: installed.setdefault(signum, handler)))
+    stopping = shutdown.Shutdown(grace=20.0, clock=clock)
+    stopping.install_in_pool_child()
+    stopping.install_in_pool_child()  # idempotent
+    assert list(installed) == [15]
+    installed[15](15, None)  # the signal arrives
+    assert stopping.stop_requested() and not stopping.release_due()
 
 
 SECRET = 'invalid input syntax for type json: "{\\"card\\": \\"4111\\"}"'

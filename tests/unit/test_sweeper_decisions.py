@@ -53,11 +53,16 @@ def world(monkeypatch: pytest.MonkeyPatch):
         sweep_expired_leases=lambda conn, batch: state.expired, sweep_unsignalled=sweep_unsignalled,
         purge_finished=lambda conn, batch: state.purged, fold_metrics=fold_metrics))
     monkeypatch.setattr(sweeper, "audit", SimpleNamespace(purge=lambda conn, batch: state.audit_deleted))
-    monkeypatch.setattr(sweeper, "worker_process", SimpleNamespace(
-        engine=lambda: "engine", results=lambda: state.results))
     monkeypatch.setattr(sweeper, "sweep_orphans", sweep_orphans)
-    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda: False)
+    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda process: False)
     return state
+
+
+def process(world, publish=None) -> SimpleNamespace:
+    """The worker process the sweep runs as: its engine, publisher, results store, settings."""
+    return SimpleNamespace(engine="engine", publisher=SimpleNamespace(wake=publish or Publisher()),
+                           results=lambda: world.results, settings=get_settings(),
+                           last_orphan_sweep=None)
 
 
 def ids(n: int) -> list[uuid.UUID]:
@@ -79,7 +84,7 @@ def test_expired_leases_are_counted_by_what_became_of_them_and_only_requeued_one
     world.expired = ([(j, Status.QUEUED) for j in requeued] + [(j, Status.FAILED) for j in failed]
                      + [(j, Status.CANCELLED) for j in cancelled])
     publish = Publisher()
-    report = sweeper.sweep_once(publish_wake=publish)
+    report = sweeper.sweep_once(process(world, publish))
     assert (report.requeued, report.failed, report.cancelled) == (2, 1, 3)
     assert publish.calls == [(str(requeued[0]), True)]  # one forced wake-up for the batch
     assert report.wakeups_sent == 1 and report.publish_failures == 0
@@ -89,7 +94,7 @@ def test_due_jobs_are_woken_one_wakeup_per_claim_batch(world):
     batch = get_settings().claim_batch
     world.due = [(j, "bench.noop") for j in ids(2 * batch + 1)]
     publish = Publisher()
-    report = sweeper.sweep_once(publish_wake=publish)
+    report = sweeper.sweep_once(process(world, publish))
     assert report.resignalled == 2 * batch + 1 and report.wakeups_sent == 3
     assert [job_id for job_id, _ in publish.calls] == [
         str(world.due[0][0]), str(world.due[batch][0]), str(world.due[2 * batch][0])]
@@ -99,7 +104,7 @@ def test_due_jobs_are_woken_one_wakeup_per_claim_batch(world):
 
 def test_nothing_due_sends_no_wakeup(world):
     publish = Publisher()
-    report = sweeper.sweep_once(publish_wake=publish)
+    report = sweeper.sweep_once(process(world, publish))
     assert publish.calls == [] and report.wakeups_sent == 0
 
 
@@ -108,7 +113,7 @@ def test_a_broker_that_fails_stops_the_round_and_counts_every_job_left_unwoken(w
     world.expired = [(j, Status.QUEUED) for j in ids(5)]
     world.due = [(j, "bench.noop") for j in ids(3 * batch)]
     publish = Publisher(fail_after=1)
-    report = sweeper.sweep_once(publish_wake=publish)
+    report = sweeper.sweep_once(process(world, publish))
     assert len(publish.calls) == 2  # the first went through, the second failed: no third try
     assert report.wakeups_sent == 1
     assert report.publish_failures == 5 + 3 * batch - batch
@@ -119,7 +124,7 @@ def test_files_of_purged_rows_are_deleted_after_their_commit_and_a_failure_is_le
                     "dropped_refs": ["o/j/1", "o/j/2", "o/j/3"]}
     world.results = FakeResults(failing={"o/j/2"})
     world.audit_deleted = 6
-    report = sweeper.sweep_once(publish_wake=Publisher())
+    report = sweeper.sweep_once(process(world))
     assert (report.jobs_deleted, report.results_dropped, report.events_deleted,
             report.audit_deleted) == (4, 2, 9, 6)
     assert world.results.deleted == ["o/j/1", "o/j/3"] and report.files_deleted == 2
@@ -128,10 +133,10 @@ def test_files_of_purged_rows_are_deleted_after_their_commit_and_a_failure_is_le
 
 
 def test_the_orphan_sweep_runs_only_when_due(world, monkeypatch):
-    report = sweeper.sweep_once(publish_wake=Publisher())
+    report = sweeper.sweep_once(process(world))
     assert world.orphans == [] and report.orphans_deleted == 0
-    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda: True)
-    report = sweeper.sweep_once(publish_wake=Publisher())
+    monkeypatch.setattr(sweeper, "orphan_sweep_due", lambda process: True)
+    report = sweeper.sweep_once(process(world))
     assert world.orphans == [get_settings().results_orphan_grace]
     assert (report.orphans_deleted, report.results_missing) == (2, 1)
 
@@ -139,14 +144,16 @@ def test_the_orphan_sweep_runs_only_when_due(world, monkeypatch):
 def test_the_orphan_sweep_is_due_once_per_interval_per_process(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(sweeper, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    monkeypatch.setattr(sweeper, "_last_orphan_sweep", None)
     interval = get_settings().results_sweep_interval
-    assert sweeper.orphan_sweep_due()  # the first sweep of a process
+    one = SimpleNamespace(settings=get_settings(), last_orphan_sweep=None)
+    assert sweeper.orphan_sweep_due(one)  # the first sweep of a process
     now[0] += interval - 1
-    assert not sweeper.orphan_sweep_due()
+    assert not sweeper.orphan_sweep_due(one)
     now[0] += 1
-    assert sweeper.orphan_sweep_due()
-    assert not sweeper.orphan_sweep_due()
+    assert sweeper.orphan_sweep_due(one)
+    assert not sweeper.orphan_sweep_due(one)
+    another = SimpleNamespace(settings=get_settings(), last_orphan_sweep=None)
+    assert sweeper.orphan_sweep_due(another)  # each process keeps its own time
 
 
 def test_the_report_lists_every_count_by_name():
