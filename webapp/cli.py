@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -349,8 +350,18 @@ def beat() -> None:
 def demo(host: str, port: int, data_dir: Path) -> None:
     """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
     demo data, web + worker + beat. Ctrl-C stops all of it."""
+    from webapp import demo_session
+
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # Everything the demo and its processes write lives in data_dir, temporary files included.
+    with demo_session.private_tmp(data_dir):
+        _run_demo(host, port, data_dir)
+
+
+def _run_demo(host: str, port: int, data_dir: Path) -> None:
     from models.db.migrate import upgrade
-    from webapp import embedded
+    from webapp import demo_session, embedded
     from webapp.demo_data import seed
 
     configure_logging("INFO")
@@ -360,8 +371,9 @@ def demo(host: str, port: int, data_dir: Path) -> None:
     redis_given = "redis_url" in settings.model_fields_set
     if not (settings.database_url and redis_given):
         click.echo("starting embedded PostgreSQL and Redis ...", err=True)
-        servers = embedded.start(data_dir.resolve())
+        servers = embedded.start(data_dir)
     children: list[subprocess.Popen[bytes]] = []
+    servers_file = data_dir / demo_session.SERVERS_FILE
     try:
         database_url = settings.database_url or servers.database_url("spacejobs")  # type: ignore[union-attr]
         redis_url = settings.redis_url if redis_given else servers.redis_url  # type: ignore[union-attr]
@@ -375,7 +387,7 @@ def demo(host: str, port: int, data_dir: Path) -> None:
             overrides["SPACEJOBS_DEMO_KINDS"] = "1"  # the slow export, to watch the live page
         if "results_dir" not in settings.model_fields_set and settings.results_store == "local":
             # Large results beside the embedded servers' data, where the demo keeps its state.
-            overrides["SPACEJOBS_RESULTS_DIR"] = str((data_dir / "results").resolve())
+            overrides["SPACEJOBS_RESULTS_DIR"] = str(data_dir / "results")
         os.environ.update(overrides)
         reload_settings()
         upgrade(database_url)
@@ -386,22 +398,32 @@ def demo(host: str, port: int, data_dir: Path) -> None:
                      [*spacejobs, "beat"]):
             # Each in its own session so Ctrl-C reaches only us; we stop them in order.
             children.append(subprocess.Popen(argv, start_new_session=True))  # noqa: S603
-        _print_banner(host, port, demo_users)
+        base = demo_session.local_url(host, port)
+        try:
+            demo_session.wait_until_answers(base, children)
+        except demo_session.WebDidNotStart as error:
+            raise click.ClickException(str(error)) from None
+        # DATABASE_URL: the owner's (a superuser on the embedded server), for `spacejobs` commands.
+        demo_session.write_servers_file(data_dir, {"DATABASE_URL": database_url,
+                                                   "REDIS_URL": redis_url, "WEB_URL": base})
+        _print_banner(host, port, demo_users, servers_file)
         _wait_for_signal_or_exit(children)
     finally:
         _stop_children(children)
         if servers is not None:
             servers.stop()
+        servers_file.unlink(missing_ok=True)  # its servers are gone
         click.echo("stopped.", err=True)
 
 
-def _print_banner(host: str, port: int, demo_users: list[dict[str, str]]) -> None:
-    click.echo(banner(f"http://{host}:{port}", demo_users))
+def _print_banner(host: str, port: int, demo_users: list[dict[str, str]],
+                  servers_file: Path | None = None) -> None:
+    click.echo(banner(f"http://{host}:{port}", demo_users, servers_file))
 
 
-def banner(base: str, demo_users: list[dict[str, str]]) -> str:
-    """What ``spacejobs demo`` prints once everything runs: where to click first, then the
-    passwords for the pages and the tokens for the API."""
+def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | None = None) -> str:
+    """What ``spacejobs demo`` prints once the web answers: where to click first, then the
+    passwords for the pages and the tokens for the API, and where the servers' URLs are."""
     owner = demo_users[0]
     lines = [
         "",
@@ -429,6 +451,9 @@ def banner(base: str, demo_users: list[dict[str, str]]) -> str:
         f"{base}/api/v1/orgs/{owner['org_id']}/jobs",
         "",
     ]
+    if servers_file is not None:
+        lines += [f"The servers' URLs (DATABASE_URL, REDIS_URL, WEB_URL) are in {servers_file}:",
+                  f"  set -a; . {shlex.quote(str(servers_file))}; set +a", ""]
     return "\n".join(lines)
 
 

@@ -44,8 +44,9 @@ HTTP_STATUS = {
     "unavailable": 503,
 }
 
-# Details that may be echoed to the caller (ids of the caller's own organization, field names).
-_PUBLIC_DETAILS = ("job_id", "fields", "status", "index", "limit")
+# Details that may be echoed to the caller (ids of the caller's own organization, field names,
+# why a field was refused: models.kinds.reasons, never the value).
+_PUBLIC_DETAILS = ("job_id", "fields", "reasons", "status", "index", "limit")
 
 
 def wants_html() -> bool:

@@ -115,11 +115,19 @@ class Me(Answer):
     memberships: list[MeMembership]
 
 
+class FieldReason(Answer):
+    """Why one field was refused (``invalid_params``): a bound or a shape, never the value sent."""
+
+    field: str
+    reason: str
+
+
 class ErrorBody(Answer):
     code: str
     message: str
     job_id: UUID | None = None
     fields: list[str] | None = None
+    reasons: list[FieldReason] | None = None
     status: str | None = None
     index: int | None = None
     limit: int | None = None

@@ -6,10 +6,13 @@ own; :func:`load_kinds` is the one place that imports them."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from models.errors import UnknownKind
@@ -35,12 +38,17 @@ def job_kind(
     hard_time_limit: float | None = None,
     retry_on_timeout: bool = False,
     dedupable: bool = True,
-    params: type[Params] = NoParams,
+    params: type[Params] | None = None,
     schedule: str | None = None,
     quota: int | None = None,
     child_only: bool = False,
 ) -> Callable[[RunFunction], RunFunction]:
     """Register a job kind. The decorated function is ``run(ctx, params) -> result``.
+
+    ``params``: the kind's :class:`Params` model. Without it, the type hint of ``run``'s second
+    parameter is the model (``def run(ctx: JobContext, params: MyParams)``); with neither, the
+    kind takes no params. A hint that is not a ``Params`` model, or that names another model
+    than ``params``, is refused here, at import, rather than found when a submit is refused.
 
     ``quota``: the most active (queued or running) jobs of this kind one organization may have,
     beside the organization's own cap; operators override it per organization
@@ -72,17 +80,66 @@ def job_kind(
         hard_time_limit=hard_time_limit or (time_limit * 1.5 + 5 if time_limit else None),
         retry_on_timeout=retry_on_timeout,
         dedupable=dedupable,
-        params=params,
+        params=params or NoParams,
         schedule=schedule,
         quota=quota,
         child_only=child_only,
     )
 
     def register(run: RunFunction) -> RunFunction:
-        _REGISTRY[name] = JobKind(rules, run)
+        model = _params_model(name, run, params)
+        _REGISTRY[name] = JobKind(dataclasses.replace(rules, params=model), run)
         return run
 
     return register
+
+
+def _params_model(kind: str, run: RunFunction, given: type[Params] | None) -> type[Params]:
+    """The params model of ``kind``: ``given`` (``params=``), else the hint of ``run``'s params."""
+    hint = _params_hint(kind, run, resolvable=given is None)
+    if hint is None or hint is Any:
+        return given or NoParams
+    if not (isinstance(hint, type) and issubclass(hint, Params)):
+        raise ValueError(f"job kind {kind!r}: the params of {run.__qualname__} are hinted as "
+                         f"{_describe(hint)}, which is not a Params model (a subclass of "
+                         "models.kinds.Params)")
+    if given is not None and hint is not given:
+        raise ValueError(f"job kind {kind!r}: params={given.__qualname__} but {run.__qualname__}"
+                         f"'s params are hinted as {hint.__qualname__}; give one model")
+    return hint
+
+
+def _params_hint(kind: str, run: RunFunction, *, resolvable: bool) -> object:
+    """The resolved type hint of ``run``'s second parameter, or None when it has none.
+
+    Only that one hint is resolved, so that the context's hint may name a class imported under
+    ``TYPE_CHECKING``. A hint that cannot be resolved (a class local to a function, under
+    ``from __future__ import annotations``) is an error only when it is the only source of the
+    model (``resolvable``).
+    """
+    try:
+        parameters = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return None
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 or positional[1].annotation is inspect.Parameter.empty:
+        return None
+    unwrapped = inspect.unwrap(run)
+    holder = SimpleNamespace(__annotations__={"params": positional[1].annotation})
+    try:
+        return typing.get_type_hints(holder, globalns=getattr(unwrapped, "__globals__", {}))["params"]
+    except Exception as error:  # NameError, or a SyntaxError/TypeError of a malformed hint
+        if not resolvable:
+            return None
+        raise ValueError(f"job kind {kind!r}: the type hint {positional[1].annotation!r} of "
+                         f"{run.__qualname__}'s params cannot be resolved "
+                         f"({type(error).__name__}); define the model at module level or pass "
+                         "params=") from None
+
+
+def _describe(hint: object) -> str:
+    return hint.__qualname__ if isinstance(hint, type) else repr(hint)
 
 
 def load_kinds(modules: Sequence[str] | None = None) -> Mapping[str, JobKind]:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from models.errors import InvalidParams
+from models.kinds.reasons import field_reasons, summary
 
 
 class Params(BaseModel):
@@ -69,7 +70,8 @@ class JobKind:
         try:
             return self.rules.params.model_validate(raw)
         except ValidationError as exc:
-            fields = sorted({".".join(str(p) for p in err["loc"]) or "params" for err in exc.errors()})
-            raise InvalidParams(
-                "The job parameters are not valid: " + ", ".join(fields) + ".", fields=fields
-            ) from None
+            # include_input=False: the values submitted never reach the error (nor a log of it)
+            reasons = field_reasons(exc.errors(include_url=False, include_input=False))
+            fields = sorted({r["field"] for r in reasons})
+            raise InvalidParams("The job parameters are not valid: " + summary(reasons) + ".",
+                                fields=fields, reasons=reasons) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+import jsonschema
 import pytest
 
 from tests.kit.stack import Stack
@@ -133,3 +134,54 @@ def test_a_failing_statement_never_carries_its_parameters(bare_stack: Stack):
     finally:
         engine.dispose()
     assert "tenant-secret-4711" not in str(failure.value)
+
+
+#: what a member might type into a params field: never sent back, never logged
+TENANT_SECRET = "TENANT-SECRET-4711-xyz"
+
+
+@pytest.mark.parametrize(("kind", "params", "reasons"), [
+    ("bench.sleep", {"seconds": 61}, [{"field": "seconds", "reason": "must be ≤ 60"}]),
+    ("bench.sleep", {"seconds": TENANT_SECRET}, [{"field": "seconds", "reason": "must be a number"}]),
+    ("projects_import", {}, [{"field": "projects", "reason": "required"}]),
+    ("projects_import", {"projects": [{"name": TENANT_SECRET * 20}, {"name": "ok", "size": 1}]},
+     [{"field": "projects.0.name", "reason": "must have at most 200 characters"},
+      {"field": "projects.1.size", "reason": "not a parameter of this kind"}]),
+])
+def test_invalid_params_say_why_per_field_and_never_echo_the_value(client, people, caplog, kind,
+                                                                   params, reasons):
+    org, anna, _ = people
+    caplog.set_level("DEBUG")
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": kind, "params": params},
+                         headers=anna.auth)
+    assert_400(answer, "invalid_params")
+    error = answer.get_json()["error"]
+    assert error["reasons"] == reasons
+    assert error["fields"] == [r["field"] for r in reasons]  # the names alone, as before
+    assert error["message"] == "The job parameters are not valid: " + "; ".join(
+        f"{r['field']}: {r['reason']}" for r in reasons) + "."
+    assert TENANT_SECRET not in answer.get_data(as_text=True)
+    assert TENANT_SECRET not in caplog.text
+
+
+def test_a_batch_s_invalid_params_say_which_job_and_why(client, people):
+    org, anna, _ = people
+    jobs = [{"kind": "bench.noop"}, {"kind": "bench.sleep", "params": {"seconds": -1}}]
+    answer = client.post(f"/api/v1/orgs/{org}/jobs:batch", json={"jobs": jobs}, headers=anna.auth)
+    assert_400(answer, "invalid_params")
+    error = answer.get_json()["error"]
+    assert (error["index"], error["reasons"]) == (1, [{"field": "seconds", "reason": "must be ≥ 0"}])
+
+
+def test_the_openapi_document_describes_the_reasons(client, people):
+    """The answer conforms to the document's Error (whose bodies allow no undeclared field)."""
+    org, anna, _ = people
+    document = client.get("/api/v1/openapi.json").get_json()
+    answer = client.post(f"/api/v1/orgs/{org}/jobs",
+                         json={"kind": "bench.sleep", "params": {"seconds": 61}}, headers=anna.auth)
+    assert answer.get_json()["error"]["reasons"]
+    schema = {"$ref": "#/components/schemas/Error", "components": document["components"]}
+    jsonschema.validate(answer.get_json(), schema)
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail: reasons are typed
+        jsonschema.validate({"error": {"code": "invalid_params", "message": "m",
+                                       "reasons": [{"field": "seconds"}]}}, schema)

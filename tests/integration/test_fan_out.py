@@ -129,7 +129,7 @@ def test_a_part_takes_only_a_uuid_for_a_project_id_and_a_bad_one_fails_its_paren
     print("parent:", failed["error_code"], failed["error_message"], "| parts:",
           [(c["status"], c["error_code"]) for c in kids])
     assert (failed["error_code"], failed["error_message"]) == (
-        "invalid_params", "The job parameters are not valid: project_id.")
+        "invalid_params", "The job parameters are not valid: project_id: must be a UUID.")
     assert kids == []  # refused before any part was made: none reached PostgreSQL
     with stack.admin() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_diagnostics WHERE job_id = :j"),

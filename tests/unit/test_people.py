@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from argon2 import PasswordHasher
@@ -108,3 +109,12 @@ def test_the_demo_banner_says_where_to_click_and_gives_every_password():
     assert "open http://127.0.0.1:5000/login and sign in as anna@acme.example" in text
     assert "pw-anna" in text and "pw-olga" in text and "sj_t1" in text
     assert 'press "Export projects"' in text
+    assert "servers.env" not in text  # only the demo's own run knows where its servers are
+
+
+def test_the_demo_banner_says_where_the_servers_urls_are_and_how_to_source_them():
+    users = [{"email": "anna@acme.example", "role": "owner", "org_name": "Acme", "org_id": "o1",
+              "token": "sj_t1", "password": "pw-anna"}]
+    text = banner("http://127.0.0.1:5000", users, Path("/home/ada/my demo/servers.env"))
+    assert "are in /home/ada/my demo/servers.env" in text
+    assert "set -a; . '/home/ada/my demo/servers.env'; set +a" in text
