@@ -125,7 +125,9 @@ def test_a_refusal_lists_every_bad_field_sorted_and_never_the_values(scratch_reg
     with pytest.raises(InvalidParams) as refused:
         get_any_kind("rules.two").parse_params({"a": "secret-value", "b": "other-secret"})
     assert refused.value.details["fields"] == ["a", "b"]
-    assert refused.value.message == "The job parameters are not valid: a, b."
+    assert refused.value.message == ("The job parameters are not valid: a: must be a whole number;"
+                                     " b: must be a whole number.")
+    assert "secret" not in repr(refused.value.details)
 
 
 @pytest.mark.parametrize("raw", ["text", 3, [1], True])
