@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
     presence_interval: float = Field(5, gt=0, description="seconds between worker presence heartbeats")
+    controls_ttl: float = Field(
+        1.0, ge=0, le=60, description="seconds a worker process keeps the operators' controls of "
+                                      "kinds (pause, concurrency limit) before reading them again: "
+                                      "a change reaches every worker within this time")
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 

@@ -39,10 +39,6 @@ log = logging.getLogger("spacejobs.worker")
 #: models/db/schema/40_job_transitions.sql)
 JOBS_CHANNEL = "spacejobs_jobs"
 
-#: a pause or a new limit reaches every worker within this many seconds
-CONTROLS_TTL = 1.0
-
-
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -51,8 +47,7 @@ class WorkerProcess:
     """One worker (or beat) process's wiring. Its parts connect lazily: building it opens
     nothing, and a part that needs the broker or the database reaches it on first use."""
 
-    def __init__(self, settings: Settings, *, celery: Celery | None = None,
-                 controls_ttl: float = CONTROLS_TTL) -> None:
+    def __init__(self, settings: Settings, *, celery: Celery | None = None) -> None:
         self.settings = settings
         self.name = worker_name()
         # The worker's name in pg_stat_activity lets an operator find (or cut) one process.
@@ -79,7 +74,8 @@ class WorkerProcess:
         self.last_orphan_sweep: float | None = None
         self._results: ResultStore | None = None
         self._controls: tuple[float, list[Any]] | None = None
-        self._controls_ttl = controls_ttl
+        #: a pause or a new limit reaches this process within this many seconds
+        self._controls_ttl = settings.controls_ttl
         self._listener: psycopg.Connection | None = None
 
     def results(self) -> ResultStore:
@@ -89,8 +85,8 @@ class WorkerProcess:
         return self._results
 
     def controls(self) -> list[Any]:
-        """Operator controls, re-read at most once per ``controls_ttl`` per process (not once
-        per claim)."""
+        """Operator controls, re-read at most once per ``SPACEJOBS_CONTROLS_TTL`` seconds per
+        process (not once per claim)."""
         now = time.monotonic()
         if self._controls is None or now - self._controls[0] > self._controls_ttl:
             self._controls = (now, self.leases.claim_controls())

@@ -47,6 +47,9 @@ TEST_PROCESS_SETTINGS = {
     "SPACEJOBS_EXTRA_KIND_MODULES": "tests.kinds",
     "SPACEJOBS_WAKEUP_GRACE": "1.5",
     "SPACEJOBS_SWEEP_INTERVAL": "0.5",
+    # Every claim reads the operators' controls, so a test sees a pause take effect at once
+    # (tests/unit/test_worker_process.py covers the cache a real worker keeps).
+    "SPACEJOBS_CONTROLS_TTL": "0",
 }
 # Set by the caller's environment for its own servers; a stack's processes must derive theirs
 # from the stack's database instead.
