@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import LoggedProcess
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack, running_stack
+from tests.kit.waiting import wait_until
 
 OUTAGE = 2.0
 
@@ -40,32 +41,27 @@ def fresh_stack(servers: Servers, tmp_path: Path) -> Iterator[Stack]:
 
 
 def _wait_for_count(proc: LoggedProcess, needle: str, count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while proc.output().count(needle) < count:
+    def seen() -> bool:
         assert "Unrecoverable error" not in proc.output(), proc.output()[-6000:]
         assert proc.popen.poll() is None, proc.output()[-6000:]
-        assert time.monotonic() < deadline, f"{count} x {needle!r} not seen:\n{proc.output()[-4000:]}"
-        time.sleep(0.05)
+        return proc.output().count(needle) >= count
 
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(seen, timeout, lambda: f"{count} x {needle!r} seen:\n{proc.output()[-4000:]}",
+               interval=0.05)
 
 
 def _freeze_with_brpop_pending(worker: LoggedProcess, server: RestartableRedis, timeout: float = 10) -> None:
     """SIGSTOP the worker's main process (its pool runs on) at a moment its BRPOP is in flight:
     Redis shows that connection blocked while the process cannot read the reply."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def frozen_while_blocked() -> bool:
         os.kill(worker.pid, signal.SIGSTOP)
         if any("b" in c["flags"] and c["cmd"] == "brpop" for c in server.client().client_list()):
-            return
+            return True
         os.kill(worker.pid, signal.SIGCONT)
-        assert time.monotonic() < deadline, "the worker never had a BRPOP in flight"
-        time.sleep(0.02)
+        return False
+
+    wait_until(frozen_while_blocked, timeout, "the worker frozen with a BRPOP in flight",
+               interval=0.02)
 
 
 @pytest.mark.parametrize("remote_control", ["0", "1"], ids=["default", "remote-control-opted-in"])
@@ -90,7 +86,7 @@ def test_worker_reconnects_after_a_redis_restart_while_a_wakeup_waits(
         # The subscriber connection first (remote control's mailbox, when there is one), so
         # the worker notices the loss there with the BRPOP still pending; then all of Redis.
         mailboxes = private_redis.client().client_kill_filter(_type="pubsub")
-        _wait_until(lambda: not any(int(c["sub"]) or int(c["psub"])
+        wait_until(lambda: not any(int(c["sub"]) or int(c["psub"])
                                     for c in private_redis.client().client_list()))
         private_redis.kill()
     finally:

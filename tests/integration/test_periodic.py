@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 
 def test_two_beats_create_each_periodic_job_once(bare_stack: Stack):
@@ -29,9 +29,7 @@ def test_two_beats_create_each_periodic_job_once(bare_stack: Stack):
              for _ in range(2)]
     # However slowly the beats start on a loaded machine, once running they must make every
     # period's job exactly once: wait for four periods, then look at what was made.
-    deadline = time.monotonic() + 60
-    while len(_rows(stack, org)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: len(_rows(stack, org)) >= 4, 60, "four periods' jobs", interval=0.5)
     stack.retire(*beats)
     rows = _rows(stack, org)
     keys = [row.idempotency_key for row in rows]

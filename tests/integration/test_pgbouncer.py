@@ -48,6 +48,7 @@ from tests.conftest import submit
 from tests.kit.processes import free_port
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 POOL_SIZE = 2
 ADMIN_USER = "sj_bouncer_admin"  # the pooler's own console (SHOW POOLS, SHOW STATS)
@@ -98,11 +99,13 @@ query_wait_timeout = 30
         self.log = self.dir / "pgbouncer.log"
         self._handle = self.log.open("wb")
         self.proc = subprocess.Popen(argv, stdout=self._handle, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while "process up" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("pgbouncer did not start:\n" + self.log.read_text()[-3000:])
-            time.sleep(0.02)
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError("pgbouncer exited:\n" + self.log.read_text()[-3000:])
+            return "process up" in self.log.read_text(errors="replace")
+
+        wait_until(up, 10, lambda: "pgbouncer up\n" + self.log.read_text()[-3000:], interval=0.02)
 
     def url(self, role_url: str) -> str:
         """The same role and database, through the pooler."""

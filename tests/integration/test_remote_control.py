@@ -20,6 +20,7 @@ from tests.conftest import submit
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import REPO_ROOT
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 
 def _celery(stack: Stack, redis: RestartableRedis, *args: str) -> subprocess.CompletedProcess[str]:
@@ -75,10 +76,8 @@ def test_by_default_a_broadcast_shutdown_does_not_stop_the_worker_and_events_sti
         job = submit(client, org, anna, "bench.noop")
         assert WakeupPublisher(private_redis.url, stack.queue).wake(job["id"])
         stack.wait_for(job["id"], "completed")
-        deadline = time.monotonic() + 10
-        while not {"worker-heartbeat", "task-succeeded"} <= set(events.types):
-            assert time.monotonic() < deadline, sorted(set(events.types))
-            time.sleep(0.1)
+        wait_until(lambda: {"worker-heartbeat", "task-succeeded"} <= set(events.types), 10,
+                   lambda: f"a heartbeat and a success among {sorted(set(events.types))}")
     finally:
         events.stop()
         stack.retire(worker)

@@ -23,6 +23,7 @@ from models.ops import retention
 from models.tenancy import audit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 
 def old_job(stack: Stack, org, user, *, status: str, days: float, result=None) -> uuid.UUID:
@@ -200,10 +201,7 @@ def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
     stack.set_retention(audit_days=1)
     beat = stack.start_beat()
     try:
-        deadline = time.monotonic() + 30
-        while left() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert left() == 0
+        wait_until(lambda: left() == 0, 30, "the old audit entries purged")
         # The sweep commits, then logs its counts: wait for the line rather than race it.
         beat.wait_for_log("'audit_deleted': ", timeout=15)
     finally:

@@ -13,6 +13,7 @@ import requests
 
 from tests.kit.processes import free_port
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 THREADS = 16
 
@@ -28,15 +29,17 @@ def web(bare_stack: Stack):
                        SPACEJOBS_API_RATE_LIMIT="100000 per minute",
                        SPACEJOBS_RATE_LIMIT_FAIL="open"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def answers() -> bool:
         try:
             requests.get(url + "/api/v1/me", timeout=1)
-            break
+            return True
         except requests.ConnectionError:
-            if time.monotonic() > deadline or proc.popen.poll() is not None:
+            if proc.popen.poll() is not None:
                 raise AssertionError(proc.output()[-3000:]) from None
-            time.sleep(0.2)
+            return False
+
+    wait_until(answers, 30, lambda: "the web answering\n" + proc.output()[-3000:], interval=0.2)
     yield url
     bare_stack.retire(proc)
 

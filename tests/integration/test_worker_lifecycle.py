@@ -12,6 +12,7 @@ from models.db.transaction import transaction
 from tests.conftest import submit
 from tests.integration.leasing import complete_one
 from tests.kit.stack import Stack
+from tests.kit.waiting import wait_until
 
 
 @pytest.fixture()
@@ -46,10 +47,8 @@ def test_a_job_whose_lease_is_taken_stops_at_its_next_checkpoint_and_writes_noth
     thief = stack.job_row(job["id"])
     assert thief["attempts"] == 2
     # The worker's next heartbeat (every lease/3 = 3.3 s) finds the token gone.
-    deadline = time.monotonic() + 10
-    while "lease lost" not in "".join(p.output() for p in stack.processes):
-        assert time.monotonic() < deadline, "the worker never noticed"
-        time.sleep(0.1)
+    wait_until(lambda: "lease lost" in "".join(p.output() for p in stack.processes), 10,
+               "the worker noticing its lease was lost")
     with transaction(stack.worker_db) as conn:
         assert complete_one(conn, thief["id"], thief["lease_token"], {"by": "thief"})
     time.sleep(1)
