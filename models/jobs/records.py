@@ -4,12 +4,14 @@ runtime context, the kinds, the web and the workers can all use it without a cyc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
 
 
 class Status(StrEnum):
@@ -60,7 +62,7 @@ class Job:
     result_expired_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
+    def from_row(cls, row: RowMapping) -> Job:
         values = {f.name: row[f.name] for f in _JOB_FIELDS}
         values["status"] = Status(values["status"])
         return cls(**values)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, RowMapping
 
 from models.db.queries import queries_beside
 from models.errors import (
@@ -173,7 +173,7 @@ def request_id_of(conn: Connection, job_id: UUID) -> str | None:
     return found
 
 
-def snapshot(conn: Connection, job_id: UUID) -> Mapping[str, Any]:
+def snapshot(conn: Connection, job_id: UUID) -> RowMapping:
     """The row's organization, status, requester, kind and params (NotFound if none)."""
     row = conn.execute(Q["snapshot"], {"id": job_id}).mappings().one_or_none()
     if row is None:
@@ -435,10 +435,11 @@ def spawn_children(conn: Connection, parent: LeasedJob, kind: KindRules,
     parent's organization and for its requester; 0 when the parent's lease is no longer ours."""
     if not items:
         return 0
-    return conn.execute(Q["spawn_children"], {
+    spawned: int = conn.execute(Q["spawn_children"], {
         "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
         "indexes": [index for index, _ in items], "params": [json.dumps(p) for _, p in items],
         "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).scalar_one()
+    return spawned
 
 
 def children(conn: Connection, parent: LeasedJob) -> list[Child]:
@@ -448,8 +449,9 @@ def children(conn: Connection, parent: LeasedJob) -> list[Child]:
 
 
 def cancel_children(conn: Connection, parent: LeasedJob) -> int:
-    return conn.execute(Q["cancel_children"], {"parent": parent.id,
-                                               "token": parent.lease_token}).scalar_one()
+    cancelled: int = conn.execute(Q["cancel_children"], {"parent": parent.id,
+                                                         "token": parent.lease_token}).scalar_one()
+    return cancelled
 
 
 def record_diagnostics(
@@ -502,4 +504,5 @@ def purge_finished(conn: Connection, *, batch: int = 1000) -> dict[str, Any]:
 
 def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
     """Fold recorded metric events into the counters (bounded); returns how many were folded."""
-    return conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
+    folded: int = conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
+    return folded

@@ -52,7 +52,7 @@ def is_partial(key: str) -> bool:
 
 def belongs_to(key: str, organization_id: UUID, job_id: UUID) -> bool:
     found = KEY.match(key)
-    return bool(found) and (found["org"], found["job"]) == (str(organization_id), str(job_id))
+    return found is not None and (found["org"], found["job"]) == (str(organization_id), str(job_id))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -66,16 +67,19 @@ def set_operator(conn: Connection, user_id: UUID, operator: bool) -> None:
 
 
 def create_organization(conn: Connection, name: str) -> UUID:
-    return conn.execute(Q["create_organization"], {"name": name}).scalar_one()
+    organization_id: UUID = conn.execute(Q["create_organization"], {"name": name}).scalar_one()
+    return organization_id
 
 
 def find_organization_by_name(conn: Connection, name: str) -> UUID | None:
-    return conn.execute(Q["find_organization_by_name"], {"name": name}).scalar_one_or_none()
+    organization_id: UUID | None = conn.execute(
+        Q["find_organization_by_name"], {"name": name}).scalar_one_or_none()
+    return organization_id
 
 
 def resolve_organization(conn: Connection, ref: str) -> UUID:
     """An organization by id or by (unique) name, for the CLI."""
-    rows = conn.execute(Q["resolve_organization"], {"ref": ref}).scalars().all()
+    rows: Sequence[UUID] = conn.execute(Q["resolve_organization"], {"ref": ref}).scalars().all()
     if len(rows) != 1:
         raise NotFound("No single organization matches that id or name.")
     return rows[0]
