@@ -12,6 +12,8 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -33,6 +35,15 @@ class User:
     email: str
     name: str
     is_operator: bool
+
+
+class TokenListing(TypedDict):
+    """One of a user's API tokens as `tokens list` shows it (never the token: only its hash is
+    stored)."""
+
+    id: UUID
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_token(token: str) -> bytes:
@@ -145,9 +156,11 @@ def revoke_token(conn: Connection, ref: str) -> bool:
     return found.rowcount > 0
 
 
-def list_tokens(conn: Connection, user_id: UUID) -> list[dict[str, object]]:
+def list_tokens(conn: Connection, user_id: UUID) -> list[TokenListing]:
     """The user's tokens (ids and dates, never the tokens: only hashes are stored)."""
-    return [dict(row) for row in conn.execute(Q["list_tokens"], {"user": user_id}).mappings()]
+    rows = conn.execute(Q["list_tokens"], {"user": user_id})
+    return [TokenListing(id=row.id, created_at=row.created_at, revoked_at=row.revoked_at)
+            for row in rows]
 
 
 def principal(conn: Connection, token: str, organization_id: UUID | None = None
