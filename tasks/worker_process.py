@@ -127,7 +127,7 @@ class WorkerProcess:
             self._listener.close()
         self._listener = None
 
-    def count(self, name: str, kind: str | None) -> None:
+    def count(self, name: str, kind: str) -> None:
         self.counters.add(name, kind)
 
     def forget_parent(self) -> None:
