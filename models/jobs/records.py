@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 if TYPE_CHECKING:
@@ -91,8 +91,17 @@ class LeasedJob:
     request_id: str | None
 
     @property
-    def log_context(self) -> dict[str, Any]:
+    def log_context(self) -> dict[str, str | int | None]:
         """The fields every log line about this attempt carries (never params or results)."""
         return {"job_id": str(self.id), "kind": self.kind,
                 "organization_id": str(self.organization_id), "attempt": self.attempt,
                 "request_id": self.request_id}
+
+
+class KindControl(NamedTuple):
+    """An operator's control of one kind, as the claim reads it: a paused kind is not claimed,
+    a limited one runs at most ``concurrency_limit`` jobs at once."""
+
+    kind: str
+    paused: bool
+    concurrency_limit: int | None
