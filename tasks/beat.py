@@ -70,7 +70,8 @@ class SweepingScheduler(PersistentScheduler):
                     **kwargs: Any) -> Any:
         if entry.task != SWEEP_TASK:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
-        entry = self.reserve(entry) if advance else entry
+        # celery-types has reserve() return an event_t; Celery's returns the next ScheduleEntry.
+        entry = self.reserve(entry) if advance else entry  # type: ignore[assignment]
         started = time.monotonic()
         try:
             report = sweeper.sweep_once(worker_process.current())

@@ -14,16 +14,23 @@ exits. ``tests/integration/test_broker_restart.py`` provokes exactly that order.
 
 from __future__ import annotations
 
+import kombu
 from celery.worker.consumer import Consumer
+from kombu.transport import virtual
 
 
 class WakeupConsumer(Consumer):
+    # Set by Celery's Tasks bootstep (None until it starts and after it stops); celery-types
+    # leaves it out of Consumer.
+    task_consumer: kombu.Consumer | None
+
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         # Do not put the reserved wake-ups of the lost connection back into Redis: that restore
         # is the step that crashes, and it buys nothing here. A wake-up is a nudge (the job row
         # is the truth), a restarted Redis has lost them anyway, and the sweeper re-signals every
         # due job nobody claimed. If Redis did keep them (a network blip), its unacked index
         # still holds them and kombu re-queues them after the visibility timeout.
-        if self.task_consumer is not None:
+        # (Redis's channel is kombu's virtual one: the kind that restores, and the only one here.)
+        if self.task_consumer is not None and isinstance(self.task_consumer.channel, virtual.Channel):
             self.task_consumer.channel.do_restore = False
         super().on_connection_error_after_connected(exc)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 from uuid import UUID
 
 from models.jobs.leases import Finished, FinishReport
+from models.jobs.records import KindControl
 from models.jobs.store import NO_ORGANIZATION
 from models.kinds import JobKind
 from models.ops import counters
@@ -62,7 +62,7 @@ class FinishBuffer:
         waited_long = self.clock() - self._since > self.flush_after
         return waited_long or (kind is not None and bool(kind.rules.hard_time_limit))
 
-    def flush(self, *, claim: int = 0, controls: list[Any] | None = None,
+    def flush(self, *, claim: int = 0, controls: list[KindControl] | None = None,
               after_organization: UUID = NO_ORGANIZATION) -> FinishReport:
         """Commit the pending finishes and lease up to ``claim`` more, in one transaction; the
         report's leased jobs are the caller's."""

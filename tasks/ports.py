@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from models.jobs.context import JobRuntime, LeaseFlags
 from models.jobs.leases import Failure, Finished, FinishReport
-from models.jobs.records import LeasedJob, Status
+from models.jobs.records import KindControl, LeasedJob, Status
+from models.kinds.rules import KindRules
 from models.results.attempt import DEFAULT_INLINE_MAX_BYTES
 from models.results.store import ResultStore
 
@@ -20,7 +21,7 @@ class Leases(JobRuntime, Protocol):
     """What the runner needs of the store (models.jobs.leases.WorkerLeases, or a fake)."""
 
     def finish_and_claim(self, finished: Sequence[Finished], *, claim: int,
-                         controls: list[Any] | None = None,
+                         controls: list[KindControl] | None = None,
                          after_organization: UUID = ...) -> FinishReport: ...
 
     def fail(self, job: LeasedJob, failure: Failure) -> Status | None: ...
@@ -39,7 +40,7 @@ class Keeper(Protocol):
 
     def flags(self, job_id: UUID) -> LeaseFlags: ...
 
-    def running(self, job: LeasedJob, rules: Any, started: float) -> None: ...
+    def running(self, job: LeasedJob, rules: KindRules, started: float) -> None: ...
 
     def idle(self) -> None: ...
 
@@ -55,7 +56,7 @@ class Ports:
     leases: Leases
     keeper: Keeper
     #: the operators' claim controls (pauses, limits), read before each claim
-    controls: Callable[[], list[Any]] = list
+    controls: Callable[[], list[KindControl]] = list
     #: where large results go (None: every result stays inline, and storing a file fails)
     results: ResultStore | None = None
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES

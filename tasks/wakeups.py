@@ -41,7 +41,8 @@ class WakeupPublisher:
             celery = Celery("spacejobs-publisher", set_as_current=False)
             celery.config_from_object("celeryconfig")
             if broker_url:
-                celery.conf.broker_url = broker_url
+                # celery-types makes conf.broker_url a read-only property; Celery's conf takes it.
+                celery.conf.broker_url = broker_url  # type: ignore[misc]
             if queue:
                 celery.conf.task_default_queue = queue
         self._celery = celery

@@ -15,7 +15,6 @@ import os
 import socket
 import threading
 import time
-from typing import Any
 
 import psycopg
 from celery import Celery
@@ -23,6 +22,7 @@ from celery import Celery
 from models.db.engine import make_engine
 from models.db.roles import WORKER_ROLE, listen_url, role_url
 from models.jobs.leases import WorkerLeases
+from models.jobs.records import KindControl
 from models.jobs.service import Jobs
 from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
@@ -73,7 +73,7 @@ class WorkerProcess:
         #: when this process last ran the orphan sweep (time.monotonic()), None before the first
         self.last_orphan_sweep: float | None = None
         self._results: ResultStore | None = None
-        self._controls: tuple[float, list[Any]] | None = None
+        self._controls: tuple[float, list[KindControl]] | None = None
         #: a pause or a new limit reaches this process within this many seconds
         self._controls_ttl = settings.controls_ttl
         self._listener: psycopg.Connection | None = None
@@ -84,7 +84,7 @@ class WorkerProcess:
             self._results = open_store(self.settings)
         return self._results
 
-    def controls(self) -> list[Any]:
+    def controls(self) -> list[KindControl]:
         """Operator controls, re-read at most once per ``SPACEJOBS_CONTROLS_TTL`` seconds per
         process (not once per claim)."""
         now = time.monotonic()
@@ -123,7 +123,7 @@ class WorkerProcess:
             self._listener.close()
         self._listener = None
 
-    def count(self, name: str, kind: str | None) -> None:
+    def count(self, name: str, kind: str) -> None:
         self.counters.add(name, kind)
 
     def forget_parent(self) -> None:

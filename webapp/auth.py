@@ -36,7 +36,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def engine() -> Engine:
-    return current_app.extensions["spacejobs.db"]
+    db: Engine = current_app.extensions["spacejobs.db"]
+    return db
 
 
 def bearer_token() -> str | None:
@@ -59,7 +60,8 @@ def presented_credential() -> str | None:
 def current_user(*, allow_session: bool = False) -> User:
     """The user behind the bearer token, or (``allow_session``) the web session; 401 otherwise."""
     if "user" in g:
-        return g.user
+        user: User = g.user
+        return user
     found = identify(allow_session=allow_session)
     if found is None:
         raise Unauthorized()
@@ -107,8 +109,8 @@ def untouched_session() -> SessionMixin:
     no cookie written or cleared. For a refusal that must answer exactly as a URL that does not
     exist, which never looks at the session."""
     interface = current_app.session_interface
-    return (interface.open_session(current_app, request)  # type: ignore[arg-type]
-            or interface.make_null_session(current_app))  # type: ignore[arg-type]
+    return (interface.open_session(current_app, request)
+            or interface.make_null_session(current_app))
 
 
 def remember(user: User, method: str) -> User:

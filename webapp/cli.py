@@ -300,7 +300,7 @@ def web(host: str, port: int, workers: int) -> None:
             f"SPACEJOBS_EVENTS_STREAMS_PER_PROCESS ({settings.events_streams_per_process}) must be "
             f"below SPACEJOBS_WEB_THREADS ({threads}).")
 
-    class Server(BaseApplication):  # type: ignore[misc]
+    class Server(BaseApplication):
         def load_config(self) -> None:
             for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
                                "threads": threads, "timeout": 60, "graceful_timeout": 10,

@@ -6,6 +6,7 @@ are kept, so they are printed once)."""
 from __future__ import annotations
 
 import secrets
+from uuid import UUID
 
 from sqlalchemy import Connection
 
@@ -37,6 +38,7 @@ def _credentials(conn: Connection, user: accounts.User) -> dict[str, str]:
 def seed(conn: Connection) -> list[dict[str, str]]:
     """Create what is missing; return each demo user with a new token and password."""
     out = []
+    org_ids: dict[str, UUID] = {}
     for org_name, project_names in ORGS.items():
         slug = org_name.split()[0].lower()
         org_id = accounts.find_organization_by_name(conn, org_name)
@@ -46,14 +48,15 @@ def seed(conn: Connection) -> list[dict[str, str]]:
             projects = Projects(conn, org_id)
             for name in project_names:
                 projects.create(name, f"{name} ({org_name})")
+        org_ids[org_name] = org_id
         for person, role in (("anna", "owner"), ("vera", "member")):
             user = _user(conn, f"{person}@{slug}.example", person.capitalize())
             accounts.add_member(conn, org_id, user.id, role)
             out.append({"email": user.email, "role": role, "org_name": org_name, "org_id": str(org_id),
                         **_credentials(conn, user)})
     # Acme's owner also belongs to Globex, as a plain member: the pages' organization switcher.
-    globex = accounts.find_organization_by_name(conn, "Globex Orbital")
-    accounts.add_member(conn, globex, accounts.find_user(conn, "anna@acme.example").id, "member")
+    accounts.add_member(conn, org_ids["Globex Orbital"],
+                        accounts.find_user(conn, "anna@acme.example").id, "member")
     # An operator who belongs to no organization: sees /ops and /metrics, never tenant data.
     olga = _user(conn, "olga@ops.example", "Olga", operator=True)
     out.append({"email": olga.email, "role": "operator", "org_name": "-", "org_id": "-",

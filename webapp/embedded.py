@@ -121,7 +121,8 @@ class EmbeddedServers:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{database}"')
-        return self._pg.get_uri(database)
+        uri: str = self._pg.get_uri(database)
+        return uri
 
     def stop(self) -> None:
         """Stop both servers; nothing started here is left running."""

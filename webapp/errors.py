@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, g, jsonify, make_response, render_template, request
+from flask import Flask, Response, g, jsonify, make_response, render_template, request
 from flask.typing import ResponseReturnValue
 from limits.errors import StorageError
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -56,7 +56,7 @@ def wants_html() -> bool:
     return request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
 
 
-def error_response(code: str, message: str, http_status: int, /, **extra: object) -> ResponseReturnValue:
+def error_response(code: str, message: str, http_status: int, /, **extra: object) -> tuple[Response, int]:
     if wants_html():
         # No per-user navigation here: a removed member and a stranger see the same page. The
         # request id is shown only where support may need it (our own failures).
@@ -73,7 +73,7 @@ def register(app: Flask) -> None:
     def domain_error(error: DomainError) -> ResponseReturnValue:
         extra = {k: error.details.get(k) for k in _PUBLIC_DETAILS}
         response = error_response(error.code, error.message, HTTP_STATUS.get(error.code, 400), **extra)
-        body, status = response  # type: ignore[misc]
+        body, status = response
         if error.code == "unauthorized":
             return body, status, {"WWW-Authenticate": 'Bearer realm="spacejobs"'}
         if "retry_after" in error.details:
@@ -111,7 +111,7 @@ def register(app: Flask) -> None:
         message = {404: "Not found.", 429: "Too many requests; slow down or use the events stream.",
                    405: "Method not allowed."}.get(error.code or 500, error.name + ".")
         response = error.get_response()
-        body, status = error_response(code, message, error.code or 500)  # type: ignore[misc]
+        body, status = error_response(code, message, error.code or 500)
         for header in ("Retry-After", "Allow"):
             if header in response.headers:
                 body.headers[header] = response.headers[header]

@@ -146,7 +146,8 @@ def configure(app: Flask) -> None:
     limiter.init_app(app)
     app.extensions["spacejobs.limiter"] = limiter
     for endpoint, view in list(app.view_functions.items()):
-        wrapped = view
+        # Any: a view may be sync or async, and the limiter's decorator keeps whichever it wraps.
+        wrapped: Callable[..., Any] = view
         for setting, shared, options in getattr(view, "spacejobs_limits", ()):
             provider = _config(setting)
             decorate = (limiter.shared_limit(provider, scope=shared, **options) if shared

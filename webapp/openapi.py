@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from uuid import UUID
 
 from flask import Flask
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from models.jobs.records import ALL_STATUSES
 from models.kinds import submittable_kinds
@@ -29,7 +29,10 @@ from models.tenancy import audit
 from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
 from webapp.errors import HTTP_STATUS
 
-JobStatus = Literal[tuple(ALL_STATUSES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    JobStatus = str  # to the checker; the schema's enum is made from the statuses at run time
+else:
+    JobStatus = Literal[tuple(ALL_STATUSES)]
 
 
 # ----------------------------------------------------------------------------- response bodies
@@ -170,6 +173,18 @@ IN_ORGANIZATION = ("unauthorized", "not_found", "organization_unavailable")
 BODY = ("payload_too_large",)
 
 
+class Link(TypedDict):
+    """An OpenAPI link: the operation an answer leads to, and its parameters' sources."""
+
+    operationId: str
+    parameters: dict[str, str]
+
+
+#: What an answer holds: a model, "object" (any JSON object), "stream" (server-sent events),
+#: "result" (a job's result: JSON or a file), or None (no body).
+AnswerBody = type[BaseModel] | Literal["object", "stream", "result"] | None
+
+
 @dataclass(frozen=True)
 class Operation:
     """One JSON API operation: its Flask endpoint and what it takes and answers."""
@@ -177,17 +192,16 @@ class Operation:
     endpoint: str
     method: str
     summary: str
-    #: status: (description, body: a model, "object", "stream", "result" (JSON or a file), None)
-    answers: dict[int, tuple[str, type[BaseModel] | str | None]]
+    answers: dict[int, tuple[str, AnswerBody]]  # status: (description, body)
     errors: tuple[str, ...] = ()
     body: type[BaseModel] | None = None
     query: dict[str, dict[str, Any]] = field(default_factory=dict)
     headers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    links: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
+    links: dict[int, dict[str, Link]] = field(default_factory=dict)
     public: bool = False
 
 
-def _job_links(job_id: str) -> dict[str, dict[str, str]]:
+def _job_links(job_id: str) -> dict[str, Link]:
     params = {"org": "$request.path.org", "job_id": job_id}
     return {name: {"operationId": target, "parameters": params} for name, target in (
         ("GetJob", "get_job"), ("GetJobResult", "get_job_result"), ("CancelJob", "cancel_job"),
@@ -272,9 +286,11 @@ def document(app: Flask) -> dict[str, Any]:
 
 
 def _build(app: Flask) -> dict[str, Any]:
-    inputs = [(m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
-    outputs = [(m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project,
-                                              ProjectList, Me, Error, AuditPage)]
+    inputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
+    outputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project, ProjectList, Me,
+                                       Error, AuditPage)]
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
     # The kinds a submit takes (each with its own params: unknown fields are invalid_params);
     # child-only kinds are not among them, nor named anywhere else in the document.

@@ -47,7 +47,8 @@ def offline_after() -> float:
 
 
 def operator_db() -> Engine:
-    return current_app.extensions["spacejobs.operator_db"]
+    db: Engine = current_app.extensions["spacejobs.operator_db"]
+    return db
 
 
 def is_ops_path(path: str) -> bool:
@@ -69,9 +70,10 @@ def require_operator() -> User:
     the request's own, so that the 404 carries nothing an unknown URL's does not (Flask adds
     ``Vary: Cookie`` to any answer whose session was read)."""
     if "user" in g:
-        if not g.user.is_operator:
+        user: User = g.user
+        if not user.is_operator:
             raise NotFound()
-        return g.user
+        return user
     found = identify(allow_session=True, cookie=untouched_session())
     if found is None or not found[0].is_operator:
         raise NotFound()

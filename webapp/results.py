@@ -23,7 +23,8 @@ log = logging.getLogger("spacejobs.web")
 
 
 def result_store() -> ResultStore:
-    return current_app.extensions["spacejobs.results"]
+    store: ResultStore = current_app.extensions["spacejobs.results"]
+    return store
 
 
 def stored_result_response(job: Job, stored: StoredResult, *, envelope: bool) -> Response:

@@ -30,7 +30,7 @@ class AfterCommitConnection(psycopg.Connection):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.after_commit: list[Callable[[], None]] = []
+        self.after_commit: list[Callable[[], object]] = []
 
     def commit(self) -> None:
         super().commit()

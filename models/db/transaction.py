@@ -102,7 +102,7 @@ def owner_transaction(engine: Engine, *, actor: str = "cli") -> Iterator[Connect
         yield conn
 
 
-def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
+def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
     """Run ``callback`` once the transaction open on ``conn`` has committed; never if it rolls
     back. ``conn`` must come from an engine made by :func:`models.db.engine.make_engine`."""
     dbapi = conn.connection.dbapi_connection

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -111,7 +111,7 @@ class JobContext:
         self.flags.note(self.runtime.record_progress(self.job, value))
         self.checkpoint()
 
-    def store_result(self, source: bytes | BinaryIO, *, content_type: str,
+    def store_result(self, source: bytes | IO[bytes], *, content_type: str,
                      filename: str) -> StoredResult:
         """Put a large result (a file: a ZIP, a CSV...) in the results store and return what the
         kind then returns as its result. The web serves it from ``…/result`` with this content

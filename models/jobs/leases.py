@@ -20,7 +20,7 @@ from models.diagnostics import Diagnosis
 from models.errors import DomainError, LeaseLost
 from models.jobs import store
 from models.jobs.context import Tenant
-from models.jobs.records import LeasedJob, Status
+from models.jobs.records import KindControl, LeasedJob, Status
 from models.kinds.rules import KindRules
 from models.tenancy.access import check_allowed
 
@@ -74,7 +74,8 @@ class WorkerLeases:
 
     # -- the hot path --------------------------------------------------------------------
     def finish_and_claim(
-        self, finished: Sequence[Finished], *, claim: int, controls: list[Any] | None = None,
+        self, finished: Sequence[Finished], *, claim: int,
+        controls: list[KindControl] | None = None,
         after_organization: UUID = store.NO_ORGANIZATION,
     ) -> FinishReport:
         """ONE transaction: commit the finished jobs (the requesters' standing re-checked in one
@@ -109,7 +110,7 @@ class WorkerLeases:
                 report.next_organization = leased.next_organization
         return report
 
-    def claim_controls(self) -> list[Any]:
+    def claim_controls(self) -> list[KindControl]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.claim_controls(conn)
 

@@ -4,12 +4,14 @@ runtime context, the kinds, the web and the workers can all use it without a cyc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
 
 
 class Status(StrEnum):
@@ -60,7 +62,7 @@ class Job:
     result_expired_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
+    def from_row(cls, row: RowMapping) -> Job:
         values = {f.name: row[f.name] for f in _JOB_FIELDS}
         values["status"] = Status(values["status"])
         return cls(**values)
@@ -89,8 +91,17 @@ class LeasedJob:
     request_id: str | None
 
     @property
-    def log_context(self) -> dict[str, Any]:
+    def log_context(self) -> dict[str, str | int | None]:
         """The fields every log line about this attempt carries (never params or results)."""
         return {"job_id": str(self.id), "kind": self.kind,
                 "organization_id": str(self.organization_id), "attempt": self.attempt,
                 "request_id": self.request_id}
+
+
+class KindControl(NamedTuple):
+    """An operator's control of one kind, as the claim reads it: a paused kind is not claimed,
+    a limited one runs at most ``concurrency_limit`` jobs at once."""
+
+    kind: str
+    paused: bool
+    concurrency_limit: int | None

@@ -198,7 +198,8 @@ class Jobs:
         """
         if not 1 <= len(requests) <= MAX_BATCH:
             raise InvalidRequest(f"A batch holds 1 to {MAX_BATCH} jobs.", fields=["jobs"])
-        new_jobs, seen_keys = [], {}
+        new_jobs: list[store.NewJob] = []
+        seen_keys: dict[tuple[str, str], int] = {}  # (kind, dedup key) -> its first index
         for index, item in enumerate(requests):
             try:
                 job_kind = get_kind(item.kind)

@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, RowMapping
 
 from models.db.queries import queries_beside
 from models.errors import (
@@ -27,7 +27,7 @@ from models.errors import (
     OrganizationUnavailable,
     TooManyJobs,
 )
-from models.jobs.records import RUNNING, Job, LeasedJob, Status
+from models.jobs.records import RUNNING, Job, KindControl, LeasedJob, Status
 from models.kinds.rules import KindRules
 from models.settings import get_settings
 from models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
@@ -173,7 +173,7 @@ def request_id_of(conn: Connection, job_id: UUID) -> str | None:
     return found
 
 
-def snapshot(conn: Connection, job_id: UUID) -> Mapping[str, Any]:
+def snapshot(conn: Connection, job_id: UUID) -> RowMapping:
     """The row's organization, status, requester, kind and params (NotFound if none)."""
     row = conn.execute(Q["snapshot"], {"id": job_id}).mappings().one_or_none()
     if row is None:
@@ -246,9 +246,9 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
 # Worker side (space_worker)
 # ---------------------------------------------------------------------------------------------
 
-def claim_controls(conn: Connection) -> list[Any]:
-    """The operators' per-kind controls: (kind, paused, concurrency_limit) rows."""
-    return list(conn.execute(Q["claim_controls"]).all())
+def claim_controls(conn: Connection) -> list[KindControl]:
+    """The operators' per-kind controls: the kinds paused or limited."""
+    return [KindControl(*row) for row in conn.execute(Q["claim_controls"])]
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ NO_ORGANIZATION = UUID(int=0)
 
 
 def claim_batch(
-    conn: Connection, worker: str, *, limit: int, controls: list[Any] | None = None,
+    conn: Connection, worker: str, *, limit: int, controls: list[KindControl] | None = None,
     after_organization: UUID = NO_ORGANIZATION,
 ) -> Claimed:
     """Lease up to ``limit`` due jobs (or jobs whose lease expired), each with its own token.
@@ -435,10 +435,11 @@ def spawn_children(conn: Connection, parent: LeasedJob, kind: KindRules,
     parent's organization and for its requester; 0 when the parent's lease is no longer ours."""
     if not items:
         return 0
-    return conn.execute(Q["spawn_children"], {
+    spawned: int = conn.execute(Q["spawn_children"], {
         "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
         "indexes": [index for index, _ in items], "params": [json.dumps(p) for _, p in items],
         "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).scalar_one()
+    return spawned
 
 
 def children(conn: Connection, parent: LeasedJob) -> list[Child]:
@@ -448,8 +449,9 @@ def children(conn: Connection, parent: LeasedJob) -> list[Child]:
 
 
 def cancel_children(conn: Connection, parent: LeasedJob) -> int:
-    return conn.execute(Q["cancel_children"], {"parent": parent.id,
-                                               "token": parent.lease_token}).scalar_one()
+    cancelled: int = conn.execute(Q["cancel_children"], {"parent": parent.id,
+                                                         "token": parent.lease_token}).scalar_one()
+    return cancelled
 
 
 def record_diagnostics(
@@ -489,7 +491,17 @@ def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> li
     ]
 
 
-def purge_finished(conn: Connection, *, batch: int = 1000) -> dict[str, Any]:
+class Purged(TypedDict):
+    """What one retention pass removed (purge_finished_jobs(), models/db/schema/80_retention.sql)."""
+
+    jobs_deleted: int
+    results_dropped: int
+    events_deleted: int
+    #: the results store's keys of the files those jobs and results held
+    dropped_refs: list[str]
+
+
+def purge_finished(conn: Connection, *, batch: int = 1000) -> Purged:
     """Retention: delete finished jobs, drop old results, delete old events, each past the age
     the database's policy holds (models/ops/retention.py); at most ``batch`` of each.
 
@@ -497,9 +509,11 @@ def purge_finished(conn: Connection, *, batch: int = 1000) -> dict[str, Any]:
     deletes them once this transaction has committed (the orphan sweep does, should it not)."""
     row = conn.execute(
         Q["purge_finished"], {"batch": batch}).mappings().one()
-    return dict(row)  # jobs_deleted, results_dropped, events_deleted, dropped_refs
+    return Purged(jobs_deleted=row["jobs_deleted"], results_dropped=row["results_dropped"],
+                  events_deleted=row["events_deleted"], dropped_refs=row["dropped_refs"])
 
 
 def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
     """Fold recorded metric events into the counters (bounded); returns how many were folded."""
-    return conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
+    folded: int = conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
+    return folded

@@ -37,7 +37,7 @@ class BufferedCounters:
         # A forked child has no flush thread, and the parent's pending counts are the parent's.
         os.register_at_fork(after_in_child=self._forget_parent)
 
-    def add(self, name: str, kind: str = "", by: float = 1) -> None:
+    def add(self, name: str, kind: str = "", by: int = 1) -> None:
         if not by:
             return
         with self._lock:

@@ -72,7 +72,7 @@ def job_detail(conn: Connection, job_id: UUID) -> dict[str, Any]:
 
 def job_organization(conn: Connection, job_id: UUID) -> UUID:
     """The organization of any job (an operator action then acts inside that organization)."""
-    org = conn.execute(Q["job_organization"], {"id": job_id}).scalar_one_or_none()
+    org: UUID | None = conn.execute(Q["job_organization"], {"id": job_id}).scalar_one_or_none()
     if org is None:
         raise NotFound()
     return org

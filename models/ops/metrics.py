@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Engine
 
@@ -46,7 +47,7 @@ class DatabaseCollector(Collector):
         self._db = operator_db
         self._offline_after = offline_after
 
-    def collect(self) -> Iterator[object]:
+    def collect(self) -> Iterator[Metric]:
         with transaction(self._db) as conn:
             active = conn.execute(Q["active_by_status"]).all()
             oldest = conn.execute(Q["oldest_queued"]).all()
@@ -74,25 +75,26 @@ class DatabaseCollector(Collector):
             by_name[name].append((kind, label, float(value)))
 
         for name, (doc, label_name) in _COUNTERS.items():
-            family = CounterMetricFamily(name.removesuffix("_total"), doc,
-                                         labels=["kind", label_name] if label_name else ["kind"])
+            counter = CounterMetricFamily(name.removesuffix("_total"), doc,
+                                          labels=["kind", label_name] if label_name else ["kind"])
             for kind, label, value in by_name.get(name, []):
-                family.add_metric([kind, label] if label_name else [kind], value)
-            yield family
+                counter.add_metric([kind, label] if label_name else [kind], value)
+            yield counter
 
         for name, doc in _HISTOGRAMS.items():
-            family = HistogramMetricFamily(name, doc, labels=["kind"])
+            histogram = HistogramMetricFamily(name, doc, labels=["kind"])
             sums = {kind: value for kind, _, value in by_name.get(name + "_sum", [])}
             buckets: dict[str, dict[float, float]] = defaultdict(dict)
             for kind, bound, value in by_name.get(name + "_bucket", []):
                 buckets[kind][float(bound)] = value
             for kind, counts in buckets.items():
-                running, cumulative = 0.0, []
-                for bound in (*BUCKETS, float("inf")):  # stored per bucket; exposed cumulative
-                    running += counts.get(bound, 0.0)
-                    cumulative.append(("+Inf" if bound == float("inf") else str(bound), running))
-                family.add_metric([kind], cumulative, sum_value=sums.get(kind, 0.0))
-            yield family
+                running = 0.0
+                cumulative: list[tuple[str, float]] = []
+                for upper in (*BUCKETS, float("inf")):  # stored per bucket; exposed cumulative
+                    running += counts.get(upper, 0.0)
+                    cumulative.append(("+Inf" if upper == float("inf") else str(upper), running))
+                histogram.add_metric([kind], cumulative, sum_value=sums.get(kind, 0.0))
+            yield histogram
 
 
 def render(operator_db: Engine, *, offline_after: float) -> bytes:

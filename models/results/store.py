@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 from uuid import UUID
 
 from models.errors import ResultMissing
@@ -32,7 +32,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 CHUNK = 64 * 1024
 
-Source = bytes | BinaryIO
+#: what a put reads: bytes, or a binary file read to its end (a SpooledTemporaryFile too)
+Source = bytes | IO[bytes]
 
 
 def new_key(organization_id: UUID, job_id: UUID) -> str:
@@ -52,7 +53,7 @@ def is_partial(key: str) -> bool:
 
 def belongs_to(key: str, organization_id: UUID, job_id: UUID) -> bool:
     found = KEY.match(key)
-    return bool(found) and (found["org"], found["job"]) == (str(organization_id), str(job_id))
+    return found is not None and (found["org"], found["job"]) == (str(organization_id), str(job_id))
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ class Standing(Protocol):
     def organization_state(self) -> str: ...
 
 
-def has_role(membership: Membership, role: str) -> bool:
+def has_role(membership: Standing, role: str) -> bool:
     return ROLE_RANK[membership.role] >= ROLE_RANK[role]
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -32,6 +35,15 @@ class User:
     email: str
     name: str
     is_operator: bool
+
+
+class TokenListing(TypedDict):
+    """One of a user's API tokens as `tokens list` shows it (never the token: only its hash is
+    stored)."""
+
+    id: UUID
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_token(token: str) -> bytes:
@@ -66,16 +78,19 @@ def set_operator(conn: Connection, user_id: UUID, operator: bool) -> None:
 
 
 def create_organization(conn: Connection, name: str) -> UUID:
-    return conn.execute(Q["create_organization"], {"name": name}).scalar_one()
+    organization_id: UUID = conn.execute(Q["create_organization"], {"name": name}).scalar_one()
+    return organization_id
 
 
 def find_organization_by_name(conn: Connection, name: str) -> UUID | None:
-    return conn.execute(Q["find_organization_by_name"], {"name": name}).scalar_one_or_none()
+    organization_id: UUID | None = conn.execute(
+        Q["find_organization_by_name"], {"name": name}).scalar_one_or_none()
+    return organization_id
 
 
 def resolve_organization(conn: Connection, ref: str) -> UUID:
     """An organization by id or by (unique) name, for the CLI."""
-    rows = conn.execute(Q["resolve_organization"], {"ref": ref}).scalars().all()
+    rows: Sequence[UUID] = conn.execute(Q["resolve_organization"], {"ref": ref}).scalars().all()
     if len(rows) != 1:
         raise NotFound("No single organization matches that id or name.")
     return rows[0]
@@ -141,9 +156,11 @@ def revoke_token(conn: Connection, ref: str) -> bool:
     return found.rowcount > 0
 
 
-def list_tokens(conn: Connection, user_id: UUID) -> list[dict[str, object]]:
+def list_tokens(conn: Connection, user_id: UUID) -> list[TokenListing]:
     """The user's tokens (ids and dates, never the tokens: only hashes are stored)."""
-    return [dict(row) for row in conn.execute(Q["list_tokens"], {"user": user_id}).mappings()]
+    rows = conn.execute(Q["list_tokens"], {"user": user_id})
+    return [TokenListing(id=row.id, created_at=row.created_at, revoked_at=row.revoked_at)
+            for row in rows]
 
 
 def principal(conn: Connection, token: str, organization_id: UUID | None = None

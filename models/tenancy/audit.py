@@ -80,4 +80,5 @@ def entries(
 def purge(conn: Connection, *, batch: int = 1000) -> int:
     """Retention: delete at most ``batch`` entries older than the database's policy says
     (models/ops/retention.py); returns how many."""
-    return conn.execute(Q["purge"], {"batch": batch}).scalar_one()
+    deleted: int = conn.execute(Q["purge"], {"batch": batch}).scalar_one()
+    return deleted

@@ -3,6 +3,7 @@ the explicit organization filter is belt and braces beside row-level security.""
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -56,7 +57,8 @@ class Projects:
         ).one()
         return Project(*row)
 
-    def created_by_job(self, job_id: UUID) -> list[Project]:
+    # builtins.list: inside this class, a bare ``list`` names the method above.
+    def created_by_job(self, job_id: UUID) -> builtins.list[Project]:
         rows = self._conn.execute(Q["created_by_job"], {"org": self._org, "job": job_id})
         return [Project(*row) for row in rows]
 
