@@ -27,13 +27,16 @@ def always_fails(ctx: JobContext, params: NoParams) -> dict[str, Any]:
 
 class StallParams(Params):
     seconds: Annotated[float, Field(ge=0, le=30)] = 0
+    #: how long the second and later attempts stall (default: as long as the first)
+    retry_seconds: Annotated[float | None, Field(ge=0, le=30)] = None
 
 
 @job_kind("test.stall", org_states={"active"}, max_attempts=3, backoff=0.2,
           lease=timedelta(seconds=2), params=StallParams)
 def stall(ctx: JobContext, params: StallParams) -> dict[str, Any]:
     """Sleeps WITHOUT checkpoints, then returns who ran it: a late finisher, on purpose."""
-    time.sleep(params.seconds)
+    retry = params.seconds if params.retry_seconds is None else params.retry_seconds
+    time.sleep(params.seconds if ctx.job.attempt == 1 else retry)
     return {"pid": os.getpid(), "attempt": ctx.job.attempt}
 
 

@@ -37,7 +37,10 @@ def test_worker_cut_off_mid_job_is_replaced_and_its_late_finish_is_fenced(bare_s
     partition = Partition(postgres_address(stack.admin_url))
     worker_url = through(role_url(WORKER_ROLE, stack.admin_url), partition)
     cut_off = stack.start_worker(concurrency=1, SPACEJOBS_WORKER_DATABASE_URL=worker_url)
-    job = submit(client, org, anna, "test.stall", {"seconds": 6})   # lease 2 s, no checkpoints
+    # Lease 2 s, no checkpoints. The first attempt outlasts the cut (a new worker and beat start,
+    # the lease runs out, the job is leased again), so its late finish reaches the database after
+    # the cut heals and is fenced there; a finish tried during the cut would only fail to connect.
+    job = submit(client, org, anna, "test.stall", {"seconds": 15, "retry_seconds": 0.5})
     first = stack.wait_for(job["id"], "leased")
     partition.cut()
     stack.start_worker(concurrency=1)
