@@ -330,6 +330,14 @@ class Jobs:
         finally:
             finishes.forget(job_id, announced)
 
+    def close(self) -> None:
+        """Stop the thread that hears finishes (started by the first :meth:`wait`). The engines
+        are the caller's: they stay open."""
+        with self._finishes_lock:
+            if self._finishes is not None:
+                self._finishes.close()
+            self._finishes = None
+
     def _finish_listener(self) -> waiting.FinishListener | waiting.Unheard:
         with self._finishes_lock:
             if self._finishes is None:

@@ -31,6 +31,7 @@ class FinishListener:
         self._waiters: dict[UUID, list[threading.Event]] = defaultdict(list)
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="finish-listener", daemon=True)
         self._thread.start()
 
@@ -53,21 +54,31 @@ class FinishListener:
         """Whether the LISTEN is in place (so that a finish from now on is announced)."""
         return self._ready.wait(timeout)
 
+    def close(self) -> None:
+        """Stop listening and end the thread (within about a second)."""
+        self._closed.set()
+        self._thread.join(timeout=5)
+
     def _listen(self) -> None:
-        while True:
+        failing = False
+        while not self._closed.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True,
                                      application_name="spacejobs-wait") as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._ready.set()
+                    failing = False
                     self._wake_everyone()  # anything missed while reconnecting: re-read
-                    for notice in conn.notifies():
-                        self._announce(notice.payload)
+                    while not self._closed.is_set():
+                        for notice in conn.notifies(timeout=1.0):
+                            self._announce(notice.payload)
             except psycopg.Error:
-                log.warning("listening for finished jobs failed; waiters re-read their jobs")
+                if not failing:  # once per outage, not once per retry
+                    log.warning("listening for finished jobs failed; waiters re-read their jobs")
+                failing = True
             self._ready.clear()
             self._wake_everyone()
-            threading.Event().wait(1.0)
+            self._closed.wait(1.0)
 
     def _announce(self, payload: str) -> None:
         with self._lock:
@@ -98,6 +109,9 @@ class Unheard:
 
     def ready(self, timeout: float) -> bool:
         return False
+
+    def close(self) -> None:
+        pass
 
 
 def listener(conninfo: str | None) -> FinishListener | Unheard:

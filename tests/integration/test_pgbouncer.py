@@ -41,7 +41,6 @@ from models.db.engine import libpq_url, make_engine
 from models.db.roles import APP_ROLE, WORKER_ROLE
 from models.db.transaction import opened, scope, transaction
 from models.jobs import waiting
-from models.jobs.service import Jobs
 from models.settings import reload_settings
 from models.tenancy.projects import Projects
 from tests.conftest import submit
@@ -360,14 +359,14 @@ def test_workers_and_web_through_the_pooler_run_every_job_once_in_its_own_organi
                 job = submit(client, org, user, kind)
                 submitted[job["id"]] = org
                 kinds[job["id"]] = kind
-        engine = app.extensions["spacejobs.db"]
-        outcomes = {job_id: Jobs(engine).wait(uuid.UUID(job_id), 60, organization_id=org)
+        jobs = app.extensions["spacejobs.jobs"]  # the web's own job API, through the pooler
+        outcomes = {job_id: jobs.wait(uuid.UUID(job_id), 60, organization_id=org)
                     for job_id, org in submitted.items()}
         # A waiter hears a finish through its direct LISTEN, not by re-reading the row later.
         org, user = next(iter(users.items()))
         with ThreadPoolExecutor(1) as pool, stack.workers_paused():
             job_id = submit(client, org, user, "bench.noop")["id"]
-            waiter = pool.submit(Jobs(engine).wait, uuid.UUID(job_id), 30, organization_id=org)
+            waiter = pool.submit(jobs.wait, uuid.UUID(job_id), 30, organization_id=org)
             time.sleep(0.5)  # its first read finds the job queued
             resumed = time.monotonic()
         assert waiter.result().job.status == "completed"

@@ -215,7 +215,7 @@ def test_wait_returns_the_finished_job_and_its_result_soon_after_the_finish(stac
     with app_db.begin() as conn:
         job = Jobs(conn.engine).submit(conn, "bench.sleep", {"seconds": 0.5}, organization_id=org,
                              requested_by=anna.id).job
-    outcome = Jobs(app_db).wait(job.id, 20, organization_id=org)
+    outcome = stack.jobs.wait(job.id, 20, organization_id=org)
     returned = datetime.now(UTC)
     assert outcome.job.status == "completed" and outcome.result == {"slept": 0.5}
     # The finish's COMMIT notifies; the waiter re-reads the row and returns.
@@ -228,7 +228,7 @@ def test_wait_names_the_file_of_a_result_in_the_results_store(stack: Stack, app_
     with app_db.begin() as conn:
         job = Jobs(conn.engine).submit(conn, "projects_archive", {}, organization_id=org,
                              requested_by=anna.id).job
-    outcome = Jobs(app_db).wait(job.id, 20, organization_id=org)
+    outcome = stack.jobs.wait(job.id, 20, organization_id=org)
     assert outcome.job.status == "completed"
     assert outcome.stored is not None and outcome.stored.key == stack.job_row(job.id)["result_ref"]
     assert outcome.result["stored"]["content_type"] == "application/zip"
@@ -244,10 +244,10 @@ def test_wait_times_out_and_does_not_see_other_organizations(stack: Stack, app_d
     with stack.workers_paused():
         started = time.monotonic()
         with pytest.raises(TimeoutError):
-            Jobs(app_db).wait(job.id, 0.5, organization_id=org)
+            stack.jobs.wait(job.id, 0.5, organization_id=org)
         assert 0.5 <= time.monotonic() - started < 2
     with pytest.raises(NotFound):
-        Jobs(app_db).wait(job.id, 1, organization_id=stack.org())
+        stack.jobs.wait(job.id, 1, organization_id=stack.org())
 
 
 def test_get_running_and_cancel_from_python(stack: Stack, app_db):
@@ -268,7 +268,7 @@ def test_get_running_and_cancel_from_python(stack: Stack, app_db):
     with app_db.begin() as conn, pytest.raises(NotFound):  # another tenant's member never sees it
         jobs.get(conn, jobs.member(conn, other, stranger.id), job.id)
     assert asked.status == "cancel_requested"
-    assert Jobs(app_db).wait(job.id, 20, organization_id=org).job.status == "cancelled"
+    assert stack.jobs.wait(job.id, 20, organization_id=org).job.status == "cancelled"
 
 
 # ------------------------------------------------------------------------- priority

@@ -24,6 +24,7 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs.records import Status
+from models.jobs.service import Jobs
 from models.ops import retention
 from models.results.store import LocalResultStore
 from tasks.wakeups import guard_key
@@ -86,6 +87,7 @@ class Stack:
         self.worker_db: Engine = make_engine(self.worker_url, pool_size=2, application_name=name)
         self.operator_db: Engine = make_engine(self.operator_url, pool_size=1, application_name=name)
         self.processes = ProcessSet(log_dir)
+        self._jobs: Jobs | None = None
         # The local results store this stack's web, workers and beat share.
         self.results_dir = log_dir / f"results-{self.run_id}"
 
@@ -137,8 +139,18 @@ class Stack:
 
         assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
 
+    @property
+    def jobs(self) -> Jobs:
+        """The job API as application code has it, on this stack (as space_app; no wake-ups:
+        the stack's workers hear the insert's NOTIFY). Its listener stops with the stack."""
+        if self._jobs is None:
+            self._jobs = Jobs(self.app_db, operator_engine=self.operator_db)
+        return self._jobs
+
     def stop(self) -> None:
         """Kill every process, close the engines, remove the queues and drop the database."""
+        if self._jobs is not None:
+            self._jobs.close()
         self.processes.stop_all()
         self.dispose_engines()
         try:
