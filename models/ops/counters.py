@@ -34,6 +34,7 @@ class BufferedCounters:
         self._pending: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         self._flusher: threading.Thread | None = None
+        self._failing = False  # warn once per outage, not at every flush
         # A forked child has no flush thread, and the parent's pending counts are the parent's.
         os.register_at_fork(after_in_child=self._forget_parent)
 
@@ -58,7 +59,11 @@ class BufferedCounters:
         except Exception:
             with self._lock:
                 self._pending.update(pending)  # try again at the next flush
-            log.warning("metric counters not flushed; will retry")
+            if not self._failing:
+                log.warning("metric counters not flushed; will retry")
+            self._failing = True
+        else:
+            self._failing = False
 
     def _forget_parent(self) -> None:
         self._lock = threading.Lock()

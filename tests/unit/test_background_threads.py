@@ -1,6 +1,7 @@
-"""The thread that hears finished jobs (models/jobs/waiting.py), against a server that is not
-there: it warns once per outage (not once a second), wakes its waiters so they re-read their
-rows, and stops when closed."""
+"""The threads that reach the database in the background, against a server that is not there:
+the one that hears finished jobs (models/jobs/waiting.py) and the counters' flush
+(models/ops/counters.py). Each warns once per outage (not at every retry); the listener wakes
+its waiters so they re-read their rows, and stops when closed; the counters keep their counts."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def test_without_a_url_to_listen_on_nobody_is_ever_announced():
     assert not unheard.ready(0.01)
     assert not unheard.register(uuid.uuid4()).is_set()
     unheard.close()
+
+
+def test_counters_that_cannot_be_flushed_warn_once_and_keep_their_counts(caplog):
+    from sqlalchemy import create_engine
+
+    from models.ops.counters import BufferedCounters
+
+    nowhere = create_engine("postgresql+psycopg://nobody@127.0.0.1:9/nowhere?connect_timeout=1")
+    counters = BufferedCounters(lambda: nowhere, interval=3600)
+    with caplog.at_level(logging.WARNING, logger="spacejobs.counters"):
+        for _ in range(3):
+            counters.add("spacejobs_wakeups_published_total", "bench.noop")
+            counters.flush()
+    warned = [r for r in caplog.records if "not flushed" in r.getMessage()]
+    assert len(warned) == 1
+    assert counters._pending[("spacejobs_wakeups_published_total", "bench.noop")] == 3
