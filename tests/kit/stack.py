@@ -101,11 +101,19 @@ class Stack:
             SPACEJOBS_QUEUE=self.queue,
             SPACEJOBS_BENCH_KINDS="1",
             SPACEJOBS_RESULTS_DIR=str(self.results_dir),
+            # What its processes leave in a temporary directory (billiard's pymp-*, beat's
+            # schedule) stays with the test's logs, not in /tmp.
+            TMPDIR=str(self._tmp_dir()),
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         )
         env.update(self.process_settings)
         env.update(extra)
         return env
+
+    def _tmp_dir(self) -> Path:
+        path = self.log_dir / "tmp"
+        path.mkdir(exist_ok=True)
+        return path
 
     def start_worker(self, concurrency: int = 2, **extra_env: str) -> LoggedProcess:
         """A Celery worker on this stack's queues, once it says it is ready."""
