@@ -149,3 +149,21 @@ class CancelRequested(Exception):
 
 class ReleaseRequested(Exception):
     """The worker is shutting down and the grace period is over: give the job back."""
+
+
+class WaitRequested(Exception):
+    """The kind waits (a moment, a signal, its children): end this run, give the lease and the
+    slot back, and run the job again from the top when what it waits for has come. Raised by
+    the context's waits (models.jobs.context), never by a kind itself."""
+
+    def __init__(self, *, until: object = None, signal: str | None = None,
+                 children: bool = False) -> None:
+        super().__init__("waiting")
+        self.until = until  # a datetime (aware), or None
+        self.signal = signal
+        self.children = children
+
+
+class SignalTimeout(DomainError):
+    code = "signal_timeout"
+    message = "The signal the job waited for did not come in time."

@@ -32,6 +32,7 @@ from models.errors import (
     LeaseLost,
     ReleaseRequested,
     UnknownKind,
+    WaitRequested,
 )
 from models.jobs.context import JobContext, LeaseFlags
 from models.jobs.leases import Failure, Finished
@@ -54,6 +55,7 @@ class Action(StrEnum):
     ACKNOWLEDGE_CANCEL = "acknowledge_cancel"  # the user cancelled: stop at this safe point
     FAIL = "fail"  # the kind's own safe error: its code, retried if it is transient
     FAIL_INTERNAL = "fail_internal"  # a bug: internal_error, detail to operators and the log
+    WAIT = "wait"  # the kind waits: give the lease and the slot back until its condition comes
 
 
 #: What an exception out of a run means, first match wins. A domain error is the kind's own
@@ -62,6 +64,7 @@ ON_EXCEPTION: tuple[tuple[type[BaseException], Action], ...] = (
     (LeaseLost, Action.NOTHING),
     (ReleaseRequested, Action.RELEASE),
     (CancelRequested, Action.ACKNOWLEDGE_CANCEL),
+    (WaitRequested, Action.WAIT),
     (DomainError, Action.FAIL),
     (Exception, Action.FAIL_INTERNAL),
 )
@@ -90,6 +93,7 @@ class Attempt:
             Action.ACKNOWLEDGE_CANCEL: lambda job, rules, exc: ends.acknowledge_cancel(job),
             Action.FAIL: self._fail_safely,
             Action.FAIL_INTERNAL: self._fail_internally,
+            Action.WAIT: lambda job, rules, exc: ends.wait(job, cast(WaitRequested, exc)),
         }
 
     def run(self, job: LeasedJob, kind: JobKind | None) -> Finished | None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 
+from models.errors import WaitRequested
 from models.jobs.leases import Failure
 from models.jobs.records import LeasedJob, Status
 from tasks.ports import Ports, Signals
@@ -26,10 +28,13 @@ class Outcome(StrEnum):
     LEASE_LOST = "lease_lost"  # a newer attempt owns the job: nothing of ours was written
     STALE_FINISH = "stale_finish_discarded"  # ran to the end, but the lease had moved on
     CRASHED = "crashed"  # not even the failure could be recorded (database gone): lease expires
+    WAITING = "waiting"  # the kind waits: lease and slot given back, the attempt not used up
+    RESUMED = "resumed"  # it asked to wait for what had already come: queued again at once
 
 
 #: the ends that are not the worker's failures (every other one counts in ``Stats.failed``)
-NOT_FAILURES = frozenset({Outcome.COMPLETED, Outcome.CANCELLED, Outcome.RELEASED})
+NOT_FAILURES = frozenset({Outcome.COMPLETED, Outcome.CANCELLED, Outcome.RELEASED,
+                          Outcome.WAITING, Outcome.RESUMED})
 
 #: what a recorded failure made of the job (the store's answer), as an outcome; no answer
 #: (None) means a newer attempt held the lease and nothing was written
@@ -98,6 +103,26 @@ class Ends:
             self.signals.publish_wake(None)
         return Outcome.RELEASED if released else Outcome.LEASE_LOST
 
+    def wait(self, job: LeasedJob, request: WaitRequested) -> Outcome:
+        """End the run to wait; a cancel asked for meanwhile is acknowledged instead."""
+        until = request.until if isinstance(request.until, datetime) else None
+        status = self.ports.leases.wait(job, until, request.signal, request.children)
+        if status is None:
+            return self.acknowledge_cancel(job)  # cancel_requested, or the lease is gone
+        if status == Status.QUEUED:
+            self.signals.publish_wake(str(job.id))
+            return Outcome.RESUMED
+        log.info("job waits for %s", _what(request), extra=job.log_context)
+        return Outcome.WAITING
+
     def lease_lost(self, job: LeasedJob) -> Outcome:
         log.warning("job stopped: lease lost to a newer attempt", extra=job.log_context)
         return Outcome.LEASE_LOST
+
+
+def _what(request: WaitRequested) -> str:
+    if request.children:
+        return "its children"
+    if request.signal is not None:
+        return "a signal"  # its name may be the kind's own words; the log line keeps to codes
+    return "a moment"

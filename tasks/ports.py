@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -29,6 +30,9 @@ class Leases(JobRuntime, Protocol):
     def acknowledge_cancel(self, job: LeasedJob) -> bool: ...
 
     def release(self, jobs: Sequence[LeasedJob]) -> set[UUID]: ...
+
+    def wait(self, job: LeasedJob, until: datetime | None, signal: str | None,
+             children: bool) -> Status | None: ...
 
 
 class Keeper(Protocol):

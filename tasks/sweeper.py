@@ -24,6 +24,8 @@ class SweepReport:
     failed: int = 0
     cancelled: int = 0
     resignalled: int = 0
+    #: waiting jobs whose moment had come (or whose children's end was missed), queued again
+    resumed: int = 0
     #: wake-ups published for the requeued and re-signalled jobs (one per claim batch of them)
     wakeups_sent: int = 0
     #: jobs whose wake-up was not published (broker down)
@@ -58,6 +60,10 @@ def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
             report.failed += 1
         else:
             report.cancelled += 1
+    with transaction(engine, actor="sweeper") as conn:
+        resumed = store.resume_due_waits(conn, batch=batch)
+    report.resumed = len(resumed)
+    to_wake.extend(job_id for job_id, _kind in resumed)
     with transaction(engine, actor="sweeper") as conn:
         due = store.sweep_unsignalled(conn, grace=process.settings.wakeup_grace, batch=batch)
     report.resignalled = len(due)

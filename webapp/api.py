@@ -69,6 +69,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "finished_at": _iso(job.finished_at),
         "updated_at": _iso(job.updated_at),
         "cancel_requested_at": _iso(job.cancel_requested_at),
+        "waiting_for": waiting_for(job),
         "links": {
             "self": link("api.get_job"),
             "result": link("api.get_job_result"),
@@ -76,6 +77,15 @@ def job_json(job: Job) -> dict[str, Any]:
             "cancel": link("api.cancel_job"),
         },
     }
+
+
+def waiting_for(job: Job) -> dict[str, Any] | None:
+    """What a waiting job waits for: a moment, a signal's name, its children (how many were
+    still active when it began to wait); None for a job that does not wait."""
+    if job.status != "waiting":
+        return None
+    return {"until": _iso(job.wait_until), "signal": job.wait_signal,
+            "children": job.wait_children}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -211,6 +221,22 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, membership):
         job = job_api().cancel(conn, membership, jid, g.request_id)
     return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
+
+
+@api.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
+@api_limit
+def signal_job(org: str, job_id: str, name: str) -> ResponseReturnValue:
+    """The body, any JSON document of at most 64 KiB (none: null), is the signal's payload."""
+    jid = parse_id(job_id)
+    with org_transaction(org) as (conn, membership):
+        raw = request.get_data(cache=True)
+        if len(raw) > service.MAX_SIGNAL_BYTES:
+            raise InvalidRequest("A signal's payload holds at most 64 KiB.", fields=["payload"])
+        payload = request.get_json(silent=True) if raw.strip() else None
+        if payload is None and raw.strip() and raw.strip() != b"null":
+            raise InvalidRequest("The body must be a JSON document (the signal's payload).")
+        status = job_api().signal(conn, membership, jid, name, payload)
+    return jsonify({"job_id": str(jid), "signal": name, "status": status}), 202
 
 
 # ----------------------------------------------------------------------------- audit log

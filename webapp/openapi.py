@@ -53,6 +53,20 @@ class JobFailure(Answer):
     message: str
 
 
+class WaitingFor(Answer):
+    """What a waiting job waits for (it holds no worker meanwhile)."""
+
+    until: datetime | None
+    signal: str | None
+    children: int | None = None  # its children still active when it began to wait
+
+
+class SignalSent(Answer):
+    job_id: UUID
+    signal: str
+    status: JobStatus
+
+
 class Job(Answer):
     """A job as its organization sees it (never its params, result or lease)."""
 
@@ -70,6 +84,7 @@ class Job(Answer):
     finished_at: datetime | None
     updated_at: datetime
     cancel_requested_at: datetime | None
+    waiting_for: WaitingFor | None
     links: JobLinks
 
 
@@ -199,6 +214,7 @@ class Operation:
     headers: dict[str, dict[str, Any]] = field(default_factory=dict)
     links: dict[int, dict[str, Link]] = field(default_factory=dict)
     public: bool = False
+    raw_body: bool = False  # any JSON document (a signal's payload)
 
 
 def _job_links(job_id: str) -> dict[str, Link]:
@@ -248,6 +264,11 @@ OPERATIONS = (
               {200: ("cancelled (it was queued)", Job),
                202: ("cancel requested (it is running)", Job)},
               (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
+    Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
+              {202: ("sent: a wait of the job for this name takes it, now or later, once",
+                     SignalSent)},
+              (*IN_ORGANIZATION, "insufficient_role", "job_finished", *BODY),
+              raw_body=True),
     Operation("api.job_event_stream", "get", "Server-sent events of the job's status and progress",
               {200: ("text/event-stream: `status` and `progress` events, data = the job", "stream"),
                204: ("the finished job named by Last-Event-ID: nothing more to send", None)},
@@ -259,6 +280,11 @@ OPERATIONS = (
                      "limit": {"type": "integer", "description": "1 to 200 (clamped)"},
                      "cursor": {"type": "string", "description": "next_cursor of the page before"}}),
 )
+
+#: path parameters that are not ids
+PATH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
+}
 
 #: one event of the stream: `status` or `progress` with the job as data, or `error` (access lost)
 SERVER_SENT_EVENT = {
@@ -290,7 +316,7 @@ def _build(app: Flask) -> dict[str, Any]:
         (m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
     outputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project, ProjectList, Me,
-                                       Error, AuditPage)]
+                                       Error, AuditPage, SignalSent)]
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
     # The kinds a submit takes (each with its own params: unknown fields are invalid_params);
     # child-only kinds are not among them, nor named anywhere else in the document.
@@ -323,7 +349,8 @@ def _build(app: Flask) -> dict[str, Any]:
 
 def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:
     parameters = [{"name": name, "in": "path", "required": True,
-                   "schema": {"type": "string", "format": "uuid"}} for name in sorted(arguments)]
+                   "schema": PATH_SCHEMAS.get(name, {"type": "string", "format": "uuid"})}
+                  for name in sorted(arguments)]
     parameters += [{"name": name, "in": "query", "required": False, "schema": schema}
                    for name, schema in op.query.items()]
     parameters += [{"name": name, "in": "header", "required": False, "schema": schema}
@@ -361,6 +388,9 @@ def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:
     if op.body is not None:
         operation["requestBody"] = {"required": True, "content": {
             "application/json": {"schema": _ref(op.body)}}}
+    if op.raw_body:
+        operation["requestBody"] = {"required": False, "content": {
+            "application/json": {"schema": {"description": "any JSON, at most 64 KiB"}}}}
     if op.public:
         operation["security"] = []
     return operation

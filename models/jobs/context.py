@@ -6,16 +6,25 @@ leased ROW (never from the broker's message), and everything it writes is fenced
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
+from models.errors import (
+    CancelRequested,
+    LeaseLost,
+    ReleaseRequested,
+    SignalTimeout,
+    TimedOut,
+    WaitRequested,
+)
 from models.jobs import fanout
 from models.jobs.records import LeasedJob, Status
 from models.kinds.rules import KindRules
@@ -69,6 +78,12 @@ class JobRuntime(Protocol):
 
     def cancel_children(self, job: LeasedJob) -> int: ...
 
+    def step_result(self, job: LeasedJob, name: str) -> tuple[bool, Any]: ...
+
+    def record_step(self, job: LeasedJob, name: str, result: Any) -> None: ...
+
+    def take_signal(self, job: LeasedJob, name: str, step: str) -> tuple[bool, Any]: ...
+
 
 class JobContext:
     def __init__(
@@ -90,6 +105,9 @@ class JobContext:
         # Asked by the worker's shutdown: True once the grace period for running jobs is over.
         self._should_release = should_release or (lambda: False)
         self.results = results or AttemptResults(None, job)
+        # How many waits of each kind this run has reached: the n-th sleep of a run is the n-th
+        # sleep of every run of the job, so its record is found again (the step rule).
+        self._waits: dict[str, int] = {}
 
     def tenant(self) -> AbstractContextManager[Tenant]:
         """A NEW transaction scoped to the job's organization (taken from the leased row).
@@ -143,6 +161,67 @@ class JobContext:
         in input order (models/jobs/fanout.py)."""
         return fanout.fan_out(self, kind, items, max_parallel=max_parallel)
 
+    # -- durable steps and waits ---------------------------------------------------------------
+    #
+    # A job that waits ends its run and is run again from the top once what it waits for has
+    # come. What came before a wait must not be done twice: wrap it in a step, whose result is
+    # recorded in the lease holder's fenced transaction and returned, without running it, on
+    # every later run. The rule for a kind: between steps and waits, do only what gives the
+    # same answer every time (no clock, no random, no reads that may change), so each run
+    # reaches the same steps and waits in the same order.
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` once for the job: its JSON-able result is recorded under ``name`` and
+        returned again on every later run (after a wait, a crash, a retry)."""
+        self.checkpoint()
+        found, value = self.runtime.step_result(self.job, name)
+        if found:
+            return value
+        value = fn()
+        self.checkpoint()
+        self.runtime.record_step(self.job, name, _jsonable(value, name))
+        return value
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` without holding a worker (measured from the first run that got
+        here: a later run does not start the timer again)."""
+        self.sleep_until(datetime.now(UTC) + timedelta(seconds=max(0.0, seconds)))
+
+    def sleep_until(self, moment: datetime) -> None:
+        """Wait until ``moment`` (aware) without holding a worker."""
+        if moment.tzinfo is None:
+            raise ValueError("sleep_until needs an aware datetime")
+        name = self.next_step_name("sleep")
+        until = datetime.fromisoformat(self.step(name, lambda: moment.astimezone(UTC).isoformat()))
+        if datetime.now(UTC) < until:
+            raise WaitRequested(until=until)
+
+    def wait_for_signal(self, name: str, *, timeout: float) -> Any:
+        """Wait, without holding a worker, for the signal ``name`` (sent to this job through
+        the API or ``Jobs.signal``) and return its payload; one signal is taken per wait, in
+        the order they came, and one sent before the wait is kept for it. SignalTimeout once
+        ``timeout`` seconds have passed without one (from the first run that got here)."""
+        step = self.next_step_name(f"signal:{name}")
+        found, payload = self.runtime.step_result(self.job, step)
+        if found:
+            return payload
+        deadline = datetime.fromisoformat(self.step(
+            step + ":deadline",
+            lambda: (datetime.now(UTC) + timedelta(seconds=max(0.0, timeout))).isoformat()))
+        self.checkpoint()
+        taken, payload = self.runtime.take_signal(self.job, name, step)
+        if taken:
+            return payload
+        if datetime.now(UTC) >= deadline:
+            raise SignalTimeout()
+        raise WaitRequested(signal=name, until=deadline)
+
+    def next_step_name(self, what: str) -> str:
+        """``what#n`` for the n-th time this run asks for ``what``: the same name on every run
+        that follows the step rule (for waits and helpers that record their own steps)."""
+        count = self._waits[what] = self._waits.get(what, 0) + 1
+        return f"{what}#{count}"
+
     def check_lease_now(self) -> None:
         """Checkpoint after asking the database (the heartbeat does this in the background)."""
         self.flags.note(self.runtime.lease_status(self.job))
@@ -151,6 +230,14 @@ class JobContext:
     @property
     def lease_lost(self) -> bool:
         return self.flags.lost.is_set()
+
+
+def _jsonable(value: Any, name: str) -> Any:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise TypeError(f"the step {name!r} returned something that is not JSON") from None
+    return value
 
 
 class _Fenced(AbstractContextManager[Tenant]):

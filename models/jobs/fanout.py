@@ -3,28 +3,26 @@ input order.
 
 Everything lives in the rows: a parent spawns children (places 0..n-1, each at most once, see
 spawn_children() in the schema), at most ``max_parallel`` of them unfinished at a time, and
-waits for them at checkpoints while its heartbeat keeps its lease. A parent whose worker dies is
-claimed again, finds the children its earlier attempt made, and carries on. When every child
+waits for them WITHOUT a worker: it ends its run as ``waiting``, and a child's end puts it back
+in the queue (the jobs trigger; the sweeper is the floor). Each run of the parent finds the
+children made so far and carries on: spawns the next ones, waits again, or collects. The items
+are recorded as a step on the first run, so every later run fans out the same ones. A parent
+whose worker dies is claimed again and carries on the same way. When every child
 has ended, it returns their results in input order, or fails listing every failed child. A
 cancelled parent cancels its children before it stops.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from models.errors import CancelRequested, DomainError
+from models.errors import CancelRequested, DomainError, WaitRequested
 from models.jobs.records import ACTIVE, Status
 from models.kinds import get_any_kind
 
 if TYPE_CHECKING:
     from models.jobs.context import JobContext
-
-#: how long a parent waits between looks at its children
-POLL_SECONDS = 0.25
-
 
 class ChildrenFailed(DomainError):
     code = "children_failed"
@@ -41,6 +39,7 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
     rules = child_kind.rules
     for item in items:
         child_kind.parse_params(item)  # a bad item fails the parent now, not n children later
+    items = ctx.step(ctx.next_step_name(f"fan_out:{kind}"), lambda: [dict(item) for item in items])
     total = len(items)
     try:
         while True:
@@ -57,7 +56,7 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
             ctx.progress("children", done=done, total=total)
             if not waiting and done == total:
                 break
-            _pause(ctx)
+            raise WaitRequested(children=True)  # resumed when one of them ends
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)
         raise
@@ -71,10 +70,3 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
                 for child in failed),
             failed=[child.index for child in failed])
     return [child.result for child in ordered]
-
-
-def _pause(ctx: JobContext) -> None:
-    deadline = time.monotonic() + POLL_SECONDS
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.05))
-        ctx.checkpoint()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -170,6 +171,35 @@ class WorkerLeases:
     def children(self, job: LeasedJob) -> list[store.Child]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.children(conn, job)
+
+    def step_result(self, job: LeasedJob, name: str) -> tuple[bool, Any]:
+        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
+            return store.step_result(conn, job.id, name)
+
+    def record_step(self, job: LeasedJob, name: str, result: Any) -> None:
+        """Recorded only while this attempt holds the lease (LeaseLost otherwise)."""
+        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
+            if not store.lock_lease(conn, job.id, job.lease_token):
+                raise LeaseLost()
+            store.record_step(conn, job, name, result)
+
+    def take_signal(self, job: LeasedJob, name: str, step: str) -> tuple[bool, Any]:
+        """The oldest signal ``name`` not taken yet, taken and recorded as the step ``step`` in
+        one fenced transaction: a later run finds the step, and no other wait takes it."""
+        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
+            if not store.lock_lease(conn, job.id, job.lease_token):
+                raise LeaseLost()
+            taken, payload = store.take_signal(conn, job.id, name)
+            if taken:
+                store.record_step(conn, job, step, payload)
+            return taken, payload
+
+    def wait(self, job: LeasedJob, until: datetime | None, signal: str | None,
+             children: bool) -> Status | None:
+        """End this run to wait (waiting, or queued at once if the condition has come)."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.wait_job(conn, job.id, job.lease_token, until=until, signal=signal,
+                                  children=children)
 
     def cancel_children(self, job: LeasedJob) -> int:
         with transaction(self.engine, actor=self.actor) as conn:

@@ -20,6 +20,7 @@ class Status(StrEnum):
     QUEUED = "queued"
     LEASED = "leased"
     CANCEL_REQUESTED = "cancel_requested"
+    WAITING = "waiting"  # holds no lease: for a moment, a signal or its children
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,7 +30,7 @@ class Status(StrEnum):
         return self in TERMINAL
 
 
-ACTIVE = frozenset({Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED})
+ACTIVE = frozenset({Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED, Status.WAITING})
 #: a leased or cancel_requested job is being run by someone holding a lease
 RUNNING = frozenset({Status.LEASED, Status.CANCEL_REQUESTED})
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
@@ -60,10 +61,15 @@ class Job:
     leased_by: str | None
     lease_until: datetime | None
     result_expired_at: datetime | None
+    #: what a waiting job waits for: a moment, a signal's name, its children (None otherwise)
+    wait_until: datetime | None = None
+    wait_signal: str | None = None
+    wait_children: int | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
-        values = {f.name: row[f.name] for f in _JOB_FIELDS}
+        values = {f.name: row[f.name] for f in _JOB_FIELDS if f.name not in _WAIT_FIELDS}
+        values.update({name: row.get(name) for name in _WAIT_FIELDS})
         values["status"] = Status(values["status"])
         return cls(**values)
 
@@ -73,6 +79,8 @@ class Job:
 
 
 _JOB_FIELDS = dataclasses.fields(Job)
+#: read where a statement selects them (the reads of one job or a page), None elsewhere
+_WAIT_FIELDS = ("wait_until", "wait_signal", "wait_children")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ errors (models.errors) say what was refused; nothing has been written when one i
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +45,7 @@ from models.errors import (
     DomainError,
     DuplicateJob,
     InvalidRequest,
+    JobFinished,
     JobNotCompleted,
     NotFound,
     ResultExpired,
@@ -56,6 +59,7 @@ from models.results.records import StoredResult
 from models.tenancy import audit
 from models.tenancy.access import (
     Membership,
+    cancel_refused,
     check_may_read_result,
     may_cancel,
     may_read_result,
@@ -70,6 +74,9 @@ MAX_BATCH = 1000
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
 #: a page of an organization's jobs holds at most this many
 MAX_PAGE = 200
+#: a signal's name (the job_signals CHECK says the same) and the most its payload may hold
+SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MAX_SIGNAL_BYTES = 64 * 1024
 
 #: sends the wake-up for a committed job (tasks.wakeups.WakeupPublisher.wake); never raises
 Wake = Callable[[str | None], object]
@@ -273,6 +280,33 @@ class Jobs:
         return store.request_cancel(conn, job_id, member.user_id, request_id,
                                     kind_roles=kind_roles())
 
+    def signal(self, conn: Connection, member: Membership, job_id: UUID, name: str,
+               payload: Any = None) -> Status | None:
+        """Send the signal ``name`` with ``payload`` (JSON, at most 64 KiB) to a job of the
+        member's organization; a wait of the job for that name takes it, now or later, once.
+        Who may cancel the job may signal it (InsufficientRole otherwise). NotFound for a job
+        that is not the organization's, JobFinished for one that ended. Returns the job's
+        status after the signal (``queued`` when it was waiting for it)."""
+        if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
+            raise InvalidRequest("A signal's name is 1 to 64 letters, digits, '.', '_' or '-'.",
+                                 fields=["name"])
+        encoded = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        if len(encoded.encode()) > MAX_SIGNAL_BYTES:
+            raise InvalidRequest(f"A signal's payload holds at most {MAX_SIGNAL_BYTES // 1024} KiB.",
+                                 fields=["payload"])
+        roles = kind_roles()
+        outcome, status = store.signal_job(conn, job_id, name, payload, member.user_id,
+                                           kind_roles=roles)
+        if outcome == "not_found":
+            raise NotFound()
+        if outcome == "finished":
+            raise JobFinished(status=status)
+        if outcome == "refused":
+            raise cancel_refused(required_role_of(roles, conn, job_id))
+        if status == Status.QUEUED:
+            self._wake_after_commit(conn, str(job_id))
+        return status
+
     def result(self, conn: Connection, member: Membership, job_id: UUID,
                request_id: str | None = None) -> tuple[Job, Any, StoredResult | None]:
         """The result of a completed job, if the member holds the kind's role; JobNotCompleted
@@ -411,3 +445,10 @@ def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str 
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     result: dict[str, Any] = job_kind.parse_params(params).model_dump(mode="json")
     return result
+
+
+def required_role_of(roles: dict[str, str], conn: Connection, job_id: UUID) -> str:
+    """The role a refused signal needed: its kind's (an owner for a kind this process does
+    not know, as the statement decided)."""
+    job = store.get(conn, job_id)
+    return roles.get(job.kind, "owner") if job else "owner"

@@ -517,3 +517,50 @@ def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
     """Fold recorded metric events into the counters (bounded); returns how many were folded."""
     folded: int = conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
     return folded
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting (75_waiting.sql): the lease holder's waits, steps and signals; the sweeper's resumes;
+# a member's signal
+# ---------------------------------------------------------------------------------------------
+
+def wait_job(conn: Connection, job_id: UUID, token: UUID, *, until: datetime | None,
+             signal: str | None, children: bool) -> Status | None:
+    """leased → waiting (or straight back to queued when what it waits for has come); None
+    when the lease is no longer the caller's."""
+    found: str | None = conn.execute(Q["wait_job"], {
+        "id": job_id, "lease_token": token, "until": until, "signal": signal,
+        "children": children}).scalar_one_or_none()
+    return Status(found) if found else None
+
+
+def resume_due_waits(conn: Connection, *, batch: int = 500) -> list[tuple[UUID, str]]:
+    """Waiting jobs whose moment has come (and parents a child's end did not resume), queued."""
+    return [(row.id, row.kind) for row in conn.execute(Q["resume_due_waits"], {"batch": batch})]
+
+
+def signal_job(conn: Connection, job_id: UUID, name: str, payload: Any, user_id: UUID, *,
+               kind_roles: Mapping[str, str]) -> tuple[str, Status | None]:
+    """A member's signal (see signal_job() in the schema): (outcome, the job's status)."""
+    row = conn.execute(Q["signal_job"], {
+        "id": job_id, "name": name, "payload": json.dumps(payload), "user_id": user_id,
+        "kind_roles": json.dumps(dict(kind_roles))}).one()
+    return row.outcome, Status(row.status) if row.status else None
+
+
+def step_result(conn: Connection, job_id: UUID, name: str) -> tuple[bool, Any]:
+    """(True, what the step returned) if the job recorded it, else (False, None)."""
+    row = conn.execute(Q["step_result"], {"job_id": job_id, "name": name}).first()
+    return (True, row.result) if row is not None else (False, None)
+
+
+def record_step(conn: Connection, job: LeasedJob, name: str, result: Any) -> None:
+    conn.execute(Q["record_step"], {"job_id": job.id, "name": name,
+                                    "organization_id": job.organization_id,
+                                    "result": json.dumps(result)})
+
+
+def take_signal(conn: Connection, job_id: UUID, name: str) -> tuple[bool, Any]:
+    """(True, payload) of the oldest signal of that name not taken yet, taking it; else (False, None)."""
+    row = conn.execute(Q["take_signal"], {"job_id": job_id, "name": name}).first()
+    return (True, row.payload) if row is not None else (False, None)

@@ -127,7 +127,8 @@ WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = h
 RETURNING j.id
 
 -- request_cancel --
--- Web role, scoped to the organization. queued ends at once; a running job is asked to stop.
+-- Web role, scoped to the organization. queued and waiting end at once; a running job is asked
+-- to stop.
 -- A parent's children that have not ended are cancelled with it, the same way.
 -- The one rule for every cancel (the API, the pages, the Python API, the operators) is here,
 -- where the row changes: an operator, when the caller says it acts as one and the user is one;
@@ -137,9 +138,10 @@ RETURNING j.id
 -- a member or an operator did); asking again changes nothing and writes nothing.
 WITH asked AS (
     UPDATE jobs j
-    SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+    SET status = CASE WHEN j.status IN ('queued', 'waiting') THEN 'cancelled'
+                      ELSE 'cancel_requested' END,
         cancel_requested_at = now(), cancel_requested_by = :user_id
-    WHERE j.id = :id AND j.status IN ('queued', 'leased')
+    WHERE j.id = :id AND j.status IN ('queued', 'leased', 'waiting')
       AND (EXISTS (SELECT 1 FROM users u
                    WHERE u.id = :user_id AND u.is_operator AND CAST(:as_operator AS boolean))
            OR EXISTS (SELECT 1 FROM memberships m JOIN organizations o ON o.id = m.organization_id
@@ -153,9 +155,11 @@ WITH asked AS (
            finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
 ), children AS (
     UPDATE jobs c
-    SET status = CASE WHEN c.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+    SET status = CASE WHEN c.status IN ('queued', 'waiting') THEN 'cancelled'
+                      ELSE 'cancel_requested' END,
         cancel_requested_at = now(), cancel_requested_by = :user_id
-    WHERE c.parent_id = :id AND c.status IN ('queued', 'leased') AND EXISTS (SELECT 1 FROM asked)
+    WHERE c.parent_id = :id AND c.status IN ('queued', 'leased', 'waiting')
+      AND EXISTS (SELECT 1 FROM asked)
 ), audited AS (
     INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail, request_id)
     SELECT organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_id AS text)),
@@ -231,19 +235,22 @@ SELECT organization_id, status, requested_by, kind, params FROM jobs WHERE id = 
 -- get --
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs WHERE id = :id
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
+       wait_until, wait_signal, wait_children FROM jobs WHERE id = :id
 
 -- get_result --
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result,
+       wait_until, wait_signal, wait_children,
        result_ref FROM jobs WHERE id = :id
 
 -- list_for_org --
 -- Newest first, keyset pagination on (created_at, id) through jobs_org_created_idx.
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
+       wait_until, wait_signal, wait_children FROM jobs
 WHERE organization_id = :organization_id
   AND (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
@@ -257,7 +264,8 @@ LIMIT :limit
 -- lease first, through jobs_lease_expiry_idx.
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at FROM jobs
+       finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
+       wait_until, wait_signal, wait_children FROM jobs
 WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
@@ -294,3 +302,34 @@ SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_re
 
 -- fold_metrics --
 SELECT fold_metric_events(:batch)
+
+-- wait_job --
+-- The lease holder ends its run to wait (see wait_job() in the schema): the new status, or
+-- NULL when the lease is no longer the caller's.
+SELECT wait_job(:id, :lease_token, :until, :signal, :children)
+
+-- resume_due_waits --
+SELECT id, kind FROM resume_due_waits(:batch)
+
+-- signal_job --
+-- Web role, scoped to the organization (see signal_job() in the schema).
+SELECT outcome, status FROM signal_job(:id, :name, CAST(:payload AS jsonb), :user_id,
+                                       CAST(:kind_roles AS jsonb))
+
+-- step_result --
+-- A step this job recorded earlier, in the job's own organization (RLS).
+SELECT result FROM job_steps WHERE job_id = :job_id AND name = :name
+
+-- record_step --
+-- In the lease holder's transaction, after lock_lease: the first record of a name stays.
+INSERT INTO job_steps (job_id, name, organization_id, result)
+VALUES (:job_id, :name, :organization_id, CAST(:result AS jsonb))
+ON CONFLICT (job_id, name) DO NOTHING
+
+-- take_signal --
+-- The oldest signal of that name not taken yet, taken now (in the lease holder's transaction).
+UPDATE job_signals SET taken_at = now()
+WHERE id = (SELECT id FROM job_signals
+            WHERE job_id = :job_id AND name = :name AND taken_at IS NULL
+            ORDER BY id LIMIT 1 FOR UPDATE)
+RETURNING payload

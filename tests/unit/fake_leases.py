@@ -40,6 +40,9 @@ class Row:
     requested_by: UUID = field(default_factory=uuid.uuid4)
     parent: UUID | None = None
     child_index: int | None = None
+    steps: dict[str, Any] = field(default_factory=dict)
+    signals: list[tuple[str, Any]] = field(default_factory=list)  # not taken yet, oldest first
+    waits_for: tuple[Any, str | None, bool] | None = None  # (until, signal, children)
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,41 @@ class FakeLeases:
                 row.status = Status.CANCELLED if row.status == Status.QUEUED else Status.CANCEL_REQUESTED
                 touched += 1
         return touched
+
+    def step_result(self, job: LeasedJob, name: str) -> tuple[bool, Any]:
+        steps = self.rows[job.id].steps
+        return (name in steps, steps.get(name))
+
+    def record_step(self, job: LeasedJob, name: str, result: Any) -> None:
+        self._call(f"record_step({name})")
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            raise LeaseLost()
+        row.steps.setdefault(name, result)
+
+    def take_signal(self, job: LeasedJob, name: str, step: str) -> tuple[bool, Any]:
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            raise LeaseLost()
+        for place, (sent, payload) in enumerate(row.signals):
+            if sent == name:
+                del row.signals[place]
+                row.steps.setdefault(step, payload)
+                return True, payload
+        return False, None
+
+    def wait(self, job: LeasedJob, until: Any, signal: str | None, children: bool) -> Status | None:
+        """wait_job() in miniature: waiting, or queued at once when a signal already came."""
+        self._call("wait")
+        row = self.rows[job.id]
+        if row.lease_token != job.lease_token or row.status != Status.LEASED:
+            return None
+        row.lease_token, row.attempts = None, row.attempts - 1
+        if signal is not None and any(sent == signal for sent, _ in row.signals):
+            row.status = Status.QUEUED
+        else:
+            row.status, row.waits_for = Status.WAITING, (until, signal, children)
+        return row.status
 
     # -- the rules of store.sql, in miniature ------------------------------------------------
     @staticmethod

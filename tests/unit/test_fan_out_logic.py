@@ -1,6 +1,7 @@
 """A parent's fan-out (models/jobs/fanout.py) over a fake runtime that runs each child on the
 parent's next look: results in input order, never more than max_parallel unfinished, every
-failed part listed, and a cancel passed on to the children."""
+failed part listed, a cancel passed on to the children, and a parent that waits for its
+children without a worker (each wait ends the run; the next run carries on from the rows)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from models.errors import CancelRequested, InvalidParams
-from models.jobs import fanout
+from models.errors import CancelRequested, InvalidParams, WaitRequested
 from models.jobs.fanout import ChildrenFailed, fan_out
 from models.jobs.records import ACTIVE, Status
 from models.kinds import load_kinds
@@ -66,6 +66,21 @@ class FakeContext:
         self.runtime, self.job = runtime, SimpleNamespace(id=uuid.uuid4())
         self.progressed: list[tuple[int, int]] = []
         self.looks, self.cancel_after = 0, cancel_after_looks
+        self.steps: dict[str, Any] = {}
+        self.names: dict[str, int] = {}
+        self.runs = 0
+
+    def new_run(self) -> None:
+        self.names, self.runs = {}, self.runs + 1
+
+    def next_step_name(self, what: str) -> str:
+        self.names[what] = self.names.get(what, 0) + 1
+        return f"{what}#{self.names[what]}"
+
+    def step(self, name: str, fn):
+        if name not in self.steps:
+            self.steps[name] = fn()
+        return self.steps[name]
 
     def checkpoint(self) -> None:
         self.looks += 1
@@ -77,14 +92,15 @@ class FakeContext:
         self.progressed.append((done, total))
 
 
-@pytest.fixture(autouse=True)
-def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [0.0]
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    monkeypatch.setattr(fanout, "time", SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+def run(ctx: FakeContext, work: list[dict[str, str]], **options: Any) -> Any:
+    """The parent's runs until it ends: each wait ends a run, the next one is a resume."""
+    for _ in range(1000):
+        ctx.new_run()
+        try:
+            return fan_out(ctx, PART, work, **options)
+        except WaitRequested as waiting:
+            assert waiting.children
+    raise AssertionError("the parent never ended")
 
 
 def items(n: int) -> list[dict[str, str]]:
@@ -94,8 +110,9 @@ def items(n: int) -> list[dict[str, str]]:
 def test_results_come_back_in_input_order_and_never_more_than_max_parallel_run_at_once():
     runtime = FakeRuntime(finish_per_look=2)
     ctx = FakeContext(runtime)
-    assert fan_out(ctx, PART, items(9), max_parallel=3) == [{"part": n} for n in range(9)]
+    assert run(ctx, items(9), max_parallel=3) == [{"part": n} for n in range(9)]
     assert runtime.peak == 3 and sorted(runtime.spawned) == list(range(9))
+    assert ctx.runs > 1  # it waited between looks instead of holding its worker
     assert ctx.progressed[-1] == (9, 9)
     assert [done for done, _ in ctx.progressed] == sorted(done for done, _ in ctx.progressed)
 
@@ -103,7 +120,7 @@ def test_results_come_back_in_input_order_and_never_more_than_max_parallel_run_a
 def test_every_failed_part_is_listed_once_all_have_ended():
     runtime = FakeRuntime(failing={1, 3})
     with pytest.raises(ChildrenFailed) as failed:
-        fan_out(FakeContext(runtime), PART, items(4), max_parallel=4)
+        run(FakeContext(runtime), items(4), max_parallel=4)
     assert failed.value.details["failed"] == [1, 3]
     assert failed.value.message.startswith("2 of 4 parts did not complete: #2 failed (internal_error")
     assert all(c.status not in ACTIVE for c in runtime.children_of.values())
@@ -112,25 +129,37 @@ def test_every_failed_part_is_listed_once_all_have_ended():
 def test_a_bad_item_fails_the_parent_before_any_child_is_made():
     runtime = FakeRuntime()
     with pytest.raises(InvalidParams):
-        fan_out(FakeContext(runtime), PART, [*items(2), {"project_id": "not-a-uuid"}])
+        run(FakeContext(runtime), [*items(2), {"project_id": "not-a-uuid"}])
     assert runtime.spawned == []
 
 
 def test_a_cancel_cancels_the_children_and_stops_spawning():
     runtime = FakeRuntime(finish_per_look=0)  # nothing ever finishes
     with pytest.raises(CancelRequested):
-        fan_out(FakeContext(runtime, cancel_after_looks=3), PART, items(6), max_parallel=2)
+        run(FakeContext(runtime, cancel_after_looks=3), items(6), max_parallel=2)
     assert runtime.cancelled and len(runtime.spawned) == 2
 
 
 def test_a_parent_claimed_again_carries_on_with_the_children_it_already_made():
     runtime = FakeRuntime()
     runtime.children_of = {0: Child(0, Status.COMPLETED, {"part": 0}), 2: Child(2, Status.LEASED)}
-    assert fan_out(FakeContext(runtime), PART, items(3), max_parallel=2) == [
+    assert run(FakeContext(runtime), items(3), max_parallel=2) == [
         {"part": 0}, {"part": 1}, {"part": 2}]
     assert runtime.spawned == [1]  # only the place the earlier attempt never reached
 
 
 def test_nothing_to_fan_out_is_an_empty_result():
-    assert fan_out(FakeContext(FakeRuntime()), PART, []) == []
+    assert run(FakeContext(FakeRuntime()), []) == []
+
+
+def test_every_run_fans_out_the_items_of_the_first_one():
+    runtime = FakeRuntime(finish_per_look=0)  # the first run finds its child still running
+    ctx = FakeContext(runtime)
+    ctx.new_run()
+    with pytest.raises(WaitRequested):
+        fan_out(ctx, PART, items(3), max_parallel=1)
+    runtime.finish_per_look = 1
+    # A later run whose code computed other items (the projects changed meanwhile) still
+    # finishes the fan-out it started: the items are the recorded step's.
+    assert run(ctx, items(5), max_parallel=1) == [{"part": n} for n in range(3)]
 

@@ -47,11 +47,15 @@ def test_a_route_without_an_operation_fails_the_build():
         openapi.document(app)
 
 
-def test_every_path_parameter_is_a_required_uuid(document):
+def test_every_path_parameter_is_required_and_an_id_unless_it_is_a_signals_name(document):
     for path, _, operation in operations(document):
         in_path = {p["name"]: p for p in operation["parameters"] if p["in"] == "path"}
         assert set(in_path) == set(re.findall(r"{([^}]+)}", path))
-        assert all(p["required"] and p["schema"]["format"] == "uuid" for p in in_path.values())
+        assert all(p["required"] for p in in_path.values())
+        assert all(p["schema"].get("format") == "uuid" for n, p in in_path.items() if n != "name")
+        if "name" in in_path:
+            assert path.endswith("/signals/{name}")
+            assert in_path["name"]["schema"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 def test_each_error_answer_lists_exactly_the_codes_the_table_maps_to_its_status(document):

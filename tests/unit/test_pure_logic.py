@@ -40,7 +40,8 @@ def test_every_domain_error_code_has_one_http_status():
     codes = {cls.code for cls in vars(errors).values()
              if isinstance(cls, type) and issubclass(cls, errors.DomainError)
              and cls is not errors.DomainError}
-    worker_only = {"requester_not_member", "timed_out", "internal_error", "result_not_storable"}
+    worker_only = {"requester_not_member", "timed_out", "internal_error", "result_not_storable",
+                   "signal_timeout"}
     assert codes - worker_only <= set(HTTP_STATUS)
 
 

@@ -49,7 +49,7 @@ def test_a_workers_log_context_names_the_attempt_never_params_or_the_lease():
 
 
 def test_statuses_are_the_strings_the_database_stores():
-    assert [s.value for s in ALL_STATUSES] == ["queued", "leased", "cancel_requested",
+    assert [s.value for s in ALL_STATUSES] == ["queued", "leased", "cancel_requested", "waiting",
                                                "completed", "failed", "cancelled"]
     assert Status("cancel_requested") == "cancel_requested"
 

@@ -620,7 +620,7 @@ class Ending:
 
 
 def _endings() -> list[Ending]:
-    from models.errors import CancelRequested, LeaseLost, ReleaseRequested
+    from models.errors import CancelRequested, LeaseLost, ReleaseRequested, WaitRequested
 
     return [
         Ending(LeaseLost(), Action.NOTHING, Outcome.LEASE_LOST, Status.LEASED),
@@ -633,6 +633,10 @@ def _endings() -> list[Ending]:
                cancel_asked=True),
         Ending(KeyError(UNSAFE_MESSAGE), Action.FAIL_INTERNAL, Outcome.RETRY, Status.QUEUED,
                "internal_error"),
+        Ending(WaitRequested(signal="approved"), Action.WAIT, Outcome.WAITING, Status.WAITING),
+        # asked to cancel while it ran: the wait acknowledges the cancel instead
+        Ending(WaitRequested(children=True), Action.WAIT, Outcome.CANCELLED, Status.CANCELLED,
+               cancel_asked=True),
     ]
 
 

@@ -31,7 +31,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
     state = SimpleNamespace(expired=[], due=[], purged={"jobs_deleted": 0, "results_dropped": 0,
                                                        "events_deleted": 0, "dropped_refs": []},
                             audit_deleted=0, transactions=[], folded=0, results=FakeResults(),
-                            orphans=[], grace=None)
+                            orphans=[], grace=None, resumed=[])
 
     def transaction(engine, *, actor=None):
         state.transactions.append(actor)
@@ -51,6 +51,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sweeper, "transaction", transaction)
     monkeypatch.setattr(sweeper, "store", SimpleNamespace(
         sweep_expired_leases=lambda conn, batch: state.expired, sweep_unsignalled=sweep_unsignalled,
+        resume_due_waits=lambda conn, batch: state.resumed,
         purge_finished=lambda conn, batch: state.purged, fold_metrics=fold_metrics))
     monkeypatch.setattr(sweeper, "audit", SimpleNamespace(purge=lambda conn, batch: state.audit_deleted))
     monkeypatch.setattr(sweeper, "sweep_orphans", sweep_orphans)
@@ -160,3 +161,12 @@ def test_the_report_lists_every_count_by_name():
     report = sweeper.SweepReport(requeued=1, files_deleted=2)
     assert report.as_dict()["requeued"] == 1 and report.as_dict()["files_deleted"] == 2
     assert set(report.as_dict()) == set(sweeper.SweepReport.__dataclass_fields__)
+
+
+def test_waiting_jobs_whose_moment_came_are_woken_with_the_rest(world):
+    world.resumed = [(j, "bench.wait") for j in ids(2)]
+    world.expired = [(j, Status.QUEUED) for j in ids(1)]
+    publish = Publisher()
+    report = sweeper.sweep_once(process(world, publish))
+    assert report.resumed == 2 and report.wakeups_sent == 1  # one batch covers all three
+    assert publish.calls == [(str(world.expired[0][0]), True)]

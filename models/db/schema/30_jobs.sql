@@ -7,7 +7,8 @@ CREATE TABLE jobs (
     requested_by         uuid NOT NULL REFERENCES users (id),
     kind                 text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
     status               text NOT NULL DEFAULT 'queued' CHECK (status IN
-                         ('queued', 'leased', 'cancel_requested', 'completed', 'failed', 'cancelled')),
+                         ('queued', 'leased', 'cancel_requested', 'waiting', 'completed', 'failed',
+                          'cancelled')),
     params               jsonb NOT NULL DEFAULT '{}',
     lease_token          uuid,
     lease_until          timestamptz,
@@ -44,16 +45,26 @@ CREATE TABLE jobs (
     -- A fan-out's child: its parent job and its place among the parent's items.
     parent_id            uuid REFERENCES jobs (id) ON DELETE CASCADE,
     child_index          integer CHECK (child_index >= 0),
+    -- What a waiting job waits for (45_waiting.sql): a moment, a signal by name, or its
+    -- children (the number of them still active when it began to wait). Set by wait_job().
+    wait_until           timestamptz,
+    wait_signal          text,
+    wait_children        integer,
     CONSTRAINT jobs_child_has_a_parent CHECK ((parent_id IS NULL) = (child_index IS NULL)),
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
-           (lease_token IS NOT NULL AND lease_until IS NOT NULL))
+           (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
+    -- A waiting job waits for something, and only a waiting job does.
+    CONSTRAINT jobs_waiting_waits_for_something CHECK ((status = 'waiting') =
+           (wait_until IS NOT NULL OR wait_signal IS NOT NULL OR wait_children IS NOT NULL))
 );
 
 -- The claim reads only these partial indexes, so its cost follows the number of ACTIVE jobs,
 -- not the millions of finished rows behind them.
 CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
 CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_until) WHERE status IN ('leased', 'cancel_requested');
+-- The sweeper's timers (resume_due_waits): waiting jobs by the moment they wait for.
+CREATE INDEX jobs_waiting_idx ON jobs (wait_until) WHERE status = 'waiting';
 -- claim_jobs: an organization's queued jobs in the order they are taken, and (its leading
 -- column) the organizations that have any, found one index probe each.
 CREATE INDEX jobs_fair_claim_idx ON jobs (organization_id, priority DESC, run_after, created_at)
@@ -71,7 +82,7 @@ CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
 CREATE INDEX jobs_result_ref_idx ON jobs (finished_at) WHERE result_ref IS NOT NULL;
 -- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance.
 CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_key)
-    WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested');
+    WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested', 'waiting');
 -- Replays of a submit with the same Idempotency-Key by the same user find the first job.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -223,3 +234,8 @@ GRANT SELECT (id, organization_id, requested_by, kind, status, leased_by, lease_
 
 -- Every role sees a fan-out's shape: which child belongs to which parent.
 GRANT SELECT (parent_id, child_index) ON jobs TO space_app, space_worker, space_operator;
+
+-- Every role sees what a waiting job waits for; only wait_job() and the resumes write it.
+GRANT SELECT (wait_until, wait_signal, wait_children) ON jobs
+    TO space_app, space_worker, space_operator;
+GRANT UPDATE (wait_until, wait_signal, wait_children) ON jobs TO space_worker;

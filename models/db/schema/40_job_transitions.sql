@@ -23,14 +23,16 @@ BEGIN
     END IF;
     IF NEW.status <> OLD.status AND NOT (
            (OLD.status = 'queued' AND NEW.status IN ('leased', 'cancelled'))
-        OR (OLD.status = 'leased' AND NEW.status IN ('completed', 'failed', 'queued', 'cancel_requested'))
+        OR (OLD.status = 'leased' AND NEW.status IN ('completed', 'failed', 'queued', 'cancel_requested',
+                                                     'waiting'))
         OR (OLD.status = 'cancel_requested' AND NEW.status IN ('cancelled', 'completed', 'failed'))
+        OR (OLD.status = 'waiting' AND NEW.status IN ('queued', 'cancelled', 'failed'))
     ) THEN
         RAISE EXCEPTION 'job % cannot go from % to %', OLD.id, OLD.status, NEW.status
             USING ERRCODE = 'check_violation';
     END IF;
     IF current_user = 'space_app' AND NOT (
-           (OLD.status = 'queued' AND NEW.status = 'cancelled')
+           (OLD.status IN ('queued', 'waiting') AND NEW.status = 'cancelled')
         OR (OLD.status = 'leased' AND NEW.status = 'cancel_requested')) THEN
         RAISE EXCEPTION 'the web may only cancel a job' USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -44,6 +46,12 @@ BEGIN
         NEW.finished_at := coalesce(NEW.finished_at, now());
         NEW.lease_token := NULL;
         NEW.lease_until := NULL;
+    END IF;
+    -- What a job waited for ends with the wait, whoever ends it.
+    IF OLD.status = 'waiting' AND NEW.status <> 'waiting' THEN
+        NEW.wait_until := NULL;
+        NEW.wait_signal := NULL;
+        NEW.wait_children := NULL;
     END IF;
     NEW.updated_at := now();
     RETURN NEW;
@@ -104,7 +112,7 @@ BEGIN
     DELETE FROM active_job_counts;
     INSERT INTO active_job_counts (organization_id, kind, slot, active)
     SELECT j.organization_id, j.kind, 0, count(*) FROM jobs j
-    WHERE j.status IN ('queued', 'leased', 'cancel_requested')
+    WHERE j.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
     GROUP BY j.organization_id, j.kind;
 END $$;
 REVOKE ALL ON FUNCTION recount_active_jobs() FROM PUBLIC;
@@ -136,7 +144,7 @@ BEGIN
         PERFORM pg_notify('spacejobs_jobs', '');
     END IF;
     PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind), array_agg(1))
-    FROM new_jobs n WHERE n.status IN ('queued', 'leased', 'cancel_requested');
+    FROM new_jobs n WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting');
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
@@ -194,10 +202,34 @@ BEGIN
 
     PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
     FROM (SELECT o.organization_id, o.kind, -1 AS delta FROM old_jobs o
-          WHERE o.status IN ('queued', 'leased', 'cancel_requested')
+          WHERE o.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
           UNION ALL
           SELECT n.organization_id, n.kind, 1 FROM new_jobs n
-          WHERE n.status IN ('queued', 'leased', 'cancel_requested')) AS c;
+          WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting')) AS c;
+
+    -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
+    -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
+    -- going to wait at this moment (wait_job() locks its row too) either waits before this
+    -- and is resumed here, or counts this child as ended when it looks.
+    -- (Only when a child ended: the resume below is an UPDATE of jobs too, and this trigger,
+    -- which then runs for it, must find nothing to do.)
+    IF EXISTS (SELECT 1 FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+               WHERE n.parent_id IS NOT NULL AND n.status <> o.status
+                 AND n.status IN ('completed', 'failed', 'cancelled')) THEN
+        PERFORM 1 FROM jobs p
+        WHERE p.id IN (SELECT n.parent_id FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                       WHERE n.parent_id IS NOT NULL AND n.status <> o.status
+                         AND n.status IN ('completed', 'failed', 'cancelled'))
+        ORDER BY p.id FOR UPDATE;
+        UPDATE jobs p SET status = 'queued', run_after = now(), last_wakeup_at = NULL
+        WHERE p.status = 'waiting' AND p.wait_children IS NOT NULL
+          AND p.id IN (SELECT n.parent_id FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                       WHERE n.parent_id IS NOT NULL AND n.status <> o.status
+                         AND n.status IN ('completed', 'failed', 'cancelled'));
+        IF FOUND THEN
+            PERFORM pg_notify('spacejobs_jobs', '');
+        END IF;
+    END IF;
 
     -- Jobs that just ended, for whoever waits on them (models/jobs/waiting.py): their ids, at
     -- most 200 to a notification (a payload holds 8,000 bytes). Delivered at COMMIT, like the
@@ -223,7 +255,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     DELETE FROM job_events e USING gone_jobs g WHERE e.job_id = g.id;
     PERFORM add_active_jobs(array_agg(g.organization_id), array_agg(g.kind), array_agg(-1))
-    FROM gone_jobs g WHERE g.status IN ('queued', 'leased', 'cancel_requested');
+    FROM gone_jobs g WHERE g.status IN ('queued', 'leased', 'cancel_requested', 'waiting');
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION jobs_after_delete() FROM PUBLIC;

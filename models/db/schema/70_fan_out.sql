@@ -47,7 +47,7 @@ $$;
 REVOKE ALL ON FUNCTION children_of(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION children_of(uuid, uuid) TO space_worker;
 
--- A cancelled parent's children: queued ones end at once, running ones are asked to stop, as a
+-- A cancelled parent's children: queued and waiting ones end at once, running ones are asked to stop, as a
 -- user's cancel would. For the worker holding the parent's lease. Returns how many it touched.
 CREATE FUNCTION cancel_children(p_parent uuid, p_token uuid) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -55,12 +55,13 @@ DECLARE
     touched integer;
 BEGIN
     UPDATE jobs c
-    SET status = CASE WHEN c.status = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END,
+    SET status = CASE WHEN c.status IN ('queued', 'waiting') THEN 'cancelled'
+                      ELSE 'cancel_requested' END,
         cancel_requested_at = now(), cancel_requested_by = p.cancel_requested_by
     FROM jobs p
     WHERE p.id = p_parent AND p.lease_token = p_token
       AND p.status IN ('leased', 'cancel_requested')
-      AND c.parent_id = p.id AND c.status IN ('queued', 'leased');
+      AND c.parent_id = p.id AND c.status IN ('queued', 'leased', 'waiting');
     GET DIAGNOSTICS touched = ROW_COUNT;
     RETURN touched;
 END $$;
