@@ -153,3 +153,35 @@ def stall_file(ctx: JobContext, params: StallParams) -> Any:
 def capped(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     """A kind that declares its own quota: at most 2 active per organization."""
     return {}
+
+
+class StepThenSleepParams(Params):
+    project: Annotated[str, Field(min_length=1, max_length=100)]
+    seconds: Annotated[float, Field(ge=0, le=30)] = 1.0
+
+
+@job_kind("test.step_then_sleep", org_states={"active"}, max_attempts=3, backoff=0.2)
+def step_then_sleep(ctx: JobContext, params: StepThenSleepParams) -> dict[str, Any]:
+    """A step with a visible effect (a project), a durable sleep, then a second step: a resumed
+    run must not create the project again."""
+
+    def create() -> str:
+        with ctx.tenant() as tenant:
+            return str(tenant.projects.create(params.project, "made by a step").id)
+
+    made = ctx.step("create project", create)
+    ctx.sleep(params.seconds)
+    runs = ctx.step("after the sleep", lambda: os.getpid())
+    return {"project_id": made, "after_pid": runs, "attempt": ctx.job.attempt}
+
+
+class TwoSignalsParams(Params):
+    name: Annotated[str, Field(pattern=r"^[a-z]{1,20}$")]
+
+
+@job_kind("test.two_signals", org_states={"active"}, max_attempts=3, backoff=0.2)
+def two_signals(ctx: JobContext, params: TwoSignalsParams) -> dict[str, Any]:
+    """Waits twice for the same signal's name: each wait takes one, in the order they came."""
+    first = ctx.wait_for_signal(params.name, timeout=60)
+    second = ctx.wait_for_signal(params.name, timeout=60)
+    return {"first": first, "second": second}
