@@ -114,9 +114,10 @@ def test_a_fan_out_survives_its_worker_killed_half_way(bare_stack: Stack):
     stack.start_worker(concurrency=2)
     done = stack.wait_for(job["id"], "completed", timeout=90)
     assert [p["n"] for p in done["result"]["parts"]] == list(range(8))
-    # The parent waited while its children ran: the kill took none of its attempts (the
-    # children it was running are claimed again after their leases run out).
-    assert done["attempts"] == 1
+    # The parent waits while its children run, so the kill costs it an attempt only if it
+    # landed in one of its short runs between waits (the children it was running are claimed
+    # again after their leases run out).
+    assert done["attempts"] in (1, 2)
     assert [c["child_index"] for c in children(stack, job["id"])] == list(range(8))  # once each
     stack.retire(*stack.processes)
 

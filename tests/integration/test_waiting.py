@@ -16,7 +16,7 @@ from models.db.transaction import transaction
 from models.errors import InternalJobError
 from models.jobs import store
 from tests.conftest import submit
-from tests.kit.stack import Stack, wait_until
+from tests.kit.stack import Stack
 
 
 @pytest.fixture(scope="module")
@@ -221,27 +221,3 @@ def test_more_fan_out_parents_than_slots_all_finish(bare_stack: Stack):
         assert waited  # the parents gave their slots back while their children ran
     finally:
         stack.retire(worker, beat)
-
-
-def test_cancelling_a_waiting_parent_cancels_its_children(bare_stack: Stack):
-    stack = bare_stack
-    org = stack.org()
-    anna = stack.user(org, role="owner")
-    client = stack.make_app().test_client()
-    for n in range(2):
-        client.post(f"/api/v1/orgs/{org}/projects", json={"name": f"q{n}"}, headers=anna.auth)
-    worker = stack.start_worker(concurrency=1)
-    try:
-        with stack.workers_paused():
-            parent = submit(client, org, anna, "projects_report", {"max_parallel": 1})
-        stack.wait_for(parent["id"], "waiting", timeout=30)
-        with stack.workers_paused():
-            answer = client.post(f"/api/v1/orgs/{org}/jobs/{parent['id']}/cancel", headers=anna.auth)
-            assert answer.status_code == 200
-            with stack.admin() as conn:
-                children = conn.execute(text("SELECT status FROM jobs WHERE parent_id = :id"),
-                                        {"id": parent["id"]}).scalars().all()
-        assert children and all(s in ("cancelled", "cancel_requested", "completed") for s in children)
-        wait_until(lambda: stack.job_counts(org).get("queued", 0) == 0, 20, "no child left queued")
-    finally:
-        stack.retire(worker)
