@@ -215,7 +215,7 @@ class Settings(BaseSettings):
         False, description="`1` registers `demo.slow_export`, an export slow enough to watch "
                            "(`spacejobs demo` sets it)")
     kind_modules: str = Field(
-        "tasks.kinds.projects",
+        "tasks.kinds.projects,tasks.kinds.workflow",
         description="comma-separated modules whose `@job_kind`s every process registers at start")
     extra_kind_modules: str = Field("", description="comma-separated modules with more kinds, "
                                                     "after `SPACEJOBS_KIND_MODULES`")

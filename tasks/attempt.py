@@ -37,6 +37,7 @@ from models.errors import (
 from models.jobs.context import JobContext, LeaseFlags
 from models.jobs.leases import Failure, Finished
 from models.jobs.records import LeasedJob
+from models.jobs.workflows import INPUTS
 from models.kinds import JobKind
 from models.kinds.rules import KindRules
 from models.results.attempt import AttemptResults
@@ -118,13 +119,19 @@ class Attempt:
         rules = kind.rules
         results = AttemptResults(self.ports.results, job,
                                  inline_max_bytes=self.ports.inline_max_bytes)
+        # A workflow's step carries its dependencies' results beside its own params (only a
+        # parent's spawn can put them there: a submit's params model refuses the key); the
+        # kind's params model reads only its own (models/jobs/workflows.py).
+        params = dict(job.params)
+        inputs = params.pop(INPUTS, None)
         ctx = JobContext(self.ports.leases, job, rules, flags=flags,
                          deadline=started + rules.time_limit if rules.time_limit else None,
-                         should_release=self.signals.release_due, results=results)
+                         should_release=self.signals.release_due, results=results,
+                         inputs=inputs)
         self.ports.keeper.running(job, rules, started)
         self.stats.running = 1
         try:
-            result, ref = results.settle(kind.run(ctx, kind.parse_params(job.params)))
+            result, ref = results.settle(kind.run(ctx, kind.parse_params(params)))
         except Exception as exc:
             results.discard()  # no finish will reference them
             self.ends.end(job, self.after_exception(job, rules, exc), self.clock() - started)

@@ -185,3 +185,29 @@ def two_signals(ctx: JobContext, params: TwoSignalsParams) -> dict[str, Any]:
     first = ctx.wait_for_signal(params.name, timeout=60)
     second = ctx.wait_for_signal(params.name, timeout=60)
     return {"first": first, "second": second}
+
+
+class AddParams(Params):
+    n: int = 0
+
+
+@job_kind("test.add", org_states={"active"}, max_attempts=2, backoff=0.2)
+def add(ctx: JobContext, params: AddParams) -> int:
+    """A workflow step: its inputs (the results of the steps it waited for) plus n."""
+    return sum(value for value in ctx.inputs if isinstance(value, int)) + params.n
+
+
+@job_kind("test.collect", org_states={"active", "read_only"}, max_attempts=2, backoff=0.2)
+def collect(ctx: JobContext, params: NoParams) -> list[Any]:
+    """A chord's callback: the results it waited for, in order."""
+    return list(ctx.inputs)
+
+
+class Boom(DomainError):
+    code = "boom"
+    message = "This step always fails."
+
+
+@job_kind("test.boom", org_states={"active", "read_only"}, max_attempts=1)
+def boom(ctx: JobContext, params: NoParams) -> None:
+    raise Boom()

@@ -96,6 +96,7 @@ class JobContext:
         deadline: float | None = None,
         should_release: Callable[[], bool] | None = None,
         results: AttemptResults | None = None,
+        inputs: list[Any] | None = None,
     ) -> None:
         self.runtime = runtime
         self.job = job
@@ -105,6 +106,9 @@ class JobContext:
         # Asked by the worker's shutdown: True once the grace period for running jobs is over.
         self._should_release = should_release or (lambda: False)
         self.results = results or AttemptResults(None, job)
+        #: a workflow step's dependencies' results, in the order of its dependencies (a chain's
+        #: step: ``ctx.inputs[0]`` is the previous step's); empty outside a workflow
+        self.inputs: list[Any] = list(inputs or [])
         # How many waits of each kind this run has reached: the n-th sleep of a run is the n-th
         # sleep of every run of the job, so its record is found again (the step rule).
         self._waits: dict[str, int] = {}

@@ -50,7 +50,7 @@ from models.errors import (
     NotFound,
     ResultExpired,
 )
-from models.jobs import store, waiting
+from models.jobs import store, waiting, workflows
 from models.jobs.records import ACTIVE, Job, Status
 from models.kinds import JobKind, get_any_kind, get_kind, kind_roles, required_role
 from models.ops import actions
@@ -188,6 +188,25 @@ class Jobs:
                  extra={"request_id": request_id, "job_id": str(job.id), "kind": job.kind,
                         "organization_id": str(job.organization_id), "attempt": 0})
         return Submitted(job, created)
+
+    def submit_workflow(
+        self,
+        conn: Connection,
+        canvas: workflows.Canvas,
+        *,
+        organization_id: UUID,
+        requested_by: UUID,
+        policy: workflows.Policy = "fail_fast",
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+    ) -> Submitted:
+        r"""Queue a workflow (``chain``, ``group``, ``chord``, ``graph`` of ``sig``\ s, in
+        models/jobs/workflows.py) as ONE job in the caller's transaction: all of it or nothing,
+        the wake-up after COMMIT. Its steps become jobs as their dependencies complete; wait
+        for the whole with :meth:`wait` on the returned job."""
+        return self.submit(conn, "workflow", workflows.workflow_params(canvas, policy),
+                           organization_id=organization_id, requested_by=requested_by,
+                           idempotency_key=idempotency_key, request_id=request_id)
 
     def submit_many(
         self,

@@ -25,6 +25,7 @@ from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
 from models.db.transaction import owner_transaction, transaction
 from models.jobs.records import Status
 from models.jobs.service import Jobs
+from models.kinds import load_kinds
 from models.ops import retention
 from models.results.store import LocalResultStore
 from tasks.wakeups import guard_key
@@ -152,6 +153,7 @@ class Stack:
         """The job API as application code has it, on this stack (as space_app; no wake-ups:
         the stack's workers hear the insert's NOTIFY). Its listener stops with the stack."""
         if self._jobs is None:
+            load_kinds()  # as tasks.client.connect() does
             self._jobs = Jobs(self.app_db, operator_engine=self.operator_db)
         return self._jobs
 

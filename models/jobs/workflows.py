@@ -1,0 +1,257 @@
+"""Workflows kept in PostgreSQL, shaped like Celery's canvas: signatures of kinds with params,
+``chain(a, b, c)`` (each step gets the previous one's result), ``group(a, b)`` (in parallel,
+results in order), ``chord(group, callback)`` (the callback gets the group's results) and
+``graph({...})`` (named steps with dependencies). Nested as in Celery: a chain may hold a group,
+a group a chain.
+
+A workflow is ONE job (kind ``workflow``), submitted in the caller's transaction like any job,
+whose params are the compiled graph. It runs as a fan-out parent: it spawns each step as a child
+job once its dependencies have completed, waits without a worker while they run, and collects.
+So every step is a job like any other: run as the requester with the membership and state
+re-check of its own kind, in its organization's row-level security, fenced by its lease, and
+counted against the quota. A step receives its dependencies' results as ``ctx.inputs`` (in
+the order of its dependencies); its own params stay exactly what the caller gave.
+
+The failure policy: ``fail_fast`` (the default) cancels the steps still to run once one fails
+and fails the workflow; ``run_all`` runs every step whose dependencies completed, skips those
+whose dependencies did not, and fails at the end listing every failed and skipped step. A
+cancel of the workflow cancels its steps. Its progress is the steps ended of all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
+
+from models.errors import CancelRequested, DomainError, InvalidRequest, WaitRequested
+from models.jobs.records import ACTIVE, Status
+from models.kinds import Params, get_any_kind, get_kind
+
+if TYPE_CHECKING:
+    from models.jobs.context import JobContext
+    from models.jobs.store import Child
+
+#: the key of a step's params that carries its dependencies' results (the step's own kind never
+#: sees it: the runner takes it out before the kind's params model reads the rest)
+INPUTS = "_inputs"
+#: the most steps one workflow may hold
+MAX_STEPS = 1000
+Policy = Literal["fail_fast", "run_all"]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One step: a kind and its params (``sig("projects_export")``, ``sig("bench.sleep",
+    seconds=1)``), like Celery's ``task.s(...)``."""
+
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+
+def sig(kind: str, /, *, name: str | None = None, **params: Any) -> Signature:
+    return Signature(kind, params, name)
+
+
+@dataclass(frozen=True)
+class Chain:
+    steps: tuple[Canvas, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    members: tuple[Canvas, ...]
+
+
+@dataclass(frozen=True)
+class Chord:
+    header: Group
+    body: Canvas
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Named steps and the names each depends on: ``graph({"a": (sig(...), []), "b":
+    (sig(...), ["a"])})``."""
+
+    steps: Mapping[str, tuple[Signature, Sequence[str]]]
+
+
+Canvas = Signature | Chain | Group | Chord | Graph
+
+
+def chain(*steps: Canvas) -> Chain:
+    return Chain(tuple(steps))
+
+
+def group(*members: Canvas) -> Group:
+    return Group(tuple(members))
+
+
+def chord(header: Group | Sequence[Canvas], body: Canvas) -> Chord:
+    return Chord(header if isinstance(header, Group) else Group(tuple(header)), body)
+
+
+def graph(steps: Mapping[str, tuple[Signature, Sequence[str]]]) -> Graph:
+    return Graph(steps)
+
+
+class StepNode(Params):
+    """One compiled step: its place is its index in the workflow's ``steps``."""
+
+    name: str = Field(min_length=1, max_length=200)
+    kind: str = Field(min_length=1, max_length=64)
+    params: dict[str, Any] = Field(default_factory=dict)
+    after: list[int] = Field(default_factory=list)
+
+
+class WorkflowParams(Params):
+    steps: list[StepNode] = Field(min_length=1, max_length=MAX_STEPS)
+    policy: Policy = "fail_fast"
+
+    @model_validator(mode="after")
+    def _steps_are_submittable(self) -> WorkflowParams:
+        """Whichever way the workflow is submitted (the Python API, ``POST …/jobs``), each step
+        must be a job a submit would take: a kind that exists and is not child-only or a
+        workflow, its params valid, and dependencies only on earlier steps. (Each step's role
+        and organization state are checked when it runs, as for any job.)"""
+        names = [step.name for step in self.steps]
+        if len(set(names)) != len(names):
+            raise InvalidRequest("Two steps of the workflow have the same name.", fields=["steps"])
+        for index, step in enumerate(self.steps):
+            try:
+                if step.kind == "workflow":
+                    raise InvalidRequest("A workflow's step cannot be a workflow.",
+                                         fields=["steps"])
+                if any(not 0 <= dep < index for dep in step.after):
+                    raise InvalidRequest("A step may wait only for steps before it.",
+                                         fields=["steps"])
+                get_kind(step.kind).parse_params(step.params)
+            except DomainError as error:
+                error.details["step"] = index
+                raise
+        return self
+
+
+def compile_canvas(canvas: Canvas) -> list[StepNode]:
+    """The steps of a canvas in order, each naming the places it waits for."""
+    nodes: list[StepNode] = []
+    _add(canvas, [], nodes)
+    return nodes
+
+
+def _add(canvas: Canvas, after: list[int], nodes: list[StepNode]) -> list[int]:
+    """Add ``canvas`` after the places ``after``; returns the places its result comes from."""
+    if isinstance(canvas, Signature):
+        place = len(nodes)
+        nodes.append(StepNode(name=canvas.name or f"{place}:{canvas.kind}", kind=canvas.kind,
+                              params=dict(canvas.params), after=list(after)))
+        return [place]
+    if isinstance(canvas, Chain):
+        ends = after
+        for step in canvas.steps:
+            ends = _add(step, ends, nodes)
+        return ends
+    if isinstance(canvas, Group):
+        return [place for member in canvas.members for place in _add(member, after, nodes)]
+    if isinstance(canvas, Chord):
+        return _add(canvas.body, _add(canvas.header, after, nodes), nodes)
+    return _add_graph(canvas, after, nodes)
+
+
+def _add_graph(canvas: Graph, after: list[int], nodes: list[StepNode]) -> list[int]:
+    placed: dict[str, int] = {}
+    pending = dict(canvas.steps)
+    while pending:
+        ready = [name for name, (_, deps) in pending.items() if all(d in placed for d in deps)]
+        if not ready:
+            unknown = sorted({d for _, deps in pending.values() for d in deps} - set(canvas.steps))
+            raise InvalidRequest("The graph's dependencies name unknown steps: " + ", ".join(unknown)
+                                 if unknown else "The graph's dependencies form a cycle.",
+                                 fields=["steps"])
+        for name in ready:
+            signature, deps = pending.pop(name)
+            place = len(nodes)
+            nodes.append(StepNode(name=name, kind=signature.kind, params=dict(signature.params),
+                                  after=[placed[d] for d in deps] or list(after)))
+            placed[name] = place
+    depended = {d for _, deps in canvas.steps.values() for d in deps}
+    return [placed[name] for name in canvas.steps if name not in depended]
+
+
+def workflow_params(canvas: Canvas, policy: Policy = "fail_fast") -> dict[str, Any]:
+    """The workflow job's params for a canvas (checked again by the kind's params model)."""
+    nodes = compile_canvas(canvas)
+    if not 1 <= len(nodes) <= MAX_STEPS:
+        raise InvalidRequest(f"A workflow holds 1 to {MAX_STEPS} steps.", fields=["steps"])
+    return {"steps": [node.model_dump(mode="json") for node in nodes], "policy": policy}
+
+
+class StepsFailed(DomainError):
+    code = "steps_failed"
+    message = "Some steps of the workflow did not complete."
+
+
+def run_workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
+    """The workflow job's run: spawn what is ready, wait without a worker, collect."""
+    steps = params.steps
+    try:
+        while True:
+            ctx.checkpoint()
+            children = {child.index: child for child in ctx.runtime.children(ctx.job)}
+            failed = [i for i, c in children.items() if c.status not in ACTIVE
+                      and c.status != Status.COMPLETED]
+            if failed and params.policy == "fail_fast":
+                ctx.runtime.cancel_children(ctx.job)
+                raise _failed(steps, children, failed, skipped=[])
+            ready = [i for i, step in enumerate(steps) if i not in children
+                     and all(_completed(children, dep) for dep in step.after)]
+            if ready:
+                _spawn(ctx, steps, children, ready)
+                continue
+            ended = sum(c.status not in ACTIVE for c in children.values())
+            ctx.progress("steps", done=ended, total=len(steps))
+            if any(c.status in ACTIVE for c in children.values()):
+                raise WaitRequested(children=True)  # resumed when one of them ends
+            break
+    except CancelRequested:
+        ctx.runtime.cancel_children(ctx.job)
+        raise
+    skipped = [i for i in range(len(steps)) if i not in children]
+    failed = [i for i, c in children.items() if c.status != Status.COMPLETED]
+    if failed or skipped:
+        raise _failed(steps, children, sorted(failed), skipped)
+    last = [i for i in range(len(steps)) if not any(i in s.after for s in steps)]
+    results = {steps[i].name: children[i].result for i in range(len(steps))}
+    return {"steps": results, "result": children[last[0]].result if len(last) == 1
+            else [children[i].result for i in last]}
+
+
+def _completed(children: Mapping[int, Child], place: int) -> bool:
+    found = children.get(place)
+    return found is not None and found.status == Status.COMPLETED
+
+
+def _spawn(ctx: JobContext, steps: Sequence[StepNode], children: Mapping[int, Child],
+           ready: Sequence[int]) -> None:
+    by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for place in ready:
+        step = steps[place]
+        inputs = [children[dep].result for dep in step.after]
+        by_kind.setdefault(step.kind, []).append((place, {**step.params, INPUTS: inputs}))
+    for kind, items in by_kind.items():
+        ctx.runtime.spawn_children(ctx.job, get_any_kind(kind).rules, items)
+
+
+def _failed(steps: Sequence[StepNode], children: Mapping[int, Child], failed: Sequence[int],
+            skipped: Sequence[int]) -> StepsFailed:
+    parts = [f"{steps[i].name} {children[i].status}"
+             + (f" ({children[i].error_code})" if children[i].error_code else "") for i in failed]
+    parts += [f"{steps[i].name} skipped" for i in skipped]
+    return StepsFailed(f"{len(failed)} of {len(steps)} steps did not complete"
+                       + (f", {len(skipped)} skipped" if skipped else "") + ": " + "; ".join(parts),
+                       failed=[steps[i].name for i in failed],
+                       skipped=[steps[i].name for i in skipped])

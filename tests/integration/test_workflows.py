@@ -1,0 +1,139 @@
+"""Workflows (models/jobs/workflows.py) on real workers: each step a job of its own, its
+dependencies' results as its inputs, one submit for the whole, the failure policies, a cancel of
+the whole, and a step that re-checks its requester and organization like any job."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from models.errors import UnknownKind
+from models.jobs.workflows import chain, chord, graph, group, sig
+from tests.kit.stack import Stack, wait_until
+
+
+def steps_of(stack: Stack, job_id: object) -> dict[str, str]:
+    with stack.admin() as conn:
+        rows = conn.execute(text("SELECT (w.params -> 'steps' -> c.child_index ->> 'name') AS name,"
+                                 " c.status FROM jobs c JOIN jobs w ON w.id = c.parent_id"
+                                 " WHERE c.parent_id = :id"), {"id": job_id}).all()
+    return {row.name: row.status for row in rows}
+
+
+def start(stack: Stack, canvas, *, org=None, user=None, **options):
+    org = org or stack.org()
+    user = user or stack.user(org, role="owner")
+    with stack.app_db.begin() as conn:
+        job = stack.jobs.submit_workflow(conn, canvas, organization_id=org, requested_by=user.id,
+                                         **options).job
+    return org, user, job
+
+
+def test_a_chain_hands_each_step_the_previous_result(stack: Stack):
+    org, _, job = start(stack, chain(sig("test.add", n=1), sig("test.add", n=2),
+                                     sig("test.add", n=3, name="last")))
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.job.status == "completed"
+    assert outcome.result["result"] == 6 and outcome.result["steps"]["last"] == 6
+    assert outcome.job.progress == {"stage": "steps", "done": 3, "total": 3}
+    assert outcome.job.attempts == 1  # it waited between steps, holding no worker
+
+
+def test_a_chord_gives_its_callback_the_groups_results_in_order(stack: Stack):
+    org, _, job = start(stack, chord([sig("test.add", n=n) for n in (3, 1, 2)],
+                                     sig("test.collect")))
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.result["result"] == [3, 1, 2]
+
+
+def test_a_group_inside_a_chain_waits_for_every_member(stack: Stack):
+    org, _, job = start(stack, chain(sig("test.add", n=1),
+                                     group(sig("test.add", n=10), sig("test.add", n=20)),
+                                     sig("test.collect")))
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.result["result"] == [11, 21]
+
+
+def test_fail_fast_cancels_what_is_left_and_fails_the_workflow(stack: Stack):
+    org, _, job = start(stack, chord([sig("test.boom", name="boom"),
+                                      sig("bench.sleep", seconds=20, name="slow")],
+                                     sig("test.collect", name="callback")))
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
+    assert "boom failed (boom)" in outcome.job.error_message
+    wait_for_steps = steps_of(stack, job.id)
+    assert wait_for_steps["boom"] == "failed"
+    assert wait_for_steps["slow"] in ("cancelled", "cancel_requested")
+    assert "callback" not in wait_for_steps  # never started
+
+
+def test_run_all_runs_what_can_run_and_lists_every_failed_and_skipped_step(stack: Stack):
+    canvas = graph({"a": (sig("test.add", n=1), []), "b": (sig("test.boom"), []),
+                    "c": (sig("test.add", n=2), ["a"]), "d": (sig("test.collect"), ["b"])})
+    org, _, job = start(stack, canvas, policy="run_all")
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.job.error_code == "steps_failed"
+    assert outcome.job.error_message == "1 of 4 steps did not complete, 1 skipped: b failed (boom); d skipped"
+    assert steps_of(stack, job.id) == {"a": "completed", "b": "failed", "c": "completed"}
+
+
+def test_cancelling_the_workflow_cancels_its_steps(stack: Stack, client):
+    org, user, job = start(stack, chain(sig("bench.sleep", seconds=30, name="long"),
+                                        sig("test.add", name="after")))
+    stack.wait_for(job.id, "waiting", timeout=30)
+    answer = client.post(f"/api/v1/orgs/{org}/jobs/{job.id}/cancel", headers=user.auth)
+    assert answer.status_code == 200
+    outcome = stack.jobs.wait(job.id, 30, organization_id=org)
+    assert outcome.job.status == "cancelled"
+    # The running step stops at its next checkpoint; the one after it never starts.
+    wait_until(lambda: steps_of(stack, job.id) == {"long": "cancelled"}, 30,
+               lambda: f"the steps cancelled ({steps_of(stack, job.id)})")
+
+
+def test_a_step_re_checks_its_requester_like_any_job(stack: Stack):
+    org = stack.org()
+    vera = stack.user(org, role="member")
+    _, _, job = start(stack, chain(sig("test.add", n=1), sig("bench.sleep", seconds=2),
+                                   sig("test.add", n=1, name="after removal")), org=org, user=vera)
+    stack.wait_for(job.id, "waiting", timeout=30)
+    stack.remove_member(org, vera.id)
+    done = stack.wait_for(job.id, "failed", timeout=60)
+    assert done["error_code"] == "steps_failed"
+    assert "requester_not_member" in done["error_message"]
+
+
+def test_in_a_read_only_organization_a_step_runs_only_if_its_kind_may(stack: Stack):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    stack.set_state(org, "read_only")
+    _, _, allowed = start(stack, chain(sig("bench.noop"), sig("test.collect")), org=org, user=anna)
+    assert stack.jobs.wait(allowed.id, 60, organization_id=org).job.status == "completed"
+    _, _, refused = start(stack, chain(sig("bench.noop"), sig("test.add", n=1)), org=org, user=anna)
+    outcome = stack.jobs.wait(refused.id, 60, organization_id=org)
+    assert outcome.job.error_code == "steps_failed"
+    assert "organization_read_only" in outcome.job.error_message
+
+
+@pytest.mark.parametrize("bad", [sig("no.such.kind"),
+                                 sig("projects_report.project", project_id=str(uuid.uuid4()))])
+def test_a_step_a_submit_would_refuse_refuses_the_whole_workflow_and_writes_nothing(stack: Stack, bad):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with pytest.raises(UnknownKind) as refused, stack.app_db.begin() as conn:
+        stack.jobs.submit_workflow(conn, chain(sig("bench.noop"), bad), organization_id=org,
+                                   requested_by=anna.id)
+    assert refused.value.details["step"] == 1
+    assert stack.count_jobs(org) == 0
+
+
+def test_a_workflow_posted_to_the_jobs_endpoint_is_checked_the_same_way(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"kind": "workflow", "params": {"steps": [
+        {"name": "a", "kind": "bench.noop"}, {"name": "b", "kind": "projects_report.project",
+                                              "params": {"project_id": str(uuid.uuid4())}, "after": [0]}]}}
+    answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth)
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "unknown_kind"
+    assert stack.count_jobs(org) == 0
