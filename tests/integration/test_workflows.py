@@ -58,7 +58,7 @@ def test_a_group_inside_a_chain_waits_for_every_member(stack: Stack):
 
 def test_fail_fast_cancels_what_is_left_and_fails_the_workflow(stack: Stack):
     org, _, job = start(stack, chord([sig("test.boom", name="boom"),
-                                      sig("bench.sleep", seconds=20, name="slow")],
+                                      sig("bench.sleep", seconds=60, name="slow")],
                                      sig("test.collect", name="callback")))
     outcome = stack.jobs.wait(job.id, 60, organization_id=org)
     assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
