@@ -291,10 +291,11 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     The one JSON endpoint a web session may open besides a bearer token: a browser's
     ``EventSource`` cannot send an ``Authorization`` header, and it only reads.
 
-    Each event's ``id`` names the job's visible state (``<attempt>.<status>.<progress digest>``):
-    the stream carries states, not a log, so a client that reconnects with ``Last-Event-ID``
-    gets nothing until the job differs from the state it already has, and a finished job it
-    has already seen answers 204, which tells an ``EventSource`` to stop reconnecting.
+    Each event's ``id`` names the job's visible state (``<attempt>.<status>.<digest>``, the
+    digest of its progress and of what it waits for): the stream carries states, not a log,
+    so a client that reconnects with ``Last-Event-ID`` gets nothing until the job differs
+    from the state it already has, and a finished job it has already seen answers 204, which
+    tells an ``EventSource`` to stop reconnecting.
 
     Each poll is its own short transaction that re-checks the credential and the membership,
     so a revoked session or token, or a member removed while watching, stops receiving at
@@ -350,8 +351,12 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
 
 
 def event_id(job: Job) -> str:
-    progress = json.dumps(job.progress, sort_keys=True).encode()
-    return f"{job.attempts}.{job.status}.{hashlib.sha256(progress).hexdigest()[:12]}"
+    # What it waits for is part of the visible state: a job that waits again for something
+    # else between two polls (a second signal) keeps its attempt, status and progress.
+    wait = waiting_for(job)
+    seen = job.progress if wait is None else [job.progress, wait]
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{job.attempts}.{job.status}.{digest}"
 
 
 def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> str:

@@ -7,6 +7,7 @@ a new one; a cancel request is not yet a cancellation; a failure says what to do
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from models.jobs.records import Job, Status
 
@@ -59,8 +60,50 @@ def running_line(job: Job) -> tuple[str, tuple[int, int] | None]:
     return f"Running — {stage}", None
 
 
-def describe(job: Job) -> Shown:
+def moment(when: datetime, now: datetime) -> str:
+    """``14:05:10 UTC`` today, ``2026-12-03 14:05:10 UTC`` on any other day (both in UTC)."""
+    when, today = when.astimezone(UTC), now.astimezone(UTC).date()
+    return when.strftime("%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC")
+
+
+def parts_done(job: Job) -> tuple[int, int] | None:
+    """(done, total) of a fan-out's parts, as the fan-out itself last measured them."""
+    progress = job.progress or {}
+    done, total = progress.get("done"), progress.get("total")
+    if progress.get("stage") == "children" and isinstance(done, int) and isinstance(total, int) \
+            and 0 <= done <= total and total > 0:
+        return done, total
+    return None
+
+
+def waiting_line(job: Job, now: datetime) -> tuple[str, str, tuple[int, int] | None]:
+    """What a waiting job waits for, in words: the headline, what happens next, and a bar for
+    a fan-out's parts. A signal's name is the kind's own word, shown as it is."""
+    meanwhile = "It holds no worker while it waits"
+    if job.wait_signal is not None:
+        by = f", or at {moment(job.wait_until, now)} at the latest" if job.wait_until else ""
+        return (f"Waiting for the signal “{job.wait_signal}”",
+                f"{meanwhile}, and carries on by itself when the signal comes{by}.", None)
+    if job.wait_children is not None:
+        measured = parts_done(job)
+        if measured:
+            done, total = measured
+            return (f"Waiting for its parts: {done} of {total} done",
+                    f"{meanwhile}, and carries on by itself as its parts finish.", measured)
+        return ("Waiting for its parts",
+                f"{meanwhile}, and carries on by itself as its parts finish.", None)
+    if job.wait_until is not None:
+        return (f"Waiting until {moment(job.wait_until, now)}",
+                f"{meanwhile}, and carries on by itself at that moment.", None)
+    return "Waiting", f"{meanwhile}.", None  # the schema forbids this; say no more than known
+
+
+def describe(job: Job, now: datetime | None = None) -> Shown:
+    """``now``: the moment the page is shown (a moment later today is written without its date)."""
     status = job.status
+    if status == Status.WAITING:
+        headline, detail, bar = waiting_line(job, now or datetime.now(UTC))
+        return Shown("Waiting", headline, detail, bar, tone="waiting")
     if status == Status.QUEUED and job.attempts == 0:
         return Shown("Queued", "Queued — accepted, not started yet", tone="waiting")
     if status == Status.QUEUED:

@@ -35,7 +35,7 @@ from sqlalchemy import Connection
 
 from models.db.transaction import transaction
 from models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
-from models.jobs.records import ALL_STATUSES, Job
+from models.jobs.records import ALL_STATUSES, Job, Status
 from models.jobs.service import JobRights
 from models.kinds import get_kind, load_kinds
 from models.tenancy import passwords
@@ -369,10 +369,15 @@ def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
 @bp.post("/orgs/<org>/jobs/<job_id>/cancel")
 @signed_in
 def cancel(org: str, job_id: str) -> ResponseReturnValue:
+    jobs, jid = job_api(), parse_id(job_id)
     with org_page(org) as page:
-        job = job_api().cancel(page.conn, page.membership, parse_id(job_id), g.request_id)
+        # What it was doing decides the sentence; the cancel itself re-reads the row, locked.
+        was = jobs.get(page.conn, page.membership, jid).status
+        job = jobs.cancel(page.conn, page.membership, jid, g.request_id)
     if job.status == "cancel_requested":
         flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
+    elif was == Status.WAITING:
+        flash("Cancelled while it waited: it will not run again.")
     else:
         flash("Cancelled before it started.")
     return redirect(url_for("ui.job_page", org=org, job_id=job_id))

@@ -308,3 +308,80 @@ def test_the_job_page_works_without_javascript(stack: Stack, app, client):
     done = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
     assert 'http-equiv="refresh"' not in done and ">Reload</a>" not in done
     assert "Download the result" in done
+
+
+# ----------------------------------------------------------------------------- jobs that wait
+
+def test_a_timer_job_shows_until_when_it_waits_and_is_cancelled_from_its_page(stack: Stack, app,
+                                                                             client):
+    from datetime import UTC, datetime
+
+    from webapp.status import moment
+
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    job = submit(client, org, owner, "bench.wait", {"seconds": 3600})
+    until = stack.wait_for(job["id"], "waiting")["wait_until"]
+    url = f"/orgs/{org}/jobs/{job['id']}"
+    page = browser.get(url)
+    text = page.get_data(as_text=True)
+    assert f"Waiting until {moment(until, datetime.now(UTC))}" in text
+    assert "It holds no worker while it waits" in text
+    assert 'data-status="waiting"' in text and ">Cancel job</button>" in text
+    # The live part alone (what the page fetches on each event) says the same.
+    fragment = browser.get(url + "/status", headers=HTML).get_data(as_text=True)
+    assert f"Waiting until {moment(until, datetime.now(UTC))}" in fragment
+    # The list and its filter name the state in words.
+    listing = browser.get(f"/orgs/{org}/jobs?status=waiting").get_data(as_text=True)
+    assert '<span class="pill s-waiting">Waiting</span>' in listing and job["id"][:8] in listing
+    assert '<option value="waiting" selected>waiting</option>' in listing
+    assert job["id"][:8] not in browser.get(f"/orgs/{org}/jobs?status=queued").get_data(as_text=True)
+
+    cancelled = browser.post(url + "/cancel", data={"csrf": csrf_of(page)})
+    assert cancelled.status_code == 302
+    assert stack.job_row(job["id"])["status"] == "cancelled"  # at once: no worker to tell
+    after = browser.get(url).get_data(as_text=True)
+    assert "Cancelled while it waited: it will not run again." in after
+    assert "The job was stopped and will not run again." in after and ">Cancel job</button>" not in after
+
+
+def test_a_job_waiting_for_a_signal_names_it_until_the_signal_comes(stack: Stack, app, client):
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    job = submit(client, org, owner, "bench.await_signal", {"name": "approved", "timeout": 3600})
+    stack.wait_for(job["id"], "waiting")
+    browser = app.test_client()
+    sign_in(browser, owner)
+    page = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
+    assert "Waiting for the signal “approved”" in page and "at the latest" in page
+    sent = client.post(f"/api/v1/orgs/{org}/jobs/{job['id']}/signals/approved", json={"ok": True},
+                       headers=owner.auth)
+    assert sent.status_code == 202
+    stack.wait_for(job["id"], "completed")
+    assert "Completed" in browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
+
+
+def test_a_fan_out_waiting_for_its_parts_says_how_many_are_done(stack: Stack, app, client):
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    parts = [{"n": n, "seconds": 20} for n in range(3)]
+    job = submit(client, org, owner, "test.fan", {"parts": parts, "max_parallel": 2})
+    stack.wait_for(job["id"], "waiting")
+    with stack.workers_paused():  # the parts cannot end (and resume it) while the page is read
+        row = stack.job_row(job["id"])
+        page = browser.get(f"/orgs/{org}/jobs/{job['id']}")
+        text = page.get_data(as_text=True)
+        # Its parts take 20 s each: none has ended since it began to wait.
+        assert (row["status"], row["progress"]) == ("waiting", {"stage": "children", "done": 0,
+                                                                "total": 3})
+        assert "Waiting for its parts: 0 of 3 done" in text
+        assert '<progress id="job-progress" max="3" value="0"' in text
+        cancelled = browser.post(f"/orgs/{org}/jobs/{job['id']}/cancel",
+                                 data={"csrf": csrf_of(page)})
+        assert cancelled.status_code == 302
+        # At once, workers frozen: a waiting parent is cancelled with its parts.
+        assert stack.job_row(job["id"])["status"] == "cancelled"

@@ -100,6 +100,18 @@ def test_an_event_id_names_a_visible_state():
     assert event_id(a).startswith("1.leased.")
 
 
+def test_an_event_id_names_what_a_waiting_job_waits_for():
+    # Between two polls a job may be resumed and wait again, for something else, keeping its
+    # attempt, status and progress: the id still differs, so the page shows the new wait.
+    first = job(status=Status.WAITING, attempts=1, wait_signal="approved")
+    second = dataclasses.replace(first, wait_signal="countersigned")
+    assert event_id(first) != event_id(second)
+    assert event_id(first) == event_id(dataclasses.replace(first, updated_at=datetime.now(UTC)))
+    # What a job that does not wait is left with (a cleared column) changes nothing.
+    leased = job(status=Status.LEASED, attempts=1)
+    assert event_id(leased) == event_id(dataclasses.replace(leased, wait_signal="stale"))
+
+
 def test_the_demo_banner_says_where_to_click_and_gives_every_password():
     users = [{"email": "anna@acme.example", "role": "owner", "org_name": "Acme", "org_id": "o1",
               "token": "sj_t1", "password": "pw-anna"},

@@ -3,11 +3,15 @@ the measured progress is never embellished, and each ending has its own words an
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from models.jobs.records import Status
 from tests.unit.test_people import job
 from webapp.status import NEXT_STEPS, TRY_AGAIN, describe, label_of, running_line
+
+SHOWN_AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 
 
 def test_a_kind_is_named_in_words_and_an_unknown_one_as_it_is():
@@ -47,7 +51,7 @@ def test_a_cancel_request_shows_where_the_job_is_but_no_bar():
     (Status.QUEUED, "Queued", "waiting"), (Status.LEASED, "Running", "running"),
     (Status.CANCEL_REQUESTED, "Cancel requested", "running"),
     (Status.CANCELLED, "Cancelled", "neutral"), (Status.COMPLETED, "Completed", "good"),
-    (Status.FAILED, "Failed", "bad"),
+    (Status.FAILED, "Failed", "bad"), (Status.WAITING, "Waiting", "waiting"),
 ])
 def test_every_state_has_its_word_and_tone(status, word, tone):
     shown = describe(job(status=status, attempts=0 if status == Status.QUEUED else 1))
@@ -66,6 +70,59 @@ def test_each_known_failure_has_its_own_next_step_not_try_again(code):
 
 
 def test_only_finished_jobs_say_what_to_do_next():
-    for status in (Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED, Status.COMPLETED,
-                   Status.CANCELLED):
+    for status in (Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED, Status.WAITING,
+                   Status.COMPLETED, Status.CANCELLED):
         assert describe(job(status=status, attempts=1, error_code="internal_error")).next_step is None
+
+
+# ----------------------------------------------------------------------------- waiting
+
+def waiting(**wait) -> dict:
+    return {"status": Status.WAITING, "attempts": 1, "started_at": SHOWN_AT, **wait}
+
+
+def test_a_timer_says_until_when_in_utc_and_its_date_only_on_another_day():
+    later_today = describe(job(**waiting(wait_until=datetime(2026, 12, 2, 14, 5, 10, tzinfo=UTC))),
+                           SHOWN_AT)
+    assert later_today.headline == "Waiting until 14:05:10 UTC"
+    assert later_today.detail == ("It holds no worker while it waits, and carries on by itself "
+                                  "at that moment.")
+    assert (later_today.word, later_today.tone, later_today.progress) == ("Waiting", "waiting", None)
+    tomorrow = describe(job(**waiting(wait_until=SHOWN_AT + timedelta(days=1))), SHOWN_AT)
+    assert tomorrow.headline == "Waiting until 2026-12-03 09:30:00 UTC"
+    # The moment is said in UTC whatever zone the database handed it in.
+    zoned = datetime(2026, 12, 2, 15, 5, 10, tzinfo=UTC).astimezone(timezone(timedelta(hours=1)))
+    assert describe(job(**waiting(wait_until=zoned)), SHOWN_AT).headline == \
+        "Waiting until 15:05:10 UTC"
+
+
+def test_a_signal_is_named_with_its_deadline_when_it_has_one():
+    with_deadline = describe(job(**waiting(wait_signal="approved",
+                                           wait_until=SHOWN_AT + timedelta(minutes=5))), SHOWN_AT)
+    assert with_deadline.headline == "Waiting for the signal “approved”"
+    assert with_deadline.detail == ("It holds no worker while it waits, and carries on by itself "
+                                    "when the signal comes, or at 09:35:00 UTC at the latest.")
+    without = describe(job(**waiting(wait_signal="approved")), SHOWN_AT)
+    assert without.detail.endswith("when the signal comes.")
+
+
+@pytest.mark.parametrize(("progress", "headline", "bar"), [
+    ({"stage": "children", "done": 3, "total": 8}, "Waiting for its parts: 3 of 8 done", (3, 8)),
+    ({"stage": "children", "done": 0, "total": 1}, "Waiting for its parts: 0 of 1 done", (0, 1)),
+    # Nothing the fan-out measured, or nothing that adds up: no numbers, no bar.
+    (None, "Waiting for its parts", None),
+    ({"stage": "children", "done": 9, "total": 8}, "Waiting for its parts", None),
+    ({"stage": "children", "done": "3", "total": 8}, "Waiting for its parts", None),
+    ({"stage": "copying", "done": 3, "total": 8}, "Waiting for its parts", None),
+])
+def test_a_fan_out_says_how_many_of_its_parts_are_done_as_it_measured(progress, headline, bar):
+    shown = describe(job(**waiting(wait_children=5, progress=progress)), SHOWN_AT)
+    assert (shown.headline, shown.progress) == (headline, bar)
+    assert shown.detail.endswith("carries on by itself as its parts finish.")
+
+
+def test_without_a_moment_given_the_page_is_shown_now():
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    shown = describe(job(**waiting(wait_until=soon)))
+    assert shown.headline in {f"Waiting until {soon:%H:%M:%S} UTC",
+                              f"Waiting until {soon:%Y-%m-%d %H:%M:%S} UTC"}
