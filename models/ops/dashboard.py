@@ -50,9 +50,24 @@ def list_jobs(
                  since=since, running_only=running_only, expired_only=expired_only, limit=limit)
 
 
+WAITS_FOR = ("timer", "signal", "children")
+
+
+def waiting(conn: Connection) -> dict[str, Any]:
+    """The waiting jobs: per kind and in all, how many wait for a timer, a signal or their
+    children, how many timers are due, and since when the oldest waits."""
+    kinds = _rows(conn, "waiting_by_kind")
+    total: dict[str, Any] = {name: sum(k[name] for k in kinds)
+                             for name in ("waiting", *WAITS_FOR, "due")}
+    total["oldest_since"] = min((k["oldest_since"] for k in kinds), default=None)
+    total["oldest_seconds"] = max((k["oldest_seconds"] for k in kinds), default=None)
+    return {**total, "kinds": kinds}
+
+
 def dashboard(conn: Connection, *, offline_after: float) -> dict[str, Any]:
     """Everything the overview shows, for its HTML page and its JSON alike."""
     data = overview(conn)
+    data["waiting"] = waiting(conn)
     data["running"] = list_jobs(conn, running_only=True, limit=100)
     data["expired"] = list_jobs(conn, expired_only=True, limit=100)
     data["failed"] = list_jobs(conn, status="failed", limit=20)

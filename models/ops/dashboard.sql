@@ -6,6 +6,7 @@ SELECT kind,
        count(*) FILTER (WHERE status = 'queued')            AS queued,
        count(*) FILTER (WHERE status = 'leased')            AS leased,
        count(*) FILTER (WHERE status = 'cancel_requested')  AS cancel_requested,
+       count(*) FILTER (WHERE status = 'waiting')           AS waiting,
        count(*) FILTER (WHERE status = 'completed' AND finished_at > now() - interval '1 hour') AS completed_1h,
        count(*) FILTER (WHERE status = 'failed' AND finished_at > now() - interval '1 hour')    AS failed_1h,
        count(*) FILTER (WHERE status = 'cancelled' AND finished_at > now() - interval '1 hour') AS cancelled_1h,
@@ -20,8 +21,27 @@ SELECT kind,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at))
            FILTER (WHERE started_at > now() - interval '1 hour') AS wait_p95
 FROM jobs
-WHERE status IN ('queued', 'leased', 'cancel_requested') OR finished_at > now() - interval '1 hour'
-   OR started_at > now() - interval '1 hour'
+WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+   OR finished_at > now() - interval '1 hour' OR started_at > now() - interval '1 hour'
+GROUP BY kind
+ORDER BY kind
+
+-- waiting_by_kind --
+-- Waiting jobs per kind, by what they wait for: a signal (with or without a deadline), their
+-- children, else a timer. Never the signal's name: it is the kind author's word, not ours.
+-- A waiting row is written by nothing until its wait ends, so updated_at is when it began.
+-- "due": its moment has passed and the sweeper has not resumed it yet (a lasting number
+-- means no sweeper is running).
+SELECT kind,
+       count(*) AS waiting,
+       count(*) FILTER (WHERE wait_signal IS NULL AND wait_children IS NULL) AS timer,
+       count(*) FILTER (WHERE wait_signal IS NOT NULL)                       AS signal,
+       count(*) FILTER (WHERE wait_signal IS NULL AND wait_children IS NOT NULL) AS children,
+       count(*) FILTER (WHERE wait_until <= now())                           AS due,
+       min(updated_at) AS oldest_since,
+       CAST(extract(epoch FROM now() - min(updated_at)) AS float8) AS oldest_seconds
+FROM jobs
+WHERE status = 'waiting'
 GROUP BY kind
 ORDER BY kind
 
@@ -54,7 +74,9 @@ LIMIT :limit
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, leased_by,
        lease_until, run_after, progress, error_code, error_message, dedup_key, request_id,
        retry_of, created_at, updated_at, started_at, finished_at, cancel_requested_at,
-       cancel_requested_by, result_expired_at
+       cancel_requested_by, result_expired_at,
+       -- what it waits for, the signal's name left out (the kind author's word)
+       wait_until, wait_signal IS NOT NULL AS waits_for_signal, wait_children
 FROM jobs WHERE id = :id
 
 -- job_events --

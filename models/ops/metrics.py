@@ -51,10 +51,11 @@ class DatabaseCollector(Collector):
         with transaction(self._db) as conn:
             active = conn.execute(Q["active_by_status"]).all()
             oldest = conn.execute(Q["oldest_queued"]).all()
+            due = conn.execute(Q["oldest_due_wait"]).all()
             counters = conn.execute(Q["metric_counters"]).all()
             online = conn.execute(Q["workers_online"], {"offline_after": self._offline_after}).scalar()
 
-        jobs = GaugeMetricFamily("spacejobs_jobs", "Active jobs by kind and status.",
+        jobs = GaugeMetricFamily("spacejobs_jobs", "Active jobs by kind and status, waiting ones included.",
                                  labels=["kind", "status"])
         for kind, status, n in active:
             jobs.add_metric([kind, status], n)
@@ -65,6 +66,13 @@ class DatabaseCollector(Collector):
         for kind, seconds in oldest:
             age.add_metric([kind], float(seconds))
         yield age
+
+        overdue = GaugeMetricFamily("spacejobs_oldest_due_wait_seconds",
+                                    "How long past its moment the most overdue waiting job is "
+                                    "(the sweeper resumes it).", labels=["kind"])
+        for kind, seconds in due:
+            overdue.add_metric([kind], float(seconds))
+        yield overdue
 
         workers = GaugeMetricFamily("spacejobs_workers_online", "Worker processes seen recently.")
         workers.add_metric([], online or 0)

@@ -12,8 +12,14 @@ GROUP BY name, kind, label
 
 -- active_by_status --
 SELECT kind, status, count(*) AS n FROM jobs
-WHERE status IN ('queued', 'leased', 'cancel_requested')
+WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
 GROUP BY kind, status
+
+-- oldest_due_wait --
+-- Waiting jobs whose moment has passed but that are not queued again yet: the sweeper resumes
+-- them within a sweep interval, so an age that keeps growing means no sweeper is running.
+SELECT kind, extract(epoch FROM now() - min(wait_until)) AS age FROM jobs
+WHERE status = 'waiting' AND wait_until <= now() GROUP BY kind
 
 -- oldest_queued --
 SELECT kind, extract(epoch FROM now() - min(created_at)) AS age FROM jobs

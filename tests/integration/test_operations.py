@@ -283,3 +283,72 @@ def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: 
     for line in worker_lines:
         assert f"request_id={request_id}" in line and "kind=projects_export" in line
         assert f"organization_id={org}" in line and "attempt=1" in line
+
+
+def test_waiting_jobs_are_counted_by_kind_and_by_what_they_wait_for_never_by_signal_name(
+        stack: Stack, client, operator):
+    from models.ops.dashboard import waiting
+
+    def scrape() -> dict[tuple[str, tuple], float]:
+        body = client.get("/metrics", headers=operator.auth).get_data(as_text=True)
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(body) for s in family.samples}
+
+    def by_kind() -> dict[str, dict]:
+        with transaction(stack.operator_db) as conn:
+            return {k["kind"]: k for k in waiting(conn)["kinds"]}
+
+    signal_name = "zebra-marker-41d9-approval"  # the kind author's word: shown to no operator
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    before = client.get("/ops/api/overview", headers=operator.auth).get_json()["waiting"]
+    long_timer = submit(client, org, anna, "bench.wait", {"seconds": 3600})
+    short_timer = submit(client, org, anna, "bench.wait", {"seconds": 1.5})
+    signal = submit(client, org, anna, "bench.await_signal", {"name": signal_name, "timeout": 3600})
+    fan = submit(client, org, anna, "test.fan", {"parts": [{"n": 1, "seconds": 30}]})
+    jobs = (long_timer, short_timer, signal, fan)
+    for job in jobs:
+        stack.wait_for(job["id"], "waiting")
+    with stack.workers_paused():  # and beat: the short timer falls due and stays so
+        wait_until(lambda: by_kind()["bench.wait"]["due"] == 1, what="the short timer due")
+        kinds = by_kind()
+        assert {k: (v["waiting"], v["timer"], v["signal"], v["children"], v["due"])
+                for k, v in kinds.items()} == {
+            "bench.wait": (2, 2, 0, 0, 1), "bench.await_signal": (1, 0, 1, 0, 0),
+            "test.fan": (1, 0, 0, 1, 0)}
+        # Since when the oldest waits: the moment its row went waiting.
+        assert kinds["bench.wait"]["oldest_since"] == min(
+            stack.job_row(j["id"])["updated_at"] for j in (long_timer, short_timer))
+        overview = client.get("/ops/api/overview", headers=operator.auth).get_json()["waiting"]
+        assert (overview["waiting"], overview["timer"], overview["signal"], overview["children"],
+                overview["due"]) == (before["waiting"] + 4, before["timer"] + 2,
+                                     before["signal"] + 1, before["children"] + 1, before["due"] + 1)
+        assert overview["oldest_seconds"] >= kinds["bench.wait"]["oldest_seconds"] > 0
+        page = client.get("/ops", headers=operator.auth).get_data(as_text=True)
+        assert f"Waiting ({overview['waiting']})" in page
+        assert "due but not resumed yet: is a sweeper (beat) running?" in page
+        detail = client.get(f"/ops/jobs/{signal['id']}", headers=operator.auth).get_data(as_text=True)
+        assert "a signal, until" in detail
+        for url in ("/ops", "/ops/api/overview", "/ops/jobs?status=waiting", "/metrics",
+                    *(f"/ops/jobs/{j['id']}" for j in jobs),
+                    *(f"/ops/api/jobs/{j['id']}" for j in jobs)):
+            assert signal_name not in client.get(url, headers=operator.auth).get_data(as_text=True), url
+
+        metrics = scrape()
+        gauge = "spacejobs_jobs"
+        assert metrics[(gauge, (("kind", "bench.wait"), ("status", "waiting")))] == 2
+        assert metrics[(gauge, (("kind", "bench.await_signal"), ("status", "waiting")))] == 1
+        assert metrics[(gauge, (("kind", "test.fan"), ("status", "waiting")))] == 1
+        assert metrics[("spacejobs_oldest_due_wait_seconds", (("kind", "bench.wait"),))] > 0
+        assert ("spacejobs_oldest_due_wait_seconds", (("kind", "bench.await_signal"),)) not in metrics
+    # Beat, thawed, resumes the due timer. (Cancels wait for the thaw: a frozen worker may hold
+    # the lock of the fan-out's part, which a cancel of its parent updates too.)
+    stack.wait_for(short_timer["id"], "completed")
+    # An operator cancels a waiting job at once, as a queued one: no worker to tell.
+    for job in (long_timer, signal, fan):
+        answer = client.post(f"/ops/api/jobs/{job['id']}/cancel", headers=operator.auth)
+        assert answer.get_json()["status"] == "cancelled"
+    assert not {"bench.wait", "bench.await_signal", "test.fan"} & set(by_kind())
+    metrics = scrape()
+    assert ("spacejobs_jobs", (("kind", "bench.wait"), ("status", "waiting"))) not in metrics
+    assert ("spacejobs_oldest_due_wait_seconds", (("kind", "bench.wait"),)) not in metrics

@@ -12,8 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.ops import metrics
 
 ROWS = {
-    "active_by_status": [("projects_export", "queued", 3), ("projects_export", "leased", 1)],
+    "active_by_status": [("projects_export", "queued", 3), ("projects_export", "leased", 1),
+                         ("bench.wait", "waiting", 5)],
     "oldest_queued": [("projects_export", 12.5)],
+    "oldest_due_wait": [("bench.wait", 4.25)],
     "workers_online": None,
     "metric_counters": [
         ("spacejobs_jobs_finished_total", "projects_export", "completed", 7),
@@ -83,6 +85,8 @@ def test_counters_carry_their_outcome_and_gauges_their_status(scrape):
     assert samples[("spacejobs_leases_expired_total", (kind,))] == 1
     assert samples[("spacejobs_jobs", (kind, ("status", "queued")))] == 3
     assert samples[("spacejobs_oldest_queued_job_age_seconds", (kind,))] == 12.5
+    assert samples[("spacejobs_jobs", (("kind", "bench.wait"), ("status", "waiting")))] == 5
+    assert samples[("spacejobs_oldest_due_wait_seconds", (("kind", "bench.wait"),))] == 4.25
     assert samples[("spacejobs_workers_online", ())] == 4
 
 
