@@ -66,32 +66,37 @@ def moment(when: datetime, now: datetime) -> str:
     return when.strftime("%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC")
 
 
-def parts_done(job: Job) -> tuple[int, int] | None:
-    """(done, total) of a fan-out's parts, as the fan-out itself last measured them."""
+# What the job's children are called, by the stage a parent reports before it waits for them:
+# a fan-out's (models/jobs/fanout.py) and a workflow's (models/jobs/workflows.py).
+CHILDREN_STAGES = {"children": "parts", "steps": "steps"}
+
+
+def children_done(job: Job) -> tuple[str, tuple[int, int] | None]:
+    """What a parent's children are called, and (done, total) as the parent last measured them."""
     progress = job.progress or {}
-    done, total = progress.get("done"), progress.get("total")
-    if progress.get("stage") == "children" and isinstance(done, int) and isinstance(total, int) \
-            and 0 <= done <= total and total > 0:
-        return done, total
-    return None
+    stage, done, total = progress.get("stage"), progress.get("done"), progress.get("total")
+    called = CHILDREN_STAGES.get(stage) if isinstance(stage, str) else None  # progress is JSON
+    if called and isinstance(done, int) and isinstance(total, int) and 0 <= done <= total \
+            and total > 0:
+        return called, (done, total)
+    return called or "parts", None
 
 
 def waiting_line(job: Job, now: datetime) -> tuple[str, str, tuple[int, int] | None]:
     """What a waiting job waits for, in words: the headline, what happens next, and a bar for
-    a fan-out's parts. A signal's name is the kind's own word, shown as it is."""
+    a parent's children. A signal's name is the kind's own word, shown as it is."""
     meanwhile = "It holds no worker while it waits"
     if job.wait_signal is not None:
         by = f", or at {moment(job.wait_until, now)} at the latest" if job.wait_until else ""
         return (f"Waiting for the signal “{job.wait_signal}”",
                 f"{meanwhile}, and carries on by itself when the signal comes{by}.", None)
     if job.wait_children is not None:
-        measured = parts_done(job)
+        called, measured = children_done(job)
+        then = f"{meanwhile}, and carries on by itself as its {called} finish."
         if measured:
             done, total = measured
-            return (f"Waiting for its parts: {done} of {total} done",
-                    f"{meanwhile}, and carries on by itself as its parts finish.", measured)
-        return ("Waiting for its parts",
-                f"{meanwhile}, and carries on by itself as its parts finish.", None)
+            return f"Waiting for its {called}: {done} of {total} done", then, measured
+        return f"Waiting for its {called}", then, None
     if job.wait_until is not None:
         return (f"Waiting until {moment(job.wait_until, now)}",
                 f"{meanwhile}, and carries on by itself at that moment.", None)

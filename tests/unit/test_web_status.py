@@ -109,16 +109,20 @@ def test_a_signal_is_named_with_its_deadline_when_it_has_one():
 @pytest.mark.parametrize(("progress", "headline", "bar"), [
     ({"stage": "children", "done": 3, "total": 8}, "Waiting for its parts: 3 of 8 done", (3, 8)),
     ({"stage": "children", "done": 0, "total": 1}, "Waiting for its parts: 0 of 1 done", (0, 1)),
+    ({"stage": "steps", "done": 2, "total": 5}, "Waiting for its steps: 2 of 5 done", (2, 5)),
     # Nothing the fan-out measured, or nothing that adds up: no numbers, no bar.
     (None, "Waiting for its parts", None),
     ({"stage": "children", "done": 9, "total": 8}, "Waiting for its parts", None),
     ({"stage": "children", "done": "3", "total": 8}, "Waiting for its parts", None),
     ({"stage": "copying", "done": 3, "total": 8}, "Waiting for its parts", None),
+    ({"stage": "steps", "done": 0, "total": 0}, "Waiting for its steps", None),
+    ({"stage": ["children"], "done": 1, "total": 2}, "Waiting for its parts", None),
 ])
-def test_a_fan_out_says_how_many_of_its_parts_are_done_as_it_measured(progress, headline, bar):
+def test_a_parent_says_how_many_of_its_children_are_done_as_it_measured(progress, headline, bar):
     shown = describe(job(**waiting(wait_children=5, progress=progress)), SHOWN_AT)
     assert (shown.headline, shown.progress) == (headline, bar)
-    assert shown.detail.endswith("carries on by itself as its parts finish.")
+    called = "steps" if "steps" in headline else "parts"
+    assert shown.detail.endswith(f"carries on by itself as its {called} finish.")
 
 
 def test_without_a_moment_given_the_page_is_shown_now():
