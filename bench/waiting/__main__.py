@@ -98,8 +98,8 @@ def _load() -> str:
 def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) -> list[str]:
     command = shlex.join([os.path.basename(sys.executable), "-m", "bench.waiting", *sys.argv[1:]])
     redis_version = redis.client().info("server").get("redis_version", "?")
-    default = " (the product's default)" if args.sweep_interval == DEFAULT_SWEEP_INTERVAL else (
-        f" (the product's default is {DEFAULT_SWEEP_INTERVAL:g} s)")
+    default = "the product's default" if args.sweep_interval == DEFAULT_SWEEP_INTERVAL else (
+        f"the product's default is {DEFAULT_SWEEP_INTERVAL:g} s")
     return [
         f"command   : {command}",
         f"machine   : {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {platform.system()}"
@@ -107,8 +107,10 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
         " workers and both servers",
         f"servers   : PostgreSQL {servers.postgres_version()} ({servers.source}), a private"
         f" redis-server {redis_version} on a unix socket (stopped for the Redis-stopped figures)",
-        f"processes : {args.workers} worker(s) -c {args.concurrency} and one beat, every SPACEJOBS_*"
-        f" default but SPACEJOBS_SWEEP_INTERVAL={args.sweep_interval:g} s{default}",
+        f"processes : {args.workers} worker(s) -c {args.concurrency} and one beat;"
+        f" SPACEJOBS_SWEEP_INTERVAL={args.sweep_interval:g} s ({default}), SPACEJOBS_ACTIVE_JOBS_QUOTA"
+        f"={os.environ['SPACEJOBS_ACTIVE_JOBS_QUOTA']} (every job of the slots figure is active at"
+        " once), every other SPACEJOBS_* setting its default",
         f"sizes     : slots {args.jobs:,} waiting jobs, {args.samples} CPU readings of"
         f" {args.cpu_seconds:g} s per state; timers {args.timers} per figure, spread over"
         f" {args.spread:g} s, first due {args.lead:g} s after the submit, {args.patience:g} s of"
@@ -144,7 +146,9 @@ class Run:
         if figure is None:
             self.lines.append("issue 16 slots: not measured")
             return
-        _out(f"slots: {figure.jobs:,} jobs waiting {figure.parked_seconds:.1f} s after their submit;"
+        _out(f"slots: {figure.jobs:,} jobs waiting {figure.parked_seconds:.1f} s after their submit,"
+             f" {figure.stale_wakeups} wake-ups sent meanwhile still queued then, the workers"
+             f" quiet {figure.stale_seconds:.1f} s later (the readings start there);"
              f" beat's CPU idle {median(figure.beat_idle):.2f}%, with them waiting"
              f" {median(figure.beat_waiting):.2f}% of a core; a sweep took"
              f" {1000 * median(figure.sweep_idle):.0f} ms idle, {1000 * median(figure.sweep_waiting):.0f}"

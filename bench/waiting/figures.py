@@ -21,6 +21,7 @@ from bench.waiting.usage import cpu_shares
 from models.jobs.records import Status
 from models.jobs.service import JobRequest, Jobs
 from tasks.wakeups import WakeupPublisher
+from tests.kit.broker import queue_length
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import LoggedProcess
 from tests.kit.seeding import Tenant
@@ -53,6 +54,10 @@ def say(line: str) -> None:
 class SlotsFigure:
     jobs: int
     parked_seconds: float  # the submit to the last of them waiting
+    #: wake-ups still in the queue when the last of them waited (sent for the backlog while
+    #: they were being parked), and the seconds until the workers had taken them all
+    stale_wakeups: int
+    stale_seconds: float
     idle: list[float]  # the workers' CPU, % of a core, per reading with no job waiting
     waiting: list[float]  # the same with every job waiting
     beat_idle: list[float]
@@ -124,6 +129,22 @@ class WaitingBench:
             logs = "\n".join(f"--- {p.name}\n{p.output()[-1500:]}" for p in self.stack.processes)
             raise BenchError(f"{what}: not reached\n{logs}")
 
+    def wait_quiet(self) -> None:
+        """Until the workers have logged nothing for SETTLE seconds (each wake-up they take
+        logs its receipt and its end): no task running, none reserved."""
+        def sizes() -> list[int]:
+            return [worker.log.stat().st_size for worker in self.workers]
+
+        seen = {"sizes": sizes(), "since": time.monotonic()}
+
+        def quiet() -> bool:
+            now = sizes()
+            if now != seen["sizes"]:
+                seen.update(sizes=now, since=time.monotonic())
+            return time.monotonic() - seen["since"] >= SETTLE
+
+        self.wait("the workers quiet", quiet, 120, interval=0.25)
+
     def _pids(self) -> dict[str, list[int]]:
         return {"workers": [worker.pid for worker in self.workers], "beat": [self.beat.pid]}
 
@@ -149,7 +170,7 @@ class WaitingBench:
         """``jobs`` jobs waiting, half on a timer and half on a signal, neither due during the
         figure: how many hold a lease, and the workers' CPU then and with none waiting."""
         tenant = self.tenant("slots")
-        time.sleep(SETTLE)
+        self.wait_quiet()
         say(f"  slots: the workers idle, {samples} readings of {seconds:g} s")
         idle, beat_idle, sweep_idle = self._cpu_readings(samples, seconds)
         on_timers = jobs // 2
@@ -161,24 +182,33 @@ class WaitingBench:
         self.wait(f"{jobs:,} jobs waiting", lambda: self.count(tenant, Status.WAITING) == jobs,
                   60 + jobs / 20, interval=0.5)
         parked = time.monotonic() - started
-        time.sleep(SETTLE)
+        # The readings are of workers with nothing to do: the wake-ups sent while the jobs were
+        # parked, which the workers take one at a time, are taken first (and counted).
+        stale = queue_length(self.stack.redis_url, self.stack.queue)
+        started = time.monotonic()
+        self.wait("the wake-up queue empty",
+                  lambda: queue_length(self.stack.redis_url, self.stack.queue) == 0,
+                  60 + 2 * stale, interval=0.5)
+        self.wait_quiet()
+        stale_seconds = time.monotonic() - started
         leases: list[int] = []
 
         def read_leases() -> None:
             leases.append(self.read(records.holding_a_lease, tenant.organization_id))
 
-        say(f"  slots: {jobs:,} waiting (after {parked:.1f} s), {samples} readings of {seconds:g} s")
+        say(f"  slots: {jobs:,} waiting (after {parked:.1f} s; then {stale} wake-ups left, taken in"
+            f" {stale_seconds:.1f} s), {samples} readings of {seconds:g} s")
         read_leases()
         waiting, beat_waiting, sweep_waiting = self._cpu_readings(samples, seconds, read_leases)
         read_leases()
         still = self.count(tenant, Status.WAITING)
         self.read(records.forget, tenant.organization_id)
-        time.sleep(SETTLE)
+        self.wait_quiet()
         say(f"  slots: the workers idle again, {samples} readings of {seconds:g} s")
         idle_after, beat_after, sweep_after = self._cpu_readings(samples, seconds)
-        return SlotsFigure(jobs, parked, idle + idle_after, waiting, beat_idle + beat_after,
-                           beat_waiting, sweep_idle + sweep_after, sweep_waiting,
-                           max(leases, default=0), len(leases), still)
+        return SlotsFigure(jobs, parked, stale, stale_seconds, idle + idle_after, waiting,
+                           beat_idle + beat_after, beat_waiting, sweep_idle + sweep_after,
+                           sweep_waiting, max(leases, default=0), len(leases), still)
 
     # -- timers ----------------------------------------------------------------------------
 
