@@ -1,0 +1,23 @@
+"""Jobs that wait without a worker, measured against issue 16's targets.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
+        .venv/bin/python -m bench.waiting [--quick] [--embedded] [--sweep-interval S] [--only FIGURE]
+
+One stack of the test kit (a database cloned from the migrated template, its own queue) on the
+chosen PostgreSQL and a private redis-server the run may stop (tests/kit RestartableRedis),
+with worker processes and beat running throughout, on every SPACEJOBS_* default but the sweep
+interval when ``--sweep-interval`` is given. Four figures, each read from the rows and job_events:
+
+- slots: N jobs waiting (half on a timer, half on a signal, neither due) hold no lease, and the
+  workers' CPU while they wait (psutil, the worker processes and their pool) is within noise of
+  the same workers idle, before and after;
+- timers: timers due in the same instant, and spread evenly over a minute, fire at most 1 s late
+  at p95 (their completion event after their due moment), with Redis running and with Redis
+  stopped once they all wait;
+- fan-out: a parent of 1,000 bench.noop children, 50 at a time, drains at >= 0.8x a plain drain
+  of 1,000 bench.noop on the same workers (alternating, the medians);
+- chain: not measured (there is no workflow API yet).
+
+The report (stdout) ends with one line per target: the figure and PASS or FALL SHORT. Progress
+goes to stderr. The exit status is non-zero only when a figure could not be measured.
+"""

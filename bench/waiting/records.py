@@ -1,0 +1,71 @@
+"""What bench.waiting reads for its figures (records.sql): the job rows and their events, as the
+owner role, one organization at a time; never the workers' reports."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from models.db.queries import queries_beside
+
+Q = queries_beside(__file__)
+
+
+@dataclass(frozen=True)
+class Timer:
+    """One timer's seconds after its due moment; None for what has not happened."""
+
+    resumed_after: float | None  # the sweeper's waiting > queued
+    completed_after: float | None
+    waited: bool  # it went to waiting at all (its first run came before its moment)
+
+
+@dataclass(frozen=True)
+class DrainSpan:
+    jobs: int
+    clean: int  # completed in one attempt, events exactly queued > leased > completed
+    seconds: float | None  # first lease to last completion
+
+
+@dataclass(frozen=True)
+class FanSpan:
+    parent_status: str | None
+    seconds: float | None  # the parent's first lease to its completion
+    runs: int  # the parent's leases: one per run, each after a wait
+    children: int
+    clean_children: int
+
+
+def statuses(conn: Connection, org: uuid.UUID) -> Counter[str]:
+    return Counter(dict(conn.execute(Q["statuses"], {"org": org}).all()))
+
+
+def holding_a_lease(conn: Connection, org: uuid.UUID) -> int:
+    return conn.execute(Q["holding_a_lease"], {"org": org}).scalar_one()
+
+
+def forget(conn: Connection, org: uuid.UUID) -> None:
+    conn.execute(Q["forget"], {"org": org})
+
+
+def _seconds(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def timers(conn: Connection, org: uuid.UUID) -> list[Timer]:
+    return [Timer(_seconds(resumed), _seconds(completed), waited)
+            for resumed, completed, waited in conn.execute(Q["timers"], {"org": org})]
+
+
+def drain_span(conn: Connection, org: uuid.UUID) -> DrainSpan:
+    row = conn.execute(Q["drain_span"], {"org": org}).one()
+    return DrainSpan(row.jobs, row.clean, _seconds(row.seconds))
+
+
+def fan_span(conn: Connection, org: uuid.UUID) -> FanSpan:
+    row = conn.execute(Q["fan_span"], {"org": org}).one()
+    return FanSpan(row.parent_status, _seconds(row.seconds), row.runs, row.children,
+                   row.clean_children)

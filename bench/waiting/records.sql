@@ -1,0 +1,72 @@
+-- What bench.waiting reads from its stack's database, as the owner role (bench/waiting/records.py):
+-- the job rows and the events their triggers wrote, one organization at a time (each figure
+-- gives its jobs an organization of their own).
+
+-- statuses --
+SELECT status, count(*) AS jobs FROM jobs WHERE organization_id = :org GROUP BY status
+
+-- holding_a_lease --
+-- Jobs of the organization that hold a worker's slot: a lease, whatever its status says.
+SELECT count(*) FROM jobs
+WHERE organization_id = :org
+  AND (status IN ('leased', 'cancel_requested') OR lease_token IS NOT NULL)
+
+-- forget --
+-- The waiting jobs of a figure that is over, so that the next figure's sweeps do not pass over
+-- them (jobs_after_delete takes their events, steps and signals with them).
+DELETE FROM jobs WHERE organization_id = :org
+
+-- timers --
+-- Per timer (bench_waiting.until), in seconds after its due moment (its params' `at`, which
+-- sleep_until recorded as its step): the sweeper's resume (the first waiting > queued event)
+-- and the completion event; NULL for what has not happened. Both events are stamped with
+-- clock_timestamp() inside the statement that made the change.
+SELECT extract(epoch FROM (SELECT min(e.at) FROM job_events e
+                           WHERE e.job_id = j.id AND e.from_status = 'waiting'
+                             AND e.to_status = 'queued')
+                          - CAST(j.params ->> 'at' AS timestamptz)) AS resumed_after,
+       extract(epoch FROM (SELECT max(e.at) FROM job_events e
+                           WHERE e.job_id = j.id AND e.to_status = 'completed')
+                          - CAST(j.params ->> 'at' AS timestamptz)) AS completed_after,
+       EXISTS (SELECT 1 FROM job_events e
+               WHERE e.job_id = j.id AND e.to_status = 'waiting') AS waited
+FROM jobs j
+WHERE j.organization_id = :org AND j.kind = 'bench_waiting.until'
+
+-- drain_span --
+-- Plain jobs of the organization: first lease to last completion (events), and how many
+-- completed in one attempt with events exactly queued > leased > completed.
+WITH chains AS (
+    SELECT job_id, array_agg(to_status ORDER BY id) AS statuses,
+           min(at) FILTER (WHERE to_status = 'leased') AS leased_at,
+           max(at) FILTER (WHERE to_status = 'completed') AS completed_at
+    FROM job_events WHERE organization_id = :org GROUP BY job_id
+)
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean,
+       extract(epoch FROM max(completed_at) - min(leased_at)) AS seconds
+FROM chains
+
+-- fan_span --
+-- A fan-out parent and its children: the parent's first lease to its completion (events), how
+-- many runs the parent took (its leases) and how many children completed in one clean chain.
+WITH parent AS (
+    SELECT id, status FROM jobs WHERE organization_id = :org AND parent_id IS NULL
+), parent_events AS (
+    SELECT min(e.at) FILTER (WHERE e.to_status = 'leased') AS leased_at,
+           max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at,
+           count(*) FILTER (WHERE e.to_status = 'leased') AS runs
+    FROM job_events e JOIN parent p ON p.id = e.job_id
+), children AS (
+    SELECT e.job_id, array_agg(e.to_status ORDER BY e.id) AS statuses
+    FROM job_events e JOIN jobs c ON c.id = e.job_id
+    WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
+    GROUP BY e.job_id
+)
+SELECT (SELECT string_agg(status, ',') FROM parent) AS parent_status,
+       extract(epoch FROM pe.completed_at - pe.leased_at) AS seconds,
+       pe.runs,
+       (SELECT count(*) FROM children) AS children,
+       (SELECT count(*) FROM children
+        WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean_children
+FROM parent_events pe

@@ -1,0 +1,49 @@
+"""A smoke run of the waiting benchmark (``python -m bench.waiting``) on the session's
+PostgreSQL and a Redis of its own: the command line a person would type, with tiny sizes, must
+measure every figure, stop and restart its Redis, and print one line per target. Nothing here
+looks at a timing or a verdict: on a shared machine they mean nothing, and PASS / FALL SHORT is
+the benchmark's to give.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from tests.kit.processes import REPO_ROOT
+from tests.kit.servers import Servers
+
+TINY = ["--quick", "--jobs", "100", "--samples", "1", "--cpu-seconds", "1", "--timers", "10",
+        "--spread", "2", "--lead", "2", "--patience", "2", "--children", "50",
+        "--max-parallel", "10", "--sweep-interval", "0.5"]
+VERDICT = r"(PASS|FALL SHORT)$"
+TIMER = (r"^issue 16 timers: 10 ({when}), Redis {redis}, fire <= 1 s late at p95"
+         r" \(SPACEJOBS_SWEEP_INTERVAL=0.5 s\): (completion p95 [\d.]+ s|\d+ of 10 not completed)"
+         r" .*" + VERDICT)
+
+
+def test_quick_run_measures_every_figure_and_prints_the_targets(servers: Servers) -> None:
+    env = dict(os.environ, DATABASE_URL=servers.admin_url, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-m", "bench.waiting", *TINY], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "FAILED" not in output, output[-6000:]
+    report = done.stdout
+
+    def line(pattern: str) -> None:
+        assert re.search(pattern, report, re.MULTILINE), f"{pattern}\n{report[-6000:]}"
+
+    line(r"SPACEJOBS_SWEEP_INTERVAL=0.5 s \(the product's default is [\d.]+ s\)")
+    line(r"^issue 16 slots: 100 jobs waiting \(50 on timers, 50 on signals\) hold 0 leases: at most"
+         r" \d+ in \d+ readings, \d+ still waiting at the end " + VERDICT)
+    line(r"^issue 16 slots: the workers' CPU with 100 jobs waiting is within noise of idle .*:"
+         r" [\d.]+% of a core .* allowed [\d.]+% " + VERDICT)
+    line(r"^issue 16 fan-out: 50 children, max_parallel 10, drain >= 0.8x a plain drain of 50"
+         r" bench.noop: [\d.]+x \([\d,]+ vs [\d,]+ jobs/s.*\) " + VERDICT)
+    for redis in ("running", "stopped"):
+        for when in ("due in the same second", "spread over 2 s"):
+            line(TIMER.format(when=when, redis=redis))
+    line(r"^issue 16 chain: not measured \(no workflow API yet\)$")
