@@ -98,6 +98,10 @@ BEGIN
     UPDATE jobs j SET status = 'queued', run_after = now(), last_wakeup_at = now()
     FROM due WHERE j.id = due.id
     RETURNING j.id, j.kind;
+    -- A lingering worker hears it at COMMIT without waiting for the sweeper's wake-up.
+    IF FOUND THEN
+        PERFORM pg_notify('spacejobs_jobs', '');
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION resume_due_waits(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION resume_due_waits(integer) TO space_worker;
