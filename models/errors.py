@@ -157,10 +157,12 @@ class WaitRequested(Exception):
     the context's waits (models.jobs.context), never by a kind itself."""
 
     def __init__(self, *, until: object = None, signal: str | None = None,
-                 children: bool = False) -> None:
+                 children: int | None = None) -> None:
         super().__init__("waiting")
         self.until = until  # a datetime (aware), or None
         self.signal = signal
+        #: how many of its children the job saw active when it decided to wait (None: it does
+        #: not wait for children); one that ends before the wait is recorded resumes it at once
         self.children = children
 
 

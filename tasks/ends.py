@@ -121,7 +121,7 @@ class Ends:
 
 
 def _what(request: WaitRequested) -> str:
-    if request.children:
+    if request.children is not None:
         return "its children"
     if request.signal is not None:
         return "a signal"  # its name may be the kind's own words; the log line keeps to codes

@@ -56,7 +56,7 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
             ctx.progress("children", done=done, total=total)
             if not waiting and done == total:
                 break
-            raise WaitRequested(children=True)  # resumed when one of them ends
+            raise WaitRequested(children=unfinished)  # resumed when one of them ends
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)
         raise

@@ -195,7 +195,7 @@ class WorkerLeases:
             return taken, payload
 
     def wait(self, job: LeasedJob, until: datetime | None, signal: str | None,
-             children: bool) -> Status | None:
+             children: int | None) -> Status | None:
         """End this run to wait (waiting, or queued at once if the condition has come)."""
         with transaction(self.engine, actor=self.actor) as conn:
             return store.wait_job(conn, job.id, job.lease_token, until=until, signal=signal,

@@ -525,7 +525,7 @@ def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def wait_job(conn: Connection, job_id: UUID, token: UUID, *, until: datetime | None,
-             signal: str | None, children: bool) -> Status | None:
+             signal: str | None, children: int | None) -> Status | None:
     """leased → waiting (or straight back to queued when what it waits for has come); None
     when the lease is no longer the caller's."""
     found: str | None = conn.execute(Q["wait_job"], {

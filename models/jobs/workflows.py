@@ -214,8 +214,9 @@ def run_workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
                 continue
             ended = sum(c.status not in ACTIVE for c in children.values())
             ctx.progress("steps", done=ended, total=len(steps))
-            if any(c.status in ACTIVE for c in children.values()):
-                raise WaitRequested(children=True)  # resumed when one of them ends
+            active = sum(c.status in ACTIVE for c in children.values())
+            if active:
+                raise WaitRequested(children=active)  # resumed when one of them ends
             break
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)

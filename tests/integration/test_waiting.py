@@ -159,7 +159,7 @@ def test_a_stale_attempt_cannot_move_a_waiting_job(stack: Stack, client):
     old_token = uuid.uuid4()
     with transaction(stack.worker_db) as conn:
         assert store.wait_job(conn, uuid.UUID(job["id"]), old_token, until=None, signal="x",
-                              children=False) is None
+                              children=None) is None
         assert not store.lock_lease(conn, uuid.UUID(job["id"]), old_token)
         assert store.fail_attempt(conn, uuid.UUID(job["id"]), old_token, InternalJobError(),
                                   retry_in=0) is None

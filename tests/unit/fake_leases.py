@@ -208,7 +208,8 @@ class FakeLeases:
                 return True, payload
         return False, None
 
-    def wait(self, job: LeasedJob, until: Any, signal: str | None, children: bool) -> Status | None:
+    def wait(self, job: LeasedJob, until: Any, signal: str | None,
+             children: int | None) -> Status | None:
         """wait_job() in miniature: waiting, or queued at once when a signal already came."""
         self._call("wait")
         row = self.rows[job.id]

@@ -99,7 +99,7 @@ def run(ctx: FakeContext, work: list[dict[str, str]], **options: Any) -> Any:
         try:
             return fan_out(ctx, PART, work, **options)
         except WaitRequested as waiting:
-            assert waiting.children
+            assert waiting.children is not None and waiting.children > 0
     raise AssertionError("the parent never ended")
 
 

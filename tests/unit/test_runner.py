@@ -635,7 +635,7 @@ def _endings() -> list[Ending]:
                "internal_error"),
         Ending(WaitRequested(signal="approved"), Action.WAIT, Outcome.WAITING, Status.WAITING),
         # asked to cancel while it ran: the wait acknowledges the cancel instead
-        Ending(WaitRequested(children=True), Action.WAIT, Outcome.CANCELLED, Status.CANCELLED,
+        Ending(WaitRequested(children=2), Action.WAIT, Outcome.CANCELLED, Status.CANCELLED,
                cancel_asked=True),
     ]
 

@@ -31,12 +31,15 @@ CREATE INDEX job_signals_untaken_idx ON job_signals (job_id, name, id) WHERE tak
 
 -- The lease holder ends its run to wait: the job gives back its lease and its slot, and the
 -- attempt is not used up (the claim that resumes it counts it again). Unless what it waits for
--- has already come (a signal sent meanwhile, a moment passed, no child left active): then it
--- is queued again at once. The job's row is locked first, so a signal_job() or a child's end at
--- this moment is either seen here or sees the job waiting. Returns the job's new status, or NULL
--- when the caller no longer holds the lease (cancel_requested: the caller acknowledges the cancel).
+-- has already come (a signal sent meanwhile, a moment passed, fewer children active than the
+-- caller saw when it looked, or none): then it is queued again at once. The job's row is locked
+-- first, so a signal_job() or a child's end from now on sees the job waiting; a child that
+-- ended between the caller's look and this lock is counted here (p_children_seen: how many
+-- the caller saw active, NULL when it does not wait for children). Returns the job's new
+-- status, or NULL when the caller no longer holds the lease (cancel_requested: the caller
+-- acknowledges the cancel).
 CREATE FUNCTION wait_job(p_id uuid, p_token uuid, p_until timestamptz, p_signal text,
-                         p_children boolean)
+                         p_children_seen integer)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
@@ -49,7 +52,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF p_children THEN
+    IF p_children_seen IS NOT NULL THEN
         SELECT count(*) INTO active_children FROM jobs c
         WHERE c.parent_id = p_id AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting');
     END IF;
@@ -57,8 +60,9 @@ BEGIN
         OR (p_signal IS NOT NULL AND EXISTS (
                 SELECT 1 FROM job_signals s
                 WHERE s.job_id = p_id AND s.name = p_signal AND s.taken_at IS NULL))
-        OR (p_children AND active_children = 0)
-        OR (p_until IS NULL AND p_signal IS NULL AND NOT coalesce(p_children, false));
+        OR (p_children_seen IS NOT NULL
+            AND (active_children = 0 OR active_children < p_children_seen))
+        OR (p_until IS NULL AND p_signal IS NULL AND p_children_seen IS NULL);
     UPDATE jobs j
     SET status = CASE WHEN met THEN 'queued' ELSE 'waiting' END,
         attempts = j.attempts - 1, run_after = now(),
@@ -66,13 +70,12 @@ BEGIN
         last_wakeup_at = CASE WHEN met THEN NULL ELSE now() END,
         wait_until = CASE WHEN met THEN NULL ELSE p_until END,
         wait_signal = CASE WHEN met THEN NULL ELSE p_signal END,
-        wait_children = CASE WHEN met OR NOT coalesce(p_children, false) THEN NULL
-                             ELSE active_children END
+        wait_children = CASE WHEN met THEN NULL ELSE active_children END
     WHERE j.id = p_id;
     RETURN CASE WHEN met THEN 'queued' ELSE 'waiting' END;
 END $$;
-REVOKE ALL ON FUNCTION wait_job(uuid, uuid, timestamptz, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wait_job(uuid, uuid, timestamptz, text, boolean) TO space_worker;
+REVOKE ALL ON FUNCTION wait_job(uuid, uuid, timestamptz, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wait_job(uuid, uuid, timestamptz, text, integer) TO space_worker;
 
 -- The sweeper's resumes, bounded per call: waiting jobs whose moment has come (a timer, a
 -- signal's timeout), and, as the floor under the trigger, parents with fewer children active
