@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from models.jobs.records import ALL_STATUSES
+from models.jobs.service import SIGNAL_NAME
 from models.kinds import submittable_kinds
 from models.tenancy import audit
 from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
@@ -283,7 +284,7 @@ OPERATIONS = (
 
 #: path parameters that are not ids
 PATH_SCHEMAS: dict[str, dict[str, Any]] = {
-    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
+    "name": {"type": "string", "pattern": f"^{SIGNAL_NAME.pattern}$"},
 }
 
 #: one event of the stream: `status` or `progress` with the job as data, or `error` (access lost)

@@ -221,3 +221,17 @@ def test_more_fan_out_parents_than_slots_all_finish(bare_stack: Stack):
         assert waited  # the parents gave their slots back while their children ran
     finally:
         stack.retire(worker, beat)
+
+
+def test_a_waiting_job_is_still_active_for_its_dedup_key(stack: Stack, client):
+    """A job that waits has not ended: a second submit with its dedup_key is the duplicate it
+    would be while queued (the active dedup index covers waiting)."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"kind": "bench.wait", "params": {"seconds": 600}, "dedup_key": "nightly"}
+    first = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth).get_json()
+    stack.wait_for(first["id"], "waiting")
+    again = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth)
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "duplicate_job"
+    assert stack.count_jobs(org) == 1
+    client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/cancel", headers=anna.auth)
