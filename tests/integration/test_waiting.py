@@ -235,3 +235,19 @@ def test_a_waiting_job_is_still_active_for_its_dedup_key(stack: Stack, client):
     assert again.status_code == 409 and again.get_json()["error"]["code"] == "duplicate_job"
     assert stack.count_jobs(org) == 1
     client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/cancel", headers=anna.auth)
+
+
+def test_a_waiting_job_counts_against_its_organizations_quota(stack: Stack, client):
+    from models.db.transaction import owner_transaction
+    from models.tenancy import accounts
+
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with owner_transaction(stack.admin_db) as conn:
+        accounts.set_quota(conn, org, 1)
+    first = submit(client, org, anna, "bench.wait", {"seconds": 600})
+    stack.wait_for(first["id"], "waiting")
+    over = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"}, headers=anna.auth)
+    assert over.status_code == 429 and over.get_json()["error"]["code"] == "too_many_jobs"
+    client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/cancel", headers=anna.auth)
+    assert submit(client, org, anna, "bench.noop")["status"] == "queued"  # cancelled: room again
