@@ -211,3 +211,39 @@ class Boom(DomainError):
 @job_kind("test.boom", org_states={"active", "read_only"}, max_attempts=1)
 def boom(ctx: JobContext, params: NoParams) -> None:
     raise Boom()
+
+
+class KilledMidStepParams(Params):
+    project: Annotated[str, Field(min_length=1, max_length=100)]
+    #: how long the first attempt's second step takes, WITHOUT checkpoints (a worker is killed
+    #: in it); later attempts take no time
+    seconds: Annotated[float, Field(ge=0, le=60)] = 30
+
+
+@job_kind("test.killed_mid_step", org_states={"active"}, max_attempts=3, backoff=0.2,
+          lease=timedelta(seconds=2), params=KilledMidStepParams)
+def killed_mid_step(ctx: JobContext, params: KilledMidStepParams) -> dict[str, Any]:
+    """Two steps: the first with a visible effect (a project), the second slow on the first
+    attempt. A worker killed in the second: the next attempt must not redo the first."""
+
+    def create() -> str:
+        with ctx.tenant() as tenant:
+            return str(tenant.projects.create(params.project, "made by step one").id)
+
+    def slow() -> int:
+        if ctx.job.attempt == 1:
+            time.sleep(params.seconds)
+        return ctx.job.attempt
+
+    made = ctx.step("one", create)
+    two_ran_in = ctx.step("two", slow)
+    return {"project_id": made, "two_ran_in_attempt": two_ran_in, "attempt": ctx.job.attempt}
+
+
+@job_kind("test.fails_once", org_states={"active"}, max_attempts=3, backoff=0.2)
+def fails_once(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """A workflow step whose first attempt fails with a retryable error: the step is retried
+    on its own, the workflow is not."""
+    if ctx.job.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return {"attempt": ctx.job.attempt, "inputs": list(ctx.inputs)}

@@ -25,7 +25,7 @@ from models.errors import (
     TimedOut,
     WaitRequested,
 )
-from models.jobs import fanout
+from models.jobs import fanout, workflows
 from models.jobs.records import LeasedJob, Status
 from models.kinds.rules import KindRules
 from models.results.attempt import AttemptResults
@@ -164,6 +164,15 @@ class JobContext:
         """One child job of ``kind`` per item, at most ``max_parallel`` at a time; their results
         in input order (models/jobs/fanout.py)."""
         return fanout.fan_out(self, kind, items, max_parallel=max_parallel)
+
+    def workflow(self, canvas: workflows.Canvas, *, policy: workflows.Policy = "fail_fast",
+                 max_parallel: int | None = None) -> dict[str, Any]:
+        """Run a canvas (``chain``, ``group``, ``chord``, ``graph`` of ``sig``) as this job's
+        children, waiting without a worker between them, and return ``{"steps": {name:
+        result}, "result": …}`` (models/jobs/workflows.py). Its steps may be child-only kinds;
+        at most ``max_parallel`` of them run at a time when given. Raises StepsFailed as a
+        submitted workflow fails."""
+        return workflows.run_canvas(self, canvas, policy=policy, max_parallel=max_parallel)
 
     # -- durable steps and waits ---------------------------------------------------------------
     #

@@ -20,7 +20,7 @@ cancel of the workflow cancels its steps. Its progress is the steps ended of all
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from models.errors import CancelRequested, DomainError, InvalidRequest, WaitRequested
 from models.jobs.records import ACTIVE, Status
-from models.kinds import Params, get_any_kind, get_kind
+from models.kinds import JobKind, Params, get_any_kind, get_kind
 
 if TYPE_CHECKING:
     from models.jobs.context import JobContext
@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 #: the key of a step's params that carries its dependencies' results (the step's own kind never
 #: sees it: the runner takes it out before the kind's params model reads the rest)
 INPUTS = "_inputs"
-#: the most steps one workflow may hold
+#: the most steps one submitted workflow may hold (its params are the whole graph)
 MAX_STEPS = 1000
+#: the most steps of a kind's own workflow (``ctx.workflow``: one per project of a report)
+MAX_STEPS_IN_KIND = 10_000
 Policy = Literal["fail_fast", "run_all"]
 
 
@@ -115,25 +117,31 @@ class WorkflowParams(Params):
     @model_validator(mode="after")
     def _steps_are_submittable(self) -> WorkflowParams:
         """Whichever way the workflow is submitted (the Python API, ``POST …/jobs``), each step
-        must be a job a submit would take: a kind that exists and is not child-only or a
-        workflow, its params valid, and dependencies only on earlier steps. (Each step's role
-        and organization state are checked when it runs, as for any job.)"""
-        names = [step.name for step in self.steps]
-        if len(set(names)) != len(names):
-            raise InvalidRequest("Two steps of the workflow have the same name.", fields=["steps"])
-        for index, step in enumerate(self.steps):
-            try:
-                if step.kind == "workflow":
-                    raise InvalidRequest("A workflow's step cannot be a workflow.",
-                                         fields=["steps"])
-                if any(not 0 <= dep < index for dep in step.after):
-                    raise InvalidRequest("A step may wait only for steps before it.",
-                                         fields=["steps"])
-                get_kind(step.kind).parse_params(step.params)
-            except DomainError as error:
-                error.details["step"] = index
-                raise
+        must be a job a submit would take: a kind that exists and is not child-only (so
+        ``get_kind``, which answers a child-only kind as unknown) or a workflow, its params
+        valid, and dependencies only on earlier steps. (Each step's role and organization state
+        are checked when it runs, as for any job.)"""
+        check_steps(self.steps, get_kind)
         return self
+
+
+def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) -> None:
+    """Refuse a graph no run could finish, naming the step's place: two steps of one name, a
+    nested workflow, a dependency on a later step, an unknown kind (as ``kind_of`` knows them)
+    or params its kind refuses."""
+    names = [step.name for step in steps]
+    if len(set(names)) != len(names):
+        raise InvalidRequest("Two steps of the workflow have the same name.", fields=["steps"])
+    for index, step in enumerate(steps):
+        try:
+            if step.kind == "workflow":
+                raise InvalidRequest("A workflow's step cannot be a workflow.", fields=["steps"])
+            if any(not 0 <= dep < index for dep in step.after):
+                raise InvalidRequest("A step may wait only for steps before it.", fields=["steps"])
+            kind_of(step.kind).parse_params(step.params)
+        except DomainError as error:
+            error.details["step"] = index
+            raise
 
 
 def compile_canvas(canvas: Canvas) -> list[StepNode]:
@@ -195,20 +203,41 @@ class StepsFailed(DomainError):
     message = "Some steps of the workflow did not complete."
 
 
-def run_workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
-    """The workflow job's run: spawn what is ready, wait without a worker, collect."""
-    steps = params.steps
+def run_canvas(ctx: JobContext, canvas: Canvas, *, policy: Policy = "fail_fast",
+               max_parallel: int | None = None) -> dict[str, Any]:
+    """A kind's own workflow (``ctx.workflow``): its steps, run as the job's children. Unlike a
+    submitted workflow, its steps may be child-only kinds (the kind's author composes them, as
+    for a fan-out). The compiled steps are recorded as a step on the first run, so every later
+    run follows the same graph."""
+    nodes = compile_canvas(canvas)
+    if not 1 <= len(nodes) <= MAX_STEPS_IN_KIND:
+        raise InvalidRequest(f"A kind's workflow holds 1 to {MAX_STEPS_IN_KIND} steps.",
+                             fields=["steps"])
+    check_steps(nodes, get_any_kind)
+    recorded = ctx.step(ctx.next_step_name("workflow"),
+                        lambda: [node.model_dump(mode="json") for node in nodes])
+    return run_workflow(ctx, [StepNode.model_validate(node) for node in recorded], policy,
+                        max_parallel=max_parallel)
+
+
+def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
+                 max_parallel: int | None = None) -> dict[str, Any]:
+    """A workflow's run: spawn what is ready (at most ``max_parallel`` steps unfinished at a
+    time, when given), wait without a worker, collect."""
     try:
         while True:
             ctx.checkpoint()
             children = {child.index: child for child in ctx.runtime.children(ctx.job)}
             failed = [i for i, c in children.items() if c.status not in ACTIVE
                       and c.status != Status.COMPLETED]
-            if failed and params.policy == "fail_fast":
+            if failed and policy == "fail_fast":
                 ctx.runtime.cancel_children(ctx.job)
                 raise _failed(steps, children, failed, skipped=[])
             ready = [i for i, step in enumerate(steps) if i not in children
                      and all(_completed(children, dep) for dep in step.after)]
+            if max_parallel is not None:
+                room = max(0, max_parallel - sum(c.status in ACTIVE for c in children.values()))
+                ready = ready[:room]
             if ready:
                 _spawn(ctx, steps, children, ready)
                 continue

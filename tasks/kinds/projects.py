@@ -13,6 +13,7 @@ from uuid import UUID
 from pydantic import Field, StringConstraints
 
 from models.jobs.context import JobContext
+from models.jobs.workflows import chord, sig
 from models.kinds import NoParams, Params, job_kind
 from models.results.records import StoredResult
 
@@ -147,20 +148,34 @@ class ReportParams(Params):
     "projects_report",
     org_states={"active", "read_only"},
     role="member",
-    # The parent waits for its children: a worker killed meanwhile costs it an attempt, and the
-    # next attempt carries on with the children already made.
+    # A workflow waits for its steps without a worker; a worker killed in one of its short runs
+    # costs it an attempt, and the next carries on with the steps already made.
     max_attempts=10,
     lease=timedelta(seconds=30),
     params=ReportParams,
 )
 def report_projects(ctx: JobContext, params: ReportParams) -> dict[str, Any]:
-    """A report per project, one child job each (a durable fan-out): the parent's progress is
-    the children that ended out of all of them, its result their reports in project order."""
+    """A chord: a report per project, one step each (at most ``max_parallel`` at a time), then
+    one step that merges them. Its progress is the steps ended out of all of them; its result
+    the merge's, the reports in project order. Every step is a job of its own, run as the
+    requester with its kind's re-checks; one that fails does not stop the others (run_all),
+    and the report then fails listing each."""
+    # The projects as they were when the report began: a later run (after a wait) must build
+    # the same graph (the step rule).
+    project_ids = ctx.step("projects", lambda: _project_ids(ctx))
+    if not project_ids:
+        return merged_reports([])  # nothing to wait for
+    parts = [sig("projects_report.project", name=f"project {project_id}", project_id=project_id)
+             for project_id in project_ids]
+    done = ctx.workflow(chord(parts, sig("projects_report.merge", name="merge")),
+                        policy="run_all", max_parallel=params.max_parallel)
+    merged: dict[str, Any] = done["result"]
+    return merged
+
+
+def _project_ids(ctx: JobContext) -> list[str]:
     with ctx.tenant() as tenant:
-        projects = tenant.projects.list()
-    reports = ctx.fan_out("projects_report.project", [{"project_id": str(p.id)} for p in projects],
-                          max_parallel=params.max_parallel)
-    return {"projects": reports}
+        return [str(project.id) for project in tenant.projects.list()]
 
 
 class ProjectReportParams(Params):
@@ -180,3 +195,18 @@ def report_project(ctx: JobContext, params: ProjectReportParams) -> dict[str, An
         return {"project_id": str(params.project_id), "missing": True}
     words = len(project.description.split())
     return {"project_id": str(project.id), "name": project.name, "description_words": words}
+
+
+@job_kind("projects_report.merge", org_states={"active", "read_only"}, role="member",
+          max_attempts=3, lease=timedelta(seconds=30), child_only=True)
+def merge_reports(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """The chord's callback of projects_report: the projects' reports (its inputs, in project
+    order) and their totals."""
+    return merged_reports([report for report in ctx.inputs if isinstance(report, dict)])
+
+
+def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"projects": reports,
+            "count": len(reports),
+            "missing": sum(bool(report.get("missing")) for report in reports),
+            "description_words": sum(int(report.get("description_words", 0)) for report in reports)}

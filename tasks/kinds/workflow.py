@@ -17,4 +17,4 @@ from models.kinds import job_kind
 @job_kind("workflow", org_states={"active", "read_only"}, role="member", max_attempts=10,
           lease=timedelta(seconds=30), dedupable=False)
 def workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
-    return run_workflow(ctx, params)
+    return run_workflow(ctx, params.steps, params.policy)

@@ -3,6 +3,7 @@ every child has ended, cancellation reaching the children, and a worker killed h
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -19,8 +20,8 @@ def children(stack: Stack, parent: str) -> list[dict]:
             " WHERE parent_id = :p ORDER BY child_index"), {"p": parent}).mappings()]
 
 
-def test_a_report_has_one_child_per_project_and_their_results_in_project_order(stack: Stack,
-                                                                                client):
+def test_a_report_is_a_chord_one_step_per_project_then_a_merge_in_project_order(stack: Stack,
+                                                                                 client):
     org = stack.org()
     anna = stack.user(org, role="owner")
     names = [f"project {i}" for i in range(5)]
@@ -31,11 +32,42 @@ def test_a_report_has_one_child_per_project_and_their_results_in_project_order(s
     done = stack.wait_for(job["id"], "completed", timeout=60)
     assert [p["name"] for p in done["result"]["projects"]] == names
     assert all(p["description_words"] == 3 for p in done["result"]["projects"])
+    assert (done["result"]["count"], done["result"]["description_words"]) == (5, 15)
     kids = children(stack, job["id"])
-    assert [c["child_index"] for c in kids] == list(range(5))
+    assert [c["child_index"] for c in kids] == list(range(6))
+    with stack.admin() as conn:
+        kinds = conn.execute(text("SELECT kind FROM jobs WHERE parent_id = :p ORDER BY child_index"),
+                             {"p": job["id"]}).scalars().all()
+        merge_started = conn.execute(text(
+            "SELECT min(e.at) FROM job_events e JOIN jobs c ON c.id = e.job_id"
+            " WHERE c.parent_id = :p AND c.kind = 'projects_report.merge'"
+            " AND e.to_status = 'leased'"), {"p": job["id"]}).scalar_one()
+        parts_ended = conn.execute(text(
+            "SELECT max(c.finished_at) FROM jobs c"
+            " WHERE c.parent_id = :p AND c.kind = 'projects_report.project'"),
+            {"p": job["id"]}).scalar_one()
+    assert kinds == ["projects_report.project"] * 5 + ["projects_report.merge"]
+    assert merge_started >= parts_ended  # the chord's callback runs after every part ended
     # Children belong to the parent's organization and requester, taken from its row.
     assert {(c["organization_id"], c["requested_by"]) for c in kids} == {(org, anna.id)}
-    assert done["progress"] == {"stage": "children", "done": 5, "total": 5}
+    assert done["progress"] == {"stage": "steps", "done": 6, "total": 6}
+
+
+def test_a_report_runs_at_most_max_parallel_of_its_parts_at_a_time(stack: Stack, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    for n in range(4):
+        assert client.post(f"/api/v1/orgs/{org}/projects", headers=anna.auth,
+                           json={"name": f"p{n}"}).status_code == 201
+    job = submit(client, org, anna, "projects_report", {"max_parallel": 1})
+    stack.wait_for(job["id"], "completed", timeout=60)
+    with stack.admin() as conn:
+        spans = conn.execute(text(
+            "SELECT min(e.at) FILTER (WHERE e.to_status = 'leased') AS began, c.finished_at"
+            " FROM jobs c JOIN job_events e ON e.job_id = c.id WHERE c.parent_id = :p"
+            " GROUP BY c.id, c.finished_at ORDER BY began"), {"p": job["id"]}).all()
+    # One at a time: each step began only after the one before it had finished.
+    assert all(later.began >= earlier.finished_at for earlier, later in itertools.pairwise(spans))
 
 
 def test_the_parent_fails_once_every_child_ended_listing_each_failure(stack: Stack, client):

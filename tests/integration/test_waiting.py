@@ -16,7 +16,7 @@ from models.db.transaction import transaction
 from models.errors import InternalJobError
 from models.jobs import store
 from tests.conftest import submit
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +182,38 @@ def test_a_step_is_not_done_again_when_the_job_resumes_after_a_wait(stack: Stack
     assert [str(p) for p in made] == [done["result"]["project_id"]]  # one project, not two
     assert steps == ["after the sleep", "create project", "sleep#1"]
     assert done["attempts"] == 1
+
+
+def test_a_step_killed_half_way_runs_again_and_the_step_before_it_does_not(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    client = stack.make_app().test_client()
+    first = stack.start_worker(concurrency=1)
+    beat = stack.start_beat()
+    try:
+        name = f"made-once-{uuid.uuid4().hex[:6]}"
+        job = submit(client, org, anna, "test.killed_mid_step", {"project": name, "seconds": 60})
+        wait_until(lambda: recorded_steps(stack, job["id"]) == ["one"], timeout=30,
+                   interval=0.05, what="step one recorded")
+        stack.retire(first)  # SIGKILL to the worker's group: step two dies before its record
+        stack.start_worker(concurrency=1)
+        done = stack.wait_for(job["id"], "completed", timeout=60)
+    finally:
+        stack.retire(beat)
+    with stack.admin() as conn:
+        made = conn.execute(text("SELECT id FROM projects WHERE organization_id = :org AND name = :n"),
+                            {"org": org, "n": name}).scalars().all()
+    assert [str(p) for p in made] == [done["result"]["project_id"]]  # step one: once, not twice
+    assert done["result"]["two_ran_in_attempt"] == 2  # step two: run again, recorded once
+    assert recorded_steps(stack, job["id"]) == ["one", "two"]
+    assert done["attempts"] == 2  # the kill cost the attempt it happened in
+
+
+def recorded_steps(stack: Stack, job_id: str) -> list[str]:
+    with stack.admin() as conn:
+        return list(conn.execute(text("SELECT name FROM job_steps WHERE job_id = :id ORDER BY name"),
+                                 {"id": job_id}).scalars())
 
 
 def test_a_timer_job_survives_its_worker_killed_while_it_waits(stack: Stack, beat, client):

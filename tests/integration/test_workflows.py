@@ -79,6 +79,40 @@ def test_run_all_runs_what_can_run_and_lists_every_failed_and_skipped_step(stack
     assert steps_of(stack, job.id) == {"a": "completed", "b": "failed", "c": "completed"}
 
 
+def test_a_chord_whose_member_fails_under_run_all_runs_the_others_and_skips_the_callback(
+        stack: Stack):
+    org, _, job = start(stack, chord([sig("test.add", n=1, name="one"), sig("test.boom", name="boom"),
+                                      sig("test.add", n=2, name="two")],
+                                     sig("test.collect", name="callback")), policy="run_all")
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
+    assert outcome.job.error_message == (
+        "1 of 4 steps did not complete, 1 skipped: boom failed (boom); callback skipped")
+    assert steps_of(stack, job.id) == {"one": "completed", "boom": "failed", "two": "completed"}
+
+
+def test_a_failed_step_is_retried_as_a_new_attempt_of_that_step_only(stack: Stack):
+    org, _, job = start(stack, chain(sig("test.add", n=1, name="first"),
+                                     sig("test.fails_once", name="flaky"),
+                                     sig("test.add", n=1, name="last")))
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.job.status == "completed"
+    assert outcome.result["steps"]["flaky"] == {"attempt": 2, "inputs": [1]}
+    with stack.admin() as conn:
+        attempts = dict(conn.execute(text(
+            "SELECT w.params -> 'steps' -> c.child_index ->> 'name', c.attempts FROM jobs c"
+            " JOIN jobs w ON w.id = c.parent_id WHERE c.parent_id = :id"), {"id": job.id}).all())
+        leases = dict(conn.execute(text(
+            "SELECT w.params -> 'steps' -> c.child_index ->> 'name', count(*) FROM jobs c"
+            " JOIN jobs w ON w.id = c.parent_id JOIN job_events e ON e.job_id = c.id"
+            " WHERE c.parent_id = :id AND e.to_status = 'leased' GROUP BY 1"), {"id": job.id}).all())
+    # One job per step: the flaky one ran twice, the others once; the workflow's own attempt
+    # was not used up by its step's failure.
+    assert attempts == {"first": 1, "flaky": 2, "last": 1}
+    assert leases == {"first": 1, "flaky": 2, "last": 1}
+    assert outcome.job.attempts == 1
+
+
 def test_cancelling_the_workflow_cancels_its_steps(stack: Stack, client):
     org, user, job = start(stack, chain(sig("bench.sleep", seconds=30, name="long"),
                                         sig("test.add", name="after")))
