@@ -170,3 +170,23 @@ def test_a_part_takes_only_a_uuid_for_a_project_id_and_a_bad_one_fails_its_paren
     with stack.admin() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_diagnostics WHERE job_id = :j"),
                             {"j": job["id"]}).scalar_one() == 0
+
+
+def test_a_parents_children_count_against_its_organizations_quota(stack: Stack, client):
+    from models.db.transaction import owner_transaction
+    from models.tenancy import accounts
+
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    with owner_transaction(stack.admin_db) as conn:
+        accounts.set_quota(conn, org, 3)
+    parts = [{"n": i, "seconds": 30} for i in range(2)]
+    job = submit(client, org, anna, "test.fan", {"parts": parts, "max_parallel": 2})
+    wait_until(lambda: len(children(stack, job["id"])) == 2, what="two children spawned")
+    # The parent (waiting) and its two children are three active jobs: the organization is full.
+    over = client.post(f"/api/v1/orgs/{org}/jobs", json={"kind": "bench.noop"}, headers=anna.auth)
+    assert over.status_code == 429 and over.get_json()["error"]["code"] == "too_many_jobs"
+    client.post(job["links"]["cancel"], headers=anna.auth)
+    wait_until(lambda: all(c["status"] == "cancelled" for c in children(stack, job["id"])),
+               timeout=30, what="the children cancelled with their parent")
+    assert submit(client, org, anna, "bench.noop")["status"] == "queued"  # room again
