@@ -11,6 +11,9 @@ _settings = get_settings()
 
 broker_url = _settings.redis_url
 broker_connection_retry_on_startup = True
+# Forever, not Celery's 100 tries: a worker that gave up on Redis would take its pool, and so
+# the jobs its pool processes run from PostgreSQL alone (tasks/floor.py), down with it.
+broker_connection_max_retries = None
 broker_connection_timeout = _settings.broker_timeout
 broker_transport_options = {
     "socket_timeout": _settings.broker_timeout,

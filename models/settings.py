@@ -73,6 +73,14 @@ class Settings(BaseSettings):
         1.0, ge=0, description="after the queue runs dry, a pool process waits this long for a "
                                "new job (LISTEN/NOTIFY) before it goes back to Celery; 0 turns it off")
     worker_concurrency: int = Field(2, ge=1, description="Celery processes per worker")
+    floor_interval: float = Field(
+        1.0, gt=0, le=60, description="seconds between a pool process's looks at the broker: "
+                                      "while it is unreachable, the process claims due jobs from "
+                                      "PostgreSQL alone (LISTEN, and a claim at least this often)")
+    floor_idle_poll: float = Field(
+        10, ge=0, description="with the broker reachable, a pool process that has not drained "
+                              "for this long claims once by itself (a wake-up lost or never "
+                              "heard costs latency, not progress); 0 turns it off")
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
     presence_interval: float = Field(5, gt=0, description="seconds between worker presence heartbeats")

@@ -17,6 +17,7 @@ from celery.signals import (
 from models.kinds import load_kinds
 from models.logs import configure_logging
 from tasks import presence, sweeper, worker_process
+from tasks.floor import Floor
 from tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
 from tasks.task_failures import reported_without_messages
 from tasks.wakeups import SWEEP_TASK, WAKE_TASK
@@ -60,7 +61,8 @@ def wake(self: Any, job_id: str | None = None) -> int:
     # From here on, a submit that commits sends a new wake-up: whatever committed before is
     # seen by the claims below (the coalescing guard, see tasks/wakeups.py).
     process.publisher.awake()
-    return make_runner(process).drain(process.settings.drain_limit)
+    # One drain at a time per process: if the floor drains now, this one follows it.
+    return process.drains.run(lambda: make_runner(process).drain(process.settings.drain_limit)) or 0
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
@@ -75,11 +77,30 @@ def _register_pool_process(sender: object = None, **_: object) -> None:
     process = worker_process.current()
     process.pool_child = True
     presence.start(process, str(sender or "unknown"))
+    start_floor(process)
+
+
+def start_floor(process: worker_process.WorkerProcess) -> Floor:
+    """A pool child's floor (tasks/floor.py): it drains when the broker cannot be counted on."""
+    settings = process.settings
+    process.floor = Floor(
+        process.drains, lambda: make_runner(process).drain(settings.drain_limit),
+        broker_reachable=process.publisher.reachable,
+        stopping=process.shutdown.stop_requested,
+        interval=settings.floor_interval, idle_poll=settings.floor_idle_poll)
+    process.floor.start()
+    return process.floor
 
 
 @worker_process_shutdown.connect
 def _mark_stopped(**_: object) -> None:
-    presence.stop(worker_process.current())
+    process = worker_process.current()
+    if process.floor is not None:
+        # A drain the floor runs stops claiming now and gives back, after the grace, what has
+        # not finished, as a wake-up's drain does at shutdown.
+        process.shutdown.request_stop()
+        process.floor.stop(timeout=process.settings.shutdown_grace + 5)
+    presence.stop(process)
 
 
 @worker_shutting_down.connect

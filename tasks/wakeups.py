@@ -80,6 +80,13 @@ class WakeupPublisher:
         self._count(WAKEUPS_PUBLISHED)
         return True
 
+    def reachable(self) -> bool:
+        """Whether the broker answers a PING now (within ``SPACEJOBS_BROKER_TIMEOUT``)."""
+        try:
+            return bool(self._redis.ping())
+        except Exception:
+            return False
+
     def awake(self) -> None:
         """A worker is about to claim: from now on a new submit must publish again."""
         try:

@@ -1,6 +1,7 @@
 """What one worker process holds, built once per process from the settings: its name and
 engine, its store adapter, its heartbeat, its counts and counter buffer, its wake-up publisher
-and job API, its operator controls cache, its listener for new jobs, its shutdown state.
+and job API, its operator controls cache, its listener for new jobs, its drains and their
+floor, its shutdown state.
 
 Celery's process model forces one handle per process: a task body is a module function that
 Celery calls with no place to pass state, and a prefork child inherits its parent's memory. So
@@ -28,6 +29,7 @@ from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
 from models.results.store import ResultStore
 from models.settings import Settings, get_settings
+from tasks.floor import Drains, Floor
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import Ring, Stats
 from tasks.shutdown import Shutdown
@@ -77,6 +79,10 @@ class WorkerProcess:
         #: a pause or a new limit reaches this process within this many seconds
         self._controls_ttl = settings.controls_ttl
         self._listener: psycopg.Connection | None = None
+        #: this process's drains, one at a time, whoever starts them (a wake-up, the floor)
+        self.drains = Drains()
+        #: a pool child's floor under the broker's wake-ups (tasks/floor.py), once started
+        self.floor: Floor | None = None
 
     def results(self) -> ResultStore:
         """The results store (a client per process: an S3 client is not shared across a fork)."""

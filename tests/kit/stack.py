@@ -119,9 +119,12 @@ class Stack:
     def start_worker(self, concurrency: int = 2, **extra_env: str) -> LoggedProcess:
         """A Celery worker on this stack's queues, once it says it is ready."""
         name = f"w{len(self.processes)}-{uuid.uuid4().hex[:6]}"
-        return self.processes.start(
-            name, celery_worker_argv("tasks.celery_app", self.queue, name, concurrency),
-            self.env(**extra_env), ready=WORKER_READY, timeout=30)
+        return self.processes.start(name, self.worker_argv(name, concurrency),
+                                    self.env(**extra_env), ready=WORKER_READY, timeout=30)
+
+    def worker_argv(self, name: str, concurrency: int, *, queue: str | None = None) -> list[str]:
+        """The command of a worker on this stack's queues (or on ``queue``'s)."""
+        return celery_worker_argv("tasks.celery_app", queue or self.queue, name, concurrency)
 
     def start_beat(self, **extra_env: str) -> LoggedProcess:
         name = f"beat{len(self.processes)}"
