@@ -6,7 +6,8 @@
 // A parent job's list of steps moves more often than the parent: a step that starts or makes
 // progress changes nothing of its parent, so the parent's stream does not tell. While the list
 // says some steps may still move (data-steps-live="yes"), the status part is also fetched every
-// few seconds.
+// 3 s, less often while nothing changes (a step may wait days for a person's approval), and not
+// at all while the tab is hidden.
 (function () {
   "use strict";
   var region = document.getElementById("job-status");
@@ -14,7 +15,8 @@
     return;
   }
   var terminal = ["completed", "failed", "cancelled"];
-  var STEPS_POLL_MS = 3000;
+  var STEPS_POLL_MS = 3000, STEPS_POLL_MAX_MS = 15000;
+  var delay = STEPS_POLL_MS;
   var latest = 0;
   var shown = null;  // the status part as last fetched
   var timer = null;
@@ -26,7 +28,7 @@
 
   function schedule() {
     window.clearTimeout(timer);
-    timer = stepsLive() ? window.setTimeout(load, STEPS_POLL_MS) : null;
+    timer = stepsLive() && !document.hidden ? window.setTimeout(load, delay) : null;
   }
 
   function load() {
@@ -39,7 +41,13 @@
       .then(function (html) {
         if (mine !== latest) { return; }  // an older answer never overwrites a newer one
         // Unchanged, it is left alone: focus and a screen reader's place stay where they are.
-        if (html !== shown) { region.innerHTML = html; shown = html; }
+        if (html !== shown) {
+          region.innerHTML = html;
+          shown = html;
+          delay = STEPS_POLL_MS;
+        } else {
+          delay = Math.min(delay * 2, STEPS_POLL_MAX_MS);
+        }
         schedule();
       })
       .catch(function () { window.location.reload(); });
@@ -50,6 +58,7 @@
 
     function refresh(event) {
       var job = JSON.parse(event.data);
+      delay = STEPS_POLL_MS;  // the job moved: its steps likely did too
       load();
       if (terminal.indexOf(job.status) >= 0) { source.close(); }
     }
@@ -70,5 +79,10 @@
   }
 
   if (window.EventSource && region.dataset.finished !== "yes") { follow(); }
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) { window.clearTimeout(timer); timer = null; return; }
+    delay = STEPS_POLL_MS;
+    if (stepsLive()) { load(); }  // back in view: what it missed, at once
+  });
   schedule();
 })();
