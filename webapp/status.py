@@ -175,8 +175,9 @@ def step_list(parent: Job, steps: Steps) -> StepList:
             job_id=step.job_id,
             error_code=step.error_code if step.status == Status.FAILED else None))
     moving = any(step.status in ACTIVE for step in steps.rows)
-    return StepList("steps" if workflow else "parts", lines, steps.more,
-                    bool(lines) and (moving or not parent.finished))
+    # Called as the headline calls them: a kind's own workflow (ctx.workflow) reports "steps".
+    called = "steps" if workflow else children_done(parent)[0]
+    return StepList(called, lines, steps.more, bool(lines) and (moving or not parent.finished))
 
 
 def describe(job: Job, now: datetime | None = None) -> Shown:

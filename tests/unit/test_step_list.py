@@ -59,6 +59,14 @@ def test_a_fan_outs_parts_are_numbered_from_one_and_only_a_failure_shows_its_cod
     assert [line.error_code for line in shown.lines] == [None, None]  # a retry's old code
 
 
+def test_a_kinds_own_workflow_calls_its_children_steps_as_its_headline_does():
+    parent = job(kind="projects_report", status=Status.WAITING, attempts=1, wait_children=2,
+                 progress={"stage": "steps", "done": 1, "total": 3})
+    shown = step_list(parent, Steps([step(0, Status.COMPLETED), step(1, Status.LEASED)], 3))
+    assert shown.called == "steps" and describe(parent).headline.startswith("Waiting for its steps")
+    assert [line.name for line in shown.lines] == ["#1", "#2"]  # named only in a workflow's params
+
+
 def test_a_finished_parent_with_a_step_still_stopping_stays_live():
     parent = job(kind="workflow", status=Status.CANCELLED, attempts=1)
     stopping = step_list(parent, Steps([step(0, Status.CANCEL_REQUESTED, name="long")], 1))
