@@ -153,6 +153,25 @@ def test_a_fan_outs_parts_are_numbered_with_their_kind_and_the_list_is_bounded(
     assert '"square"' not in html and "square" not in html  # no part's result
 
 
+def test_a_kinds_own_workflow_lists_its_steps_numbered_and_none_of_their_results(
+        stack: Stack, app, client):
+    """projects_report runs a chord of its own (ctx.workflow): its children are listed by
+    place and kind; the projects' names its steps' results carry stay off the page."""
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    for name in ("Vostok-7d2e", "Voskhod-19ab"):
+        client.post(f"/api/v1/orgs/{org}/projects", json={"name": name}, headers=owner.auth)
+    job = submit(client, org, owner, "projects_report", {"max_parallel": 1})
+    stack.wait_for(job["id"], "completed", timeout=60)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    html = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
+    assert [(name, word) for name, word, _link in listed(html)] == [
+        ("#1", "Completed"), ("#2", "Completed"), ("#3", "Completed")]
+    assert "Its steps (3)" in html and html.count("projects_report.project") == 2
+    assert "Vostok-7d2e" not in html and "Voskhod-19ab" not in html
+
+
 def test_the_list_is_one_statement_through_the_childrens_index(stack: Stack):
     """Planned with tens of thousands of rows, as the web role scoped to the organization (so with its
     row-level security): the parent by its key, every child through jobs_children_idx."""
