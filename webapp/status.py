@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
 
-from models.jobs.records import Job, Status
+from models.jobs.records import ACTIVE, Job, Status
+
+if TYPE_CHECKING:
+    from models.jobs.store import Steps
 
 LABELS = {
     "projects_export": "Export projects",
@@ -101,6 +106,78 @@ def waiting_line(job: Job, now: datetime) -> tuple[str, str, tuple[int, int] | N
         return (f"Waiting until {moment(job.wait_until, now)}",
                 f"{meanwhile}, and carries on by itself at that moment.", None)
     return "Waiting", f"{meanwhile}.", None  # the schema forbids this; say no more than known
+
+
+def short_status(status: Status, attempts: int) -> tuple[str, str]:
+    """A job's status as a word and a tone (a CSS class), as a table or a list of steps shows
+    it: the same word and tone :func:`describe` gives the whole job (a test holds them equal)."""
+    if status == Status.WAITING:
+        return "Waiting", "waiting"
+    if status == Status.QUEUED:
+        return ("Queued" if attempts == 0 else "Retrying"), "waiting"
+    if status == Status.LEASED:
+        return ("Running" if attempts <= 1 else "Retrying"), "running"
+    if status == Status.CANCEL_REQUESTED:
+        return "Cancel requested", "running"
+    if status == Status.CANCELLED:
+        return "Cancelled", "neutral"
+    if status == Status.COMPLETED:
+        return "Completed", "good"
+    return "Failed", "bad"
+
+
+#: a workflow's step that is no job yet: its dependencies have not all completed (while the
+#: workflow goes on), or it never will run (the workflow ended: failed, cancelled or skipped)
+NOT_STARTED = ("Not started", "neutral")
+SKIPPED = ("Skipped", "neutral")
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One line of a parent job's list of steps, in words: what it is called, its kind, its
+    status (word, tone, and the status for the pill's class), the child job to link to (None:
+    no job yet) and, when it failed, its error code. Nothing else of the step is shown."""
+
+    name: str
+    kind: str
+    word: str
+    tone: str
+    status: str
+    job_id: UUID | None
+    error_code: str | None
+
+
+@dataclass(frozen=True)
+class StepList:
+    """A parent job's steps as its page lists them. ``live``: some may still move, so the page
+    fetches its status part again now and then (a step that starts or progresses changes
+    nothing of its parent, so the parent's events stream does not tell)."""
+
+    called: str  # "steps" (a workflow's) or "parts" (a fan-out's)
+    lines: list[StepLine]
+    more: int
+    live: bool
+
+
+def step_list(parent: Job, steps: Steps) -> StepList:
+    """A workflow's steps by name; any other parent's parts as ``#1``, ``#2``… (with their
+    kind), each status in the words and tone :func:`describe` gives a whole job."""
+    workflow = parent.kind == "workflow"
+    lines = []
+    for step in steps.rows:
+        if step.status is None:
+            word, tone = SKIPPED if parent.finished else NOT_STARTED
+        else:
+            word, tone = short_status(step.status, step.attempts)
+        lines.append(StepLine(
+            name=step.name if workflow and step.name else f"#{step.place + 1}", kind=step.kind,
+            word=word, tone=tone, status=str(step.status) if step.status else "none",
+            job_id=step.job_id,
+            error_code=step.error_code if step.status == Status.FAILED else None))
+    moving = any(step.status in ACTIVE for step in steps.rows)
+    # Called as the headline calls them: a kind's own workflow (ctx.workflow) reports "steps".
+    called = "steps" if workflow else children_done(parent)[0]
+    return StepList(called, lines, steps.more, bool(lines) and (moving or not parent.finished))
 
 
 def describe(job: Job, now: datetime | None = None) -> Shown:

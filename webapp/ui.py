@@ -58,12 +58,14 @@ from webapp.inputs import MalformedJSON, parse_json
 from webapp.jobs import job_api, list_page, start_job
 from webapp.limits import address_key, limited, login_account_global_key, login_account_key, retry_after
 from webapp.results import stored_result_response
-from webapp.status import describe, label_of
+from webapp.status import StepList, describe, label_of, step_list
 
 bp = Blueprint("ui", __name__)
 
 # The jobs a person can start from the Jobs page (others exist for scripts and benchmarks).
 STARTABLE = ("projects_export", "projects_archive", "projects_import", "demo.slow_export")
+#: a parent job's page lists this many of its steps at most, then says how many more
+STEPS_SHOWN = 200
 
 
 def signed_in(view: Callable[..., ResponseReturnValue]) -> Callable[..., ResponseReturnValue]:
@@ -338,14 +340,17 @@ class JobView:
     rights: JobRights
     started_by: str
     request_id: str | None
+    steps: StepList
 
 
 def _job_view(page: OrgPage, job_id: str) -> JobView:
     jobs = job_api()
     job = jobs.get(page.conn, page.membership, parse_id(job_id))
+    # Whoever may see the job may see its steps: read after (and by) the same rule as the job.
+    steps = jobs.steps(page.conn, page.membership, job, limit=STEPS_SHOWN)
     return JobView(job, describe(job), jobs.rights(page.membership, job),
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
-                   jobs.request_id_of(page.conn, job))
+                   jobs.request_id_of(page.conn, job), step_list(job, steps))
 
 
 @bp.get("/orgs/<org>/jobs/<job_id>")

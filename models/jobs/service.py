@@ -77,6 +77,8 @@ MAX_PAGE = 200
 #: a signal's name (the job_signals CHECK says the same) and the most its payload may hold
 SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_SIGNAL_BYTES = 64 * 1024
+#: a job's page lists at most this many of its steps (then says how many more)
+MAX_STEPS_LISTED = 200
 
 #: sends the wake-up for a committed job (tasks.wakeups.WakeupPublisher.wake); never raises
 Wake = Callable[[str | None], object]
@@ -279,6 +281,19 @@ class Jobs:
     def running(self, conn: Connection, member: Membership, *, kind: str | None = None) -> list[Job]:
         """The organization's jobs someone runs now, oldest first (optionally of one kind)."""
         return store.running(conn, member.organization_id, kind=kind)
+
+    def steps(self, conn: Connection, member: Membership, job: Job, *,
+              limit: int = MAX_STEPS_LISTED) -> store.Steps:
+        """A parent job's steps (a workflow's) or parts (a fan-out's), in place order, at most
+        ``limit``, with how many there are in all; none for a job without children. Who may
+        read the job (:meth:`get`) may read its steps' names, kinds and statuses, and nothing
+        more of them: never their params, results or messages. One statement, under the
+        caller's row-level security."""
+        if job.organization_id != member.organization_id:
+            raise NotFound()
+        if not 1 <= limit <= MAX_STEPS_LISTED:
+            raise InvalidRequest(f"A list of steps holds 1 to {MAX_STEPS_LISTED}.", fields=["limit"])
+        return store.steps_of(conn, job.id, limit=limit)
 
     def rights(self, member: Membership, job: Job) -> JobRights:
         role = required_role(job.kind)

@@ -454,6 +454,45 @@ def cancel_children(conn: Connection, parent: LeasedJob) -> int:
     return cancelled
 
 
+@dataclass(frozen=True)
+class Step:
+    """One of a parent job's children as its page lists it: its place, its name (a workflow's
+    step; None for a fan-out's part), its kind, and the child job's id, status, attempts and
+    error code; ``job_id`` and ``status`` are None for a workflow's step that is no job yet."""
+
+    place: int
+    name: str | None
+    kind: str
+    job_id: UUID | None
+    status: Status | None
+    attempts: int
+    error_code: str | None
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The first of a parent's steps, in place order, and how many it has in all."""
+
+    rows: list[Step]
+    total: int
+
+    @property
+    def more(self) -> int:
+        """How many there are beyond those listed."""
+        return max(0, self.total - len(self.rows))
+
+
+def steps_of(conn: Connection, parent_id: UUID, *, limit: int) -> Steps:
+    """At most ``limit`` of the parent's steps (a workflow's) or children (any other parent's),
+    in place order, in ONE statement; none for a job that has none, or that the caller's
+    organization does not hold (row-level security)."""
+    rows = conn.execute(Q["steps_of"], {"parent": parent_id, "limit": limit}).all()
+    return Steps([Step(row.place, row.name, row.kind, row.id,
+                       Status(row.status) if row.status else None, row.attempts or 0,
+                       row.error_code) for row in rows],
+                 int(rows[0].total) if rows else 0)
+
+
 def record_diagnostics(
     conn: Connection,
     job: LeasedJob,

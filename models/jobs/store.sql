@@ -270,6 +270,38 @@ WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_reques
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
 
+-- steps_of --
+-- Web role, scoped to the organization: the parent and its children are that organization's
+-- rows (row-level security) or nothing. What a job's page lists of a parent job, in place
+-- order, at most :limit of them, each child found through jobs_children_idx (parent_id,
+-- child_index): for a workflow, every step of its compiled graph (params -> 'steps'), whether
+-- it is a job yet or not, by name; for any other parent (a fan-out), the children there are.
+-- Names, kinds, statuses and error codes only: never a step's params, result or message.
+-- total counts them all (the graph's steps, or the children), once, for "and N more".
+WITH parent AS MATERIALIZED (
+    SELECT p.id,
+           CASE WHEN p.kind = 'workflow' AND jsonb_typeof(p.params -> 'steps') = 'array'
+                THEN p.params -> 'steps' END AS graph
+    FROM jobs p WHERE p.id = :parent
+), graph_steps AS (
+    SELECT CAST(s.n - 1 AS integer) AS place, s.step ->> 'name' AS name, s.step ->> 'kind' AS kind
+    FROM parent, jsonb_array_elements(parent.graph) WITH ORDINALITY AS s (step, n)
+    ORDER BY s.n
+    LIMIT :limit
+)
+SELECT g.place, g.name, coalesce(c.kind, g.kind) AS kind, c.id, c.status, c.attempts,
+       c.error_code, (SELECT jsonb_array_length(parent.graph) FROM parent) AS total
+FROM graph_steps g
+LEFT JOIN jobs c ON c.parent_id = :parent AND c.child_index = g.place
+UNION ALL
+(SELECT c.child_index, NULL, c.kind, c.id, c.status, c.attempts, c.error_code,
+        (SELECT count(*) FROM jobs k WHERE k.parent_id = :parent)
+ FROM parent JOIN jobs c ON c.parent_id = parent.id
+ WHERE parent.graph IS NULL
+ ORDER BY c.child_index
+ LIMIT :limit)
+ORDER BY place
+
 -- record_diagnostics --
 INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class, traceback)
 VALUES (:job_id, :organization_id, :attempt, :worker, :exception_class, :traceback)

@@ -17,8 +17,9 @@ import pytest
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
+from models.jobs.workflows import Signature, chain, sig
 from tests.browser.conftest import Live
-from tests.kit.stack import Stack
+from tests.kit.stack import Stack, wait_until
 from webapp.demo_data import ORGS
 
 pytestmark = pytest.mark.browser
@@ -141,6 +142,54 @@ def test_a_slow_job_is_cancelled_first_requested_then_done(stack: Stack, live: L
     expect(headline(page)).to_have_text("Cancelled", timeout=15_000)
     assert same_document(page)
     page.screenshot(path=shots / "6-cancelled.png")
+
+
+def test_a_workflows_page_follows_its_steps_live(stack: Stack, live: Live, page: Page, shots: Path):
+    """Each step's status changes in place as the step moves, even where the workflow itself
+    does not change (a step that starts running), and each step links to its own page."""
+    anna = live.demo["anna@acme.example"]
+    org = anna["org_id"]
+    with stack.admin() as conn:
+        owner = conn.execute(text("SELECT id FROM users WHERE email = :email"),
+                             {"email": anna["email"]}).scalar_one()
+    with stack.app_db.begin() as conn:
+        job = stack.jobs.submit_workflow(conn, chain(
+            sig("bench.noop", name="Collect the projects"),
+            Signature("bench.await_signal", {"name": "approved", "timeout": 3600}, "Approval"),
+            sig("bench.sleep", seconds=8, name="Write the report")),
+            organization_id=org, requested_by=owner).job
+    sign_in(page, live, anna["email"], anna["password"])
+    page.goto(f"{live.url}/orgs/{org}/jobs/{job.id}")
+
+    def step(name: str):
+        return page.get_by_role("row").filter(has=page.get_by_role("cell", name=name, exact=True))
+
+    expect(step("Approval")).to_contain_text("Waiting", timeout=15_000)
+    expect(step("Collect the projects")).to_contain_text("Completed")
+    expect(step("Write the report")).to_contain_text("Not started")
+    expect(page.get_by_role("heading", name="Its steps (3)")).to_be_visible()
+    mark_document(page)
+    page.screenshot(path=shots / "11-workflow-steps-waiting.png", full_page=True)
+
+    approval = step("Approval").get_by_role("link").get_attribute("href")
+    step_id = approval.rsplit("/", 1)[1]
+    sent = live.app.test_client().post(f"/api/v1/orgs/{org}/jobs/{step_id}/signals/approved",
+                                       json={"ok": True},
+                                       headers={"Authorization": f"Bearer {anna['token']}"})
+    assert sent.status_code == 202
+    # The report step starting changes nothing of the workflow: the list shows it all the same.
+    expect(step("Write the report")).to_contain_text("Running", timeout=15_000)
+    expect(step("Approval")).to_contain_text("Completed")
+    page.screenshot(path=shots / "12-workflow-steps-running.png", full_page=True)
+    expect(step("Write the report")).to_contain_text("Completed", timeout=20_000)
+    expect(headline(page)).to_have_text("Completed", timeout=15_000)
+    assert same_document(page), "the page reloaded instead of following the steps in place"
+    wait_until(lambda: page.locator("[data-steps-live]").get_attribute("data-steps-live") == "no",
+               10, what="the list saying nothing moves any more")
+
+    step("Approval").get_by_role("link").click()
+    expect(headline(page)).to_have_text("Completed")
+    assert page.url.endswith(approval)
 
 
 def test_a_member_removed_while_browsing_gets_404_on_the_next_click(

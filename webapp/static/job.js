@@ -2,18 +2,36 @@
 // says when the job changed; the status part of the page is then fetched again as HTML, so
 // every state is rendered in one place, on the server. Without this script the page reloads
 // itself (<noscript> meta refresh) and has a Reload link.
+//
+// A parent job's list of steps moves more often than the parent: a step that starts or makes
+// progress changes nothing of its parent, so the parent's stream does not tell. While the list
+// says some steps may still move (data-steps-live="yes"), the status part is also fetched every
+// 3 s, less often while nothing changes (a step may wait days for a person's approval), and not
+// at all while the tab is hidden.
 (function () {
   "use strict";
   var region = document.getElementById("job-status");
-  if (!region || !window.EventSource || !window.fetch || region.dataset.finished === "yes") {
+  if (!region || !window.fetch) {
     return;
   }
   var terminal = ["completed", "failed", "cancelled"];
+  var STEPS_POLL_MS = 3000, STEPS_POLL_MAX_MS = 15000;
+  var delay = STEPS_POLL_MS;
   var latest = 0;
-  var source = new EventSource(region.dataset.events);
+  var shown = null;  // the status part as last fetched
+  var timer = null;
 
-  function refresh(event) {
-    var job = JSON.parse(event.data);
+  function stepsLive() {
+    var list = region.querySelector("[data-steps-live]");
+    return list !== null && list.getAttribute("data-steps-live") === "yes";
+  }
+
+  function schedule() {
+    window.clearTimeout(timer);
+    timer = stepsLive() && !document.hidden ? window.setTimeout(load, delay) : null;
+  }
+
+  function load() {
     var mine = ++latest;
     fetch(region.dataset.fragment, {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (answer) {
@@ -21,23 +39,50 @@
         return answer.text();
       })
       .then(function (html) {
-        if (mine === latest) { region.innerHTML = html; }  // an older answer never overwrites a newer one
+        if (mine !== latest) { return; }  // an older answer never overwrites a newer one
+        // Unchanged, it is left alone: focus and a screen reader's place stay where they are.
+        if (html !== shown) {
+          region.innerHTML = html;
+          shown = html;
+          delay = STEPS_POLL_MS;
+        } else {
+          delay = Math.min(delay * 2, STEPS_POLL_MAX_MS);
+        }
+        schedule();
       })
       .catch(function () { window.location.reload(); });
-    if (terminal.indexOf(job.status) >= 0) { source.close(); }
   }
 
-  source.addEventListener("status", refresh);
-  source.addEventListener("progress", refresh);
-  // Our own "error" event carries data: access was lost (signed out, removed). A connection
-  // error has none, and the EventSource reconnects by itself with Last-Event-ID.
-  // A stream refused outright (429 too_many_streams when the server is serving many, or any
-  // answer that is not a stream) closes the EventSource for good: the page then follows the
-  // job as it does without JavaScript, reloading itself every 3 s.
-  source.addEventListener("error", function (event) {
-    if (event.data) { source.close(); window.location.reload(); return; }
-    if (source.readyState === EventSource.CLOSED) {
-      window.setTimeout(function () { window.location.reload(); }, 3000);
+  function follow() {
+    var source = new EventSource(region.dataset.events);
+
+    function refresh(event) {
+      var job = JSON.parse(event.data);
+      delay = STEPS_POLL_MS;  // the job moved: its steps likely did too
+      load();
+      if (terminal.indexOf(job.status) >= 0) { source.close(); }
     }
+
+    source.addEventListener("status", refresh);
+    source.addEventListener("progress", refresh);
+    // Our own "error" event carries data: access was lost (signed out, removed). A connection
+    // error has none, and the EventSource reconnects by itself with Last-Event-ID.
+    // A stream refused outright (429 too_many_streams when the server is serving many, or any
+    // answer that is not a stream) closes the EventSource for good: the page then follows the
+    // job as it does without JavaScript, reloading itself every 3 s.
+    source.addEventListener("error", function (event) {
+      if (event.data) { source.close(); window.location.reload(); return; }
+      if (source.readyState === EventSource.CLOSED) {
+        window.setTimeout(function () { window.location.reload(); }, 3000);
+      }
+    });
+  }
+
+  if (window.EventSource && region.dataset.finished !== "yes") { follow(); }
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) { window.clearTimeout(timer); timer = null; return; }
+    delay = STEPS_POLL_MS;
+    if (stepsLive()) { load(); }  // back in view: what it missed, at once
   });
+  schedule();
 })();
