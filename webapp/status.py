@@ -21,6 +21,8 @@ LABELS = {
     "projects_archive": "Archive projects (ZIP)",
     "projects_import": "Import projects",
     "demo.slow_export": "Slow export (demo)",
+    "projects_report": "Projects report",
+    "workflow": "Workflow",
 }
 
 # What to do after a failure, by error code; anything else: try again, then contact support.
