@@ -88,6 +88,10 @@ class Settings(BaseSettings):
         1.0, ge=0, le=60, description="seconds a worker process keeps the operators' controls of "
                                       "kinds (pause, concurrency limit) before reading them again: "
                                       "a change reaches every worker within this time")
+    worker_health_port: int = Field(
+        0, ge=0, le=65535, description="a worker's HTTP liveness probe (`GET /healthz` on this "
+                                       "port, all interfaces: 200 or 503 with the reason, as "
+                                       "`spacejobs worker check` says); 0 turns it off")
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 

@@ -9,6 +9,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import (
     setup_logging,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_shutting_down,
@@ -16,7 +17,7 @@ from celery.signals import (
 
 from models.kinds import load_kinds
 from models.logs import configure_logging
-from tasks import presence, sweeper, worker_process
+from tasks import health, presence, sweeper, worker_process
 from tasks.floor import Floor
 from tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
 from tasks.task_failures import reported_without_messages
@@ -70,6 +71,13 @@ def wake(self: Any, job_id: str | None = None) -> int:
 def sweep() -> dict[str, int]:
     """A sweep on demand (`celery call spacejobs.sweep`); beat runs its own (tasks/beat.py)."""
     return sweeper.sweep_once(worker_process.current()).as_dict()
+
+
+@worker_init.connect
+def _start_health_probe(**_: object) -> None:
+    process = worker_process.current()
+    if process.settings.worker_health_port:
+        health.serve(process.engine, process.settings)
 
 
 @worker_process_init.connect

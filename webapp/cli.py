@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import click
 from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from models.db.engine import make_engine
 from models.db.roles import admin_url
@@ -320,11 +320,14 @@ def _celery_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "tasks.celery_app", *args]
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--concurrency", "-c", default=None, type=int, help="Processes (default: 2).")
 @click.option("--pool", default="prefork", show_default=True)
-def worker(concurrency: int | None, pool: str) -> None:
-    """Run a Celery worker that claims and runs jobs."""
+@click.pass_context
+def worker(ctx: click.Context, concurrency: int | None, pool: str) -> None:
+    """Run a Celery worker that claims and runs jobs (`spacejobs worker check`: is it alive?)."""
+    if ctx.invoked_subcommand is not None:
+        return
     settings = get_settings()
     argv = _celery_argv("worker", "--loglevel", "INFO", "--pool", pool,
                         "-Q", f"{settings.sweep_queue},{settings.queue}",
@@ -332,6 +335,36 @@ def worker(concurrency: int | None, pool: str) -> None:
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
     os.execv(sys.executable, argv)  # noqa: S606 - our own interpreter, fixed arguments
+
+
+@worker.command("check")
+@click.option("--hostname", default=None, help="The worker's host (default: this one).")
+@click.option("--stale", default=None, type=float,
+              help="Seconds without a heartbeat that fail the check (default: 3 presence intervals).")
+@click.option("--due-after", default=60.0, show_default=True, type=float,
+              help="Seconds a job may be due beside idle processes before the check fails.")
+def worker_check(hostname: str | None, stale: float | None, due_after: float) -> None:
+    """Exit 0 if this host's worker is alive and claiming, 1 (saying why) if not: for a
+    liveness probe. Run it on the worker's host (it looks at the processes alive here)."""
+    import socket
+
+    from models.db.roles import WORKER_ROLE, role_url
+    from models.ops import liveness
+
+    settings = get_settings()
+    try:
+        engine = make_engine(role_url(WORKER_ROLE), pool_size=1,
+                             application_name="spacejobs-worker-check")
+        with engine.connect() as conn:
+            verdict = liveness.check(
+                conn, hostname or socket.gethostname(),
+                stale=stale if stale is not None else 3 * settings.presence_interval,
+                due_after=due_after, look_again=lambda: time.sleep(settings.presence_interval + 1))
+    except (DBAPIError, RuntimeError) as exc:
+        click.echo(f"FAIL: the database cannot be read ({type(exc).__name__})")
+        sys.exit(1)
+    click.echo(verdict.summary())
+    sys.exit(0 if verdict.ok else 1)
 
 
 @main.command()
