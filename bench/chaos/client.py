@@ -21,6 +21,8 @@ from tests.kit.seeding import Tenant
 LEGITIMATE_CANCEL_ANSWERS = {(200, "cancelled"): "200 cancelled",
                              (202, "cancel_requested"): "202 cancel_requested",
                              (409, "job_finished"): "409 job_finished"}
+# A late signal waits while its job is in one of these (None: the API could not say).
+NOT_WAITING_YET = {"queued", "leased", None}
 # ... and a signal: kept (whatever the job's status), or the job had ended (it was cancelled).
 LEGITIMATE_SIGNAL_ANSWERS = {202: "202 sent", 409: "409 job_finished"}
 
@@ -100,7 +102,8 @@ class Client:
             if plan.signal_after is not None:
                 self.tally.signals_asked += 1
                 self.tally.signal_payload_of[job_id] = {"token": f"{self.rng.getrandbits(64):016x}"}
-                self.later.append((now + plan.signal_after, "signal", job_id, 0))
+                action = "signal" if plan.shape is Shape.SIGNAL_EARLY else "signal once waiting"
+                self.later.append((now + plan.signal_after, action, job_id, 0))
             if plan.cancel:
                 self.tally.cancels_asked += 1
                 self.later.append((now + plan.cancel_after, "cancel", job_id, 0))
@@ -119,6 +122,13 @@ class Client:
             if due > now:
                 later.append((due, what, job_id, tries))
                 continue
+            if what == "signal once waiting":
+                # A late signal is meant to find the job waiting: while it is still queued or
+                # running (the backlog, a kill), look again a second later, for up to 30 s.
+                if tries < 30 and self.status(job_id) in NOT_WAITING_YET:
+                    later.append((now + 1.0, what, job_id, tries + 1))
+                    continue
+                what, tries = "signal", 0
             code = self.cancel(job_id) if what == "cancel" else self.signal(job_id)
             if code == 503 and tries < 60:
                 if what == "cancel":
@@ -148,6 +158,17 @@ class Client:
         elif code != 503:
             self.tally.unexpected.append(f"cancel {code}: {answer.get_data(as_text=True)[:200]}")
         return code
+
+    def status(self, job_id: str) -> str | None:
+        """The job's status as the API shows it (None: no answer, e.g. the database is down or
+        the poll limit was reached)."""
+        tenant = self._tenant_of(job_id)
+        answer = self.http.get(f"/api/v1/orgs/{tenant.organization_id}/jobs/{job_id}",
+                               headers=tenant.auth)
+        if answer.status_code != 200:
+            return None
+        status: str = answer.get_json()["status"]
+        return status
 
     def signal(self, job_id: str) -> int:
         tenant = self._tenant_of(job_id)

@@ -25,7 +25,7 @@ class Shape(StrEnum):
     PLAIN = "plain"  # bench.sleep
     TIMER = "timer"  # bench.wait
     SIGNAL_EARLY = "signal, sent at once"  # bench.await_signal, signalled right after the 202
-    SIGNAL_LATE = "signal, sent later"  # ... signalled seconds later, usually once it waits
+    SIGNAL_LATE = "signal, sent later"  # ... signalled once the API shows the job waiting
     CHAIN = "chain"  # workflow: sleep -> wait -> sleep
     CHORD = "chord"  # workflow: [sleep, sleep, wait] -> sleep
     FAN = "fan-out"  # chaos.fan: 4 bench.sleep children, 2 at a time
