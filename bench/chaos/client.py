@@ -148,7 +148,7 @@ class Client:
         tenant = self._tenant_of(job_id)
         answer = self.http.post(f"/api/v1/orgs/{tenant.organization_id}/jobs/{job_id}/cancel",
                                 headers=tenant.auth)
-        code = answer.status_code
+        code: int = answer.status_code
         body = answer.get_json(silent=True) or {}
         said = LEGITIMATE_CANCEL_ANSWERS.get(
             (code, body.get("status") or (body.get("error") or {}).get("code")))
@@ -176,7 +176,7 @@ class Client:
         answer = self.http.post(
             f"/api/v1/orgs/{tenant.organization_id}/jobs/{job_id}/signals/{SIGNAL_NAME}",
             json=payload, headers=tenant.auth)
-        code = answer.status_code
+        code: int = answer.status_code
         body = answer.get_json(silent=True) or {}
         said = LEGITIMATE_SIGNAL_ANSWERS.get(code)
         if code == 409 and (body.get("error") or {}).get("code") != "job_finished":
