@@ -227,9 +227,9 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
     organization's audit log as ``user_id``'s (with the transaction's actor: a member's or an
     operator's), in the same statement."""
     roles = dict(kind_roles or {})
-    # The job's row first, in a statement of its own: a spawn of its children that holds it
-    # (spawn_children) commits before the cancel's statement takes its snapshot, so the cancel
-    # sees, and cancels, every child made before it took effect.
+    # The job's row (after its children's) first, in a statement of its own: a spawn of its
+    # children that holds it (spawn_children) commits before the cancel's statement takes its
+    # snapshot, so the cancel sees, and cancels, every child made before it took effect.
     conn.execute(Q["lock_for_cancel"], {"id": str(job_id)})
     row = conn.execute(Q["request_cancel"], {
         "id": str(job_id), "user_id": user_id, "request_id": request_id,

@@ -124,3 +124,27 @@ def test_children_made_after_the_cancel_began_are_not_made(stack_db: Stack):
         spawner.join(1.0)  # it waits for the cancel's commit (or has wrongly gone ahead)
     assert spawner.result() == 0
     no_step_starts(stack_db, parent)
+
+
+def test_a_cancel_and_a_childs_finish_at_the_same_moment_do_not_deadlock(stack_db: Stack):
+    org, user, parent = leased_parent(stack_db)
+    with transaction(stack_db.worker_db, actor="worker:parent") as conn:
+        store.spawn_children(conn, parent, get_any_kind("test.part").rules, [(0, {"n": 0})])
+    child = claim(stack_db, "child")
+    assert child is not None
+
+    def finish() -> bool:
+        # The child's row, then (the jobs trigger, for a parent waiting on it) its parent's.
+        with transaction(stack_db.worker_db, actor="worker:child") as conn:
+            return complete_one(conn, child.id, child.lease_token, {"n": 0})
+
+    # The cancel has taken its locks when the child's finish comes: the finish waits for the
+    # cancel as a whole, rather than holding the child while the cancel waits for it.
+    with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
+        conn.execute(store.Q["lock_for_cancel"], {"id": str(parent.id)})
+        finisher = Beside(finish)
+        finisher.start()
+        finisher.join(0.5)
+        assert store.request_cancel(conn, parent.id, user).status == "cancel_requested"
+    assert finisher.result() is True  # cancel_requested -> completed: the finish still wins
+    assert children_statuses(stack_db, parent.id) == ["completed"]
