@@ -45,6 +45,7 @@ class ClientTally:
     # job id -> the payload of its signal (the same on every try: a 503 may hide a commit)
     signal_payload_of: dict[str, dict[str, str]] = field(default_factory=dict)
     signal_503_retries: int = 0
+    late_signals_not_waiting: int = 0  # sent after a minute of the job not waiting yet
 
 
 class WebLogs(logging.Handler):
@@ -124,10 +125,12 @@ class Client:
                 continue
             if what == "signal once waiting":
                 # A late signal is meant to find the job waiting: while it is still queued or
-                # running (the backlog, a kill), look again a second later, for up to 30 s.
-                if tries < 30 and self.status(job_id) in NOT_WAITING_YET:
-                    later.append((now + 1.0, what, job_id, tries + 1))
-                    continue
+                # running (the backlog, a kill), look again a second later, for up to a minute.
+                if self.status(job_id) in NOT_WAITING_YET:
+                    if tries < 60:
+                        later.append((now + 1.0, what, job_id, tries + 1))
+                        continue
+                    self.tally.late_signals_not_waiting += 1
                 what, tries = "signal", 0
             code = self.cancel(job_id) if what == "cancel" else self.signal(job_id)
             if code == 503 and tries < 60:

@@ -50,6 +50,7 @@ class ChaosReport:
     signals_asked: int = 0
     signal_answers: dict[str, int] = field(default_factory=dict)
     signal_503_retries: int = 0
+    late_signals_not_waiting: int = 0
     wakeups_not_published: int = 0
     # faults
     kills: int = 0
@@ -122,7 +123,9 @@ class ChaosReport:
                         "answers 503 asked again"),
             ("signals", f"{self.signals_asked} asked: " + (", ".join(
                 f"{k}: {n}" for k, n in sorted(self.signal_answers.items())) or "none")
-                + f"; {self.signal_503_retries} answers 503 asked again"),
+                + f"; {self.signal_503_retries} answers 503 asked again; "
+                f"{self.late_signals_not_waiting} late ones sent before their job was seen waiting "
+                "(a minute of polls)"),
             ("kills", f"{self.kills} SIGKILLs of a worker's process group, {self.worker_restarts} "
                       f"worker restarts; {self.stalls} workers stalled (SIGSTOP) for "
                       f"{STALL_SECONDS:g} s, longer than the lease"),

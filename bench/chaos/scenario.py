@@ -276,6 +276,7 @@ def _tally_client(report: ChaosReport, tally: ClientTally) -> None:
     report.signals_asked = tally.signals_asked
     report.signal_answers = dict(tally.signal_answers)
     report.signal_503_retries = tally.signal_503_retries
+    report.late_signals_not_waiting = tally.late_signals_not_waiting
 
 
 def _tally_processes(report: ChaosReport, fleet: Fleet, driver: ChaosDriver | None) -> None:
