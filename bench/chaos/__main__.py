@@ -21,7 +21,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=2, help="prefork pool size of each worker")
     parser.add_argument("--kill-every", type=float, default=2.0, help="mean seconds between SIGKILLs")
     parser.add_argument("--max-kills", type=int, help="stop killing after this many (default: no limit)")
-    parser.add_argument("--cancel-fraction", type=float, default=0.05)
+    parser.add_argument("--cancel-fraction", type=float, default=0.05,
+                        help="share of the plain and waiting jobs cancelled soon after their submit")
+    parser.add_argument("--workflows", type=float, default=0.1,
+                        help="share of the submissions that are workflows (chains, chords) and "
+                             "fan-outs, in equal parts")
+    parser.add_argument("--waits", type=float, default=0.1,
+                        help="share of the submissions that wait: bench.wait timers and "
+                             "bench.await_signal jobs signalled at once or seconds later")
+    parser.add_argument("--workflow-cancel-fraction", type=float, default=0.25,
+                        help="share of the workflows and fan-outs cancelled 0.5-4 s after submit")
     parser.add_argument("--max-sleep", type=float, default=0.5, help="jobs sleep 0..this many seconds")
     parser.add_argument("--no-pg-restart", action="store_true")
     parser.add_argument("--no-redis-restart", action="store_true")
@@ -35,9 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-logs", action="store_true", help="keep the temp dir with every log")
     args = parser.parse_args(argv)
     if (args.jobs < 1 or args.workers < 1 or args.orgs < 2 or args.stalls < 0
-            or not 0 <= args.cancel_fraction <= 1):
+            or not 0 <= args.cancel_fraction <= 1 or not 0 <= args.workflow_cancel_fraction <= 1):
         parser.error("--jobs and --workers must be positive, --orgs at least 2, --stalls not "
-                     "negative, --cancel-fraction within 0..1")
+                     "negative, --cancel-fraction and --workflow-cancel-fraction within 0..1")
+    if args.workflows < 0 or args.waits < 0 or args.workflows + args.waits > 1:
+        parser.error("--workflows and --waits are shares: not negative, together at most 1")
     if not 0 <= args.max_sleep <= 60:
         parser.error("--max-sleep must be within 0..60 (bench.sleep's limit)")
     return args
@@ -50,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         report = run_chaos(
             jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
             kill_every=args.kill_every, max_kills=args.max_kills, cancel_fraction=args.cancel_fraction,
-            max_sleep=args.max_sleep, restart_pg=not args.no_pg_restart,
+            max_sleep=args.max_sleep, workflows=args.workflows, waits=args.waits,
+            workflow_cancel_fraction=args.workflow_cancel_fraction, restart_pg=not args.no_pg_restart,
             restart_redis=not args.no_redis_restart, outage=args.outage, stalls=args.stalls,
             organizations=args.orgs,
             rate=args.rate, seed=args.seed, timeout=args.timeout, keep_logs=args.keep_logs,

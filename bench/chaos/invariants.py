@@ -14,6 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from bench.chaos.client import ClientTally
+from bench.chaos.composites import TIMER_SLACK_SECONDS
 from bench.chaos.driver import Restart
 from bench.chaos.report import ChaosReport, Verdict
 from models.jobs.records import TERMINAL, Status
@@ -28,6 +29,7 @@ def read_database(report: ChaosReport, conn: Connection, tally: ClientTally) -> 
     """Fills the database half of the report; returns the workers' claims (actor, at)."""
     accepted = tally.accepted
     found = facts.outcomes(conn)
+    children = facts.child_job_ids(conn)  # the workflows' steps and fan-outs' parts
     counts = Counter(outcome.status for job_id, outcome in found.items() if job_id in accepted)
     report.completed, report.cancelled, report.failed = (
         counts[Status.COMPLETED], counts[Status.CANCELLED], counts[Status.FAILED])
@@ -35,9 +37,11 @@ def read_database(report: ChaosReport, conn: Connection, tally: ClientTally) -> 
                                          if job_id in accepted and outcome.status == Status.FAILED))
     report.lost = sum(1 for job_id in accepted
                       if job_id not in found or found[job_id].status not in TERMINAL)
-    report.rows_without_202 = sum(1 for job_id in found if job_id not in accepted)
+    report.rows_without_202 = sum(1 for job_id in found
+                                  if job_id not in accepted and job_id not in children)
+    # A child is cancelled by its parent, not by the client: judged with the workflows.
     report.cancelled_unasked = sum(1 for job_id, outcome in found.items()
-                                   if outcome.status == Status.CANCELLED
+                                   if outcome.status == Status.CANCELLED and job_id not in children
                                    and job_id not in tally.cancel_answer_of)
     report.cancel_answer_contradicted = sum(
         1 for job_id, said in tally.cancel_answer_of.items()
@@ -155,13 +159,70 @@ def beat_rides_out_restarts(r: ChaosReport) -> Verdict:
                    f"{sent} sweeps sent after the last server restart")
 
 
+def every_workflow_ends_once(r: ChaosReport) -> Verdict:
+    c = r.composites
+    return Verdict("every workflow ends once",
+                   c.parents_not_terminal == 0 and c.parents_terminal_events_off == 0
+                   and c.parents_with_active_steps == 0,
+                   f"{sum(c.parents.values())} workflows and fan-outs: {c.parents_not_terminal} not "
+                   f"terminal, {c.parents_terminal_events_off} with other than one terminal event, "
+                   f"{c.parents_with_active_steps} with a step still active")
+
+
+def step_results_recorded_once(r: ChaosReport) -> Verdict:
+    c = r.composites
+    off = (c.places_with_two_children + c.children_completed_twice
+           + c.completed_parents_missing_steps + c.results_not_the_steps + c.draws_not_recorded_once)
+    return Verdict("every step's result recorded once", off == 0,
+                   f"{sum(c.steps.values())} steps: {c.places_with_two_children} places with two "
+                   f"children, {c.children_completed_twice} completed twice, "
+                   f"{c.completed_parents_missing_steps} completed workflows without one completed "
+                   f"step per place, {c.results_not_the_steps} results not their steps', "
+                   f"{c.draws_not_recorded_once} fan-out draws not the recorded step")
+
+
+def no_step_after_cancel(r: ChaosReport) -> Verdict:
+    c = r.composites
+    return Verdict("no step starts after its workflow's cancel",
+                   not c.started_after_cancel and c.steps_cancelled_alone == 0,
+                   f"{c.cancelled_parents} workflows cancelled: {len(c.started_after_cancel)} steps "
+                   f"leased or created after the cancel took effect; {c.steps_cancelled_alone} steps "
+                   "cancelled while their workflow went on")
+
+
+def no_wait_left_with_its_condition_met(r: ChaosReport) -> Verdict:
+    c = r.composites
+    return Verdict("no job left waiting with its condition met",
+                   c.waits_met_seen == 0 and c.waits_met_at_end == 0,
+                   f"at most {c.waits_met_seen} in {c.waits_met_readings} readings during the run, "
+                   f"{c.waits_met_at_end} at the end (a timer {TIMER_SLACK_SECONDS:g} s past due, an "
+                   "untaken signal it waits for, fewer active children than it waits for)")
+
+
+def timers_never_early(r: ChaosReport) -> Verdict:
+    c = r.composites
+    return Verdict("timers never fire early", c.timers_early == 0,
+                   f"{c.timers_early} of {c.timers_completed} bench.wait completed before the moment "
+                   "their first run recorded")
+
+
+def signals_taken_once(r: ChaosReport) -> Verdict:
+    c = r.composites
+    return Verdict("each signal taken once, by its wait",
+                   c.signals_taken_wrong == 0 and c.signal_results_wrong == 0,
+                   f"{sum(c.signal_jobs.values())} signal jobs: {c.signals_taken_wrong} took other than "
+                   f"one signal, {c.signal_results_wrong} completed without the payload sent to them")
+
+
 def run_completed(r: ChaosReport) -> Verdict:
     return Verdict("run completed", r.error is None, r.error or "no error")
 
 
 INVARIANTS = (no_job_lost, every_accepted_job_terminal, no_job_finished_twice, nothing_still_leased,
               quota_counts_exact, event_chains_consistent, cancels_keep_their_word, only_legitimate_answers,
-              workers_and_beat_ride_out_restarts, beat_rides_out_restarts, run_completed)
+              workers_and_beat_ride_out_restarts, beat_rides_out_restarts, every_workflow_ends_once,
+              step_results_recorded_once, no_step_after_cancel, no_wait_left_with_its_condition_met,
+              timers_never_early, signals_taken_once, run_completed)
 
 
 def judge(report: ChaosReport) -> list[Verdict]:

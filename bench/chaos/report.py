@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.chaos.client import KIND
+from bench.chaos.composites import CompositeFindings, example_lines
 from bench.chaos.driver import STALE_FAILURE, STALE_FINISH, STALE_STOPPED, STALL_SECONDS
 
 
@@ -31,6 +31,9 @@ class ChaosReport:
     kill_every: float = 0.0
     cancel_fraction: float = 0.0
     max_sleep: float = 0.0
+    workflows_fraction: float = 0.0
+    waits_fraction: float = 0.0
+    workflow_cancel_fraction: float = 0.0
     seed: int = 0
     organizations: int = 0
     submit_rate: float = 0.0
@@ -43,6 +46,11 @@ class ChaosReport:
     cancels_asked: int = 0
     cancel_answers: dict[str, int] = field(default_factory=dict)
     cancel_503_retries: int = 0
+    submitted_by_shape: dict[str, int] = field(default_factory=dict)
+    signals_asked: int = 0
+    signal_answers: dict[str, int] = field(default_factory=dict)
+    signal_503_retries: int = 0
+    late_signals_not_waiting: int = 0
     wakeups_not_published: int = 0
     # faults
     kills: int = 0
@@ -77,6 +85,7 @@ class ChaosReport:
     relet_after_expiry: int = 0
     expired_by_sweeper: int = 0
     resignalled_by_sweeper: int = 0
+    composites: CompositeFindings = field(default_factory=CompositeFindings)
     # from the worker logs
     stale_finishes_fenced: int = 0
     stale_attempts_stopped: int = 0
@@ -94,19 +103,29 @@ class ChaosReport:
         cancels = ", ".join(f"{k}: {n}" for k, n in sorted(self.cancel_answers.items())) or "none"
         histogram = ", ".join(f"{k}: {v}" for k, v in sorted(self.attempts_histogram.items()))
         failed_codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.failed_by_code.items()))
+        shapes = ", ".join(f"{k} {v}" for k, v in sorted(self.submitted_by_shape.items())) or "none"
         rows = [
             ("configuration",
-             f"{self.jobs_planned} jobs of {KIND} (0-{self.max_sleep:g} s), {self.organizations} "
-             f"organizations, submitted at {self.submit_rate:.1f}/s; {self.workers} x `celery -A "
-             f"tasks.celery_app worker -c {self.concurrency}` (prefork) + 1 beat; kill every "
-             f"~{self.kill_every:g} s; cancel {self.cancel_fraction:.0%}; seed {self.seed}"),
+             f"{self.jobs_planned} jobs: {1 - self.workflows_fraction - self.waits_fraction:.0%} "
+             f"bench.sleep (0-{self.max_sleep:g} s), {self.waits_fraction:.0%} waiting (bench.wait, "
+             f"bench.await_signal), {self.workflows_fraction:.0%} workflows and fan-outs; "
+             f"{self.organizations} organizations, submitted at {self.submit_rate:.1f}/s; "
+             f"{self.workers} x `celery -A tasks.celery_app worker -c {self.concurrency}` (prefork) "
+             f"+ 1 beat; kill every ~{self.kill_every:g} s; cancel {self.cancel_fraction:.0%} of "
+             f"plain and waiting jobs, {self.workflow_cancel_fraction:.0%} of workflows; seed {self.seed}"),
             ("servers", f"private to this run: {self.software}"),
             ("wall time", f"{self.wall_seconds:.1f} s (submitting {self.submit_seconds:.1f} s, "
                           f"then {self.drain_seconds:.1f} s until every job was terminal)"),
             ("submits", f"{self.submits_attempted} attempted: {self.accepted} accepted (202), "
                         f"{self.refused_503} refused at submit (503, not jobs)"),
+            ("accepted by shape", shapes),
             ("cancels", f"{self.cancels_asked} asked: {cancels}; {self.cancel_503_retries} "
                         "answers 503 asked again"),
+            ("signals", f"{self.signals_asked} asked: " + (", ".join(
+                f"{k}: {n}" for k, n in sorted(self.signal_answers.items())) or "none")
+                + f"; {self.signal_503_retries} answers 503 asked again; "
+                f"{self.late_signals_not_waiting} late ones sent before their job was seen waiting "
+                "(a minute of polls)"),
             ("kills", f"{self.kills} SIGKILLs of a worker's process group, {self.worker_restarts} "
                       f"worker restarts; {self.stalls} workers stalled (SIGSTOP) for "
                       f"{STALL_SECONDS:g} s, longer than the lease"),
@@ -127,7 +146,8 @@ class ChaosReport:
             ("event chains broken", f"{self.broken_event_chains + self.status_disagrees_with_events}"
                                     "   must be 0"),
             ("rows without a 202", f"{self.rows_without_202} (commit outcome unknown to the client)"),
-            ("attempts histogram", histogram or "empty"),
+            ("attempts histogram", (histogram or "empty") + " (accepted jobs, not their steps)"),
+            *self._composite_rows(),
             ("expired leases", f"{self.relet_after_expiry} re-leased by a worker (leased -> leased), "
                                f"{self.expired_by_sweeper} ended or re-queued by the sweeper"),
             ("stale finishes fenced",
@@ -151,7 +171,36 @@ class ChaosReport:
             lines.append(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.name}: {verdict.detail}")
         for answer in self.unexpected_answers[:5]:
             lines.append(f"     unexpected answer: {answer}")
-        for note in [*self.survivors_not_resumed, *self.unexpected_exits]:
+        for note in [*self.survivors_not_resumed, *self.unexpected_exits,
+                     *example_lines(self.composites)]:
             lines.append(f"     {note}")
         return "\n".join(lines)
+
+    def _composite_rows(self) -> list[tuple[str, str]]:
+        c = self.composites
+        by_status = ", ".join(f"{k} {v}" for k, v in sorted(c.parents.items())) or "none"
+        steps = ", ".join(f"{k} {v}" for k, v in sorted(c.steps.items())) or "none"
+        signal_jobs = ", ".join(f"{k} {v}" for k, v in sorted(c.signal_jobs.items())) or "none"
+        late = sorted(seconds for _, _, seconds in c.started_after_cancel)
+        return [
+            ("workflows", f"{sum(c.parents.values())} workflows and fan-outs: {by_status}; "
+                          f"{c.cancelled_parents} had a cancel take effect"),
+            ("steps", f"{sum(c.steps.values())} child jobs: {steps}"),
+            ("", f"{c.places_with_two_children} places with two children, "
+                 f"{c.children_completed_twice} steps completed twice, "
+                 f"{c.completed_parents_missing_steps} completed parents without one completed "
+                 f"step per place, {c.results_not_the_steps} whose result is not their steps', "
+                 f"{c.draws_not_recorded_once} fan-out draws not the recorded step"),
+            ("", f"{len(c.started_after_cancel)} steps leased or created after their "
+                 "workflow's cancel took effect"
+                 + (f" (up to {late[-1]:.3f} s after)" if late else "")
+                 + f"; {c.steps_cancelled_alone} cancelled while their workflow went on"),
+            ("timers", f"{c.timers_completed} bench.wait jobs and steps completed, "
+                       f"{c.timers_early} before their recorded moment"),
+            ("signal jobs", f"{signal_jobs}; first signal sent before the job waited: "
+                            f"{c.signals_before_wait}, after: {c.signals_after_wait}"),
+            ("waiting watch", f"{c.waits_met_readings} readings while the run went: at most "
+                              f"{c.waits_met_seen} waiting jobs with their condition met; "
+                              f"{c.waits_met_at_end} at the end"),
+        ]
 

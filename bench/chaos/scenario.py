@@ -5,6 +5,7 @@ that leaves nothing behind."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import shutil
@@ -12,6 +13,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from bench.chaos.client import Client, ClientTally, web_logs_kept
+from bench.chaos.composites import WaitWatch, read_composites
 from bench.chaos.driver import (
     STALE_FAILURE,
     STALE_FINISH,
@@ -30,6 +33,7 @@ from bench.chaos.driver import (
     log,
 )
 from bench.chaos.invariants import check_survivors, read_database
+from bench.chaos.mix import Mix
 from bench.chaos.report import ChaosReport
 from bench.harness import poll
 from models.db.transaction import transaction
@@ -38,9 +42,12 @@ from tests.kit import facts
 from tests.kit.private_servers import PrivateServers
 from tests.kit.stack import Stack
 
-# What the workers and beat of a chaos run are given: a sweeper that notices lost wake-ups
-# and expired leases within seconds, as the faults make many of both.
-CHAOS_PROCESS_SETTINGS = {"SPACEJOBS_WAKEUP_GRACE": "2", "SPACEJOBS_SWEEP_INTERVAL": "1"}
+# What the workers and beat of a chaos run are given: a sweeper that notices lost wake-ups,
+# expired leases and due timers within seconds, as the faults make many of each; and the run's
+# own fan-out kind.
+KIND_MODULE = "bench.chaos.kinds"
+CHAOS_PROCESS_SETTINGS = {"SPACEJOBS_WAKEUP_GRACE": "2", "SPACEJOBS_SWEEP_INTERVAL": "1",
+                          "SPACEJOBS_EXTRA_KIND_MODULES": KIND_MODULE}
 
 
 def run_chaos(
@@ -52,6 +59,9 @@ def run_chaos(
     max_kills: int | None = None,
     cancel_fraction: float = 0.05,
     max_sleep: float = 0.5,
+    workflows: float = 0.1,
+    waits: float = 0.1,
+    workflow_cancel_fraction: float = 0.25,
     restart_pg: bool = True,
     restart_redis: bool = True,
     outage: float = 3.0,
@@ -64,26 +74,38 @@ def run_chaos(
 ) -> ChaosReport:
     """Run the whole chaos scenario on private servers and return what the database says.
 
-    ``rate`` (submits per second) defaults to about what the workers can run, so faults hit a
-    busy system for the whole submission window; ``timeout`` bounds the wait for every job to
+    ``workflows`` and ``waits`` are the shares of the submissions that are workflows or
+    fan-outs, and jobs that wait (bench.mix.Mix); ``rate`` (submits per second) defaults to
+    about what the workers can run of that mix, so faults hit a busy system for the whole
+    submission window; ``timeout`` bounds the wait for every job to
     be terminal after the last submit. Every process and directory it creates is gone when it
     returns, also on an exception or Ctrl-C (``keep_logs`` keeps the logs).
     """
     if jobs < 1 or workers < 1 or concurrency < 1 or organizations < 1:
         raise ValueError("jobs, workers, concurrency and organizations must be positive")
+    if workflows < 0 or waits < 0 or workflows + waits > 1:
+        raise ValueError("workflows and waits are shares of the submissions, together at most 1")
     rng = random.Random(seed)
     slots = workers * concurrency
-    rate = rate or slots / (max_sleep / 2 + 0.12)
+    mix = Mix(max_sleep=max_sleep, workflows=workflows, waits=waits, cancel_fraction=cancel_fraction,
+              workflow_cancel_fraction=workflow_cancel_fraction, cancel_within=max(1.0, 3 * max_sleep))
+    rate = rate or slots / mix.slot_seconds()
     report = ChaosReport(jobs_planned=jobs, workers=workers, concurrency=concurrency,
                          kill_every=kill_every, cancel_fraction=cancel_fraction, max_sleep=max_sleep,
+                         workflows_fraction=workflows, waits_fraction=waits,
+                         workflow_cancel_fraction=workflow_cancel_fraction,
                          seed=seed, organizations=organizations, submit_rate=rate)
-    os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # the web app in this process validates bench.sleep
+    # The web app in this process validates the bench kinds and the run's own.
+    os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
+    os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = KIND_MODULE
+    importlib.import_module(KIND_MODULE)
     tmp = Path(tempfile.mkdtemp(prefix="spacejobs-chaos-"))
     began = time.monotonic()
     servers: PrivateServers | None = None
     stack: Stack | None = None
     fleet: Fleet | None = None
     driver: ChaosDriver | None = None
+    watch: WaitWatch | None = None
     engines: list[Engine] = []
     tally = ClientTally()
     try:
@@ -105,8 +127,7 @@ def run_chaos(
 
         web = stack.make_app()
         engines.append(web.extensions["spacejobs.db"])
-        client = Client(web.test_client(), tenants, rng, tally, max_sleep=max_sleep,
-                        cancel_after=max(1.0, 3 * max_sleep))
+        client = Client(web.test_client(), tenants, rng, tally, mix)
         operator = stack.operator_db
         driver = ChaosDriver(fleet, servers, lambda: tally.attempted / jobs, rng=random.Random(seed + 1),
                              kill_every=kill_every, max_kills=max_kills, outage=outage,
@@ -117,11 +138,14 @@ def run_chaos(
             if driver is not None and driver.error is not None:
                 raise ChaosError(f"chaos driver failed: {driver.error!r}") from driver.error
 
+        watch = WaitWatch(stack.admin, report.composites)
+        watch.start()
+
         log(f"submitting {jobs} jobs at {rate:.1f}/s with chaos")
         with web_logs_kept() as web_logs:
             driver.start()
             submit_start = time.monotonic()
-            client.run(jobs, rate, cancel_fraction, check_driver)
+            client.run(jobs, rate, check_driver)
             report.submit_seconds = time.monotonic() - submit_start
             while driver.pending and driver.is_alive():  # a restart due at the very end
                 time.sleep(0.1)
@@ -134,11 +158,14 @@ def run_chaos(
         drain_start = time.monotonic()
         report.timed_out = not _wait_terminal(operator, fleet, timeout)
         report.drain_seconds = time.monotonic() - drain_start
+        watch.stop.set()
+        watch.join(timeout=30)
 
         with transaction(operator) as conn:
             claims = read_database(report, conn, tally)
         with stack.admin() as owner:
             report.active_counts_off = facts.active_counts_off(owner)
+            read_composites(report.composites, owner, tally)
         check_survivors(report, driver.restarts, claims)
         report.stall_notes = _stall_notes(operator, driver.stall_log)
     except KeyboardInterrupt:
@@ -149,7 +176,7 @@ def run_chaos(
         log(f"run failed: {report.error}")
     finally:
         with _signals_deferred():
-            _cleanup(report, tmp, began, keep_logs, driver, fleet, stack, engines, servers, tally)
+            _cleanup(report, tmp, began, keep_logs, driver, watch, fleet, stack, engines, servers, tally)
     return report
 
 
@@ -201,7 +228,7 @@ def _signals_deferred() -> Iterator[None]:
 
 
 def _cleanup(report: ChaosReport, tmp: Path, began: float, keep_logs: bool,
-             driver: ChaosDriver | None, fleet: Fleet | None, stack: Stack | None,
+             driver: ChaosDriver | None, watch: WaitWatch | None, fleet: Fleet | None, stack: Stack | None,
              engines: list[Engine], servers: PrivateServers | None, tally: ClientTally) -> None:
     """Stop everything the run started, then take the worker-side counts from the logs.
 
@@ -210,6 +237,9 @@ def _cleanup(report: ChaosReport, tmp: Path, began: float, keep_logs: bool,
     one: they go with the private servers.
     """
     steps: list[Callable[[], None]] = []
+    if watch is not None:
+        steps.append(watch.stop.set)
+        steps.append(lambda: watch.join(timeout=30))
     if driver is not None:
         steps.append(driver.stop.set)
         steps.append(lambda: driver.join(timeout=180))
@@ -242,6 +272,11 @@ def _tally_client(report: ChaosReport, tally: ClientTally) -> None:
     report.cancels_asked = tally.cancels_asked
     report.cancel_answers = dict(tally.cancel_answers)
     report.cancel_503_retries = tally.cancel_503_retries
+    report.submitted_by_shape = dict(Counter(str(shape) for shape in tally.shape_of.values()))
+    report.signals_asked = tally.signals_asked
+    report.signal_answers = dict(tally.signal_answers)
+    report.signal_503_retries = tally.signal_503_retries
+    report.late_signals_not_waiting = tally.late_signals_not_waiting
 
 
 def _tally_processes(report: ChaosReport, fleet: Fleet, driver: ChaosDriver | None) -> None:

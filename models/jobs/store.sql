@@ -126,6 +126,15 @@ WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = h
   AND j.status = 'leased'
 RETURNING j.id
 
+-- lock_for_cancel --
+-- Web role, scoped to the organization, in the cancel's transaction before request_cancel: the
+-- job's row, which a lease holder spawning its children holds until they are committed. Its
+-- children's rows first (ORDER BY comes before the locks): a child's finish locks the child,
+-- then its parent (the jobs trigger), and the same order here keeps the two from deadlocking.
+SELECT id FROM jobs WHERE id = :id OR parent_id = :id
+ORDER BY id = :id, id
+FOR NO KEY UPDATE
+
 -- request_cancel --
 -- Web role, scoped to the organization. queued and waiting end at once; a running job is asked
 -- to stop.

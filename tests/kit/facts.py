@@ -57,6 +57,11 @@ def outcomes(conn: Connection) -> dict[str, Outcome]:
             for job_id, status, attempts, error_code in conn.execute(Q["outcomes"])}
 
 
+def child_job_ids(conn: Connection) -> set[str]:
+    """The ids of every job a parent made (workflow steps, fan-out parts)."""
+    return {job_id for (job_id,) in conn.execute(Q["child_job_ids"])}
+
+
 def attempts_histogram(found: dict[str, Outcome], job_ids: Iterable[str]) -> dict[int, int]:
     """How many of these jobs took 1, 2, ... attempts (0: never claimed), from ``outcomes``."""
     return dict(sorted(Counter(found[job_id].attempts for job_id in job_ids if job_id in found).items()))

@@ -17,6 +17,9 @@ SELECT status, count(*) FROM jobs WHERE organization_id = :org GROUP BY status
 -- outcomes --
 SELECT id::text, status, attempts, error_code FROM jobs
 
+-- child_job_ids --
+SELECT id::text FROM jobs WHERE parent_id IS NOT NULL
+
 -- still_leased --
 -- A finished or queued row holds no lease: a lease left behind means an attempt never ended.
 SELECT count(*) FROM jobs
@@ -67,7 +70,7 @@ SELECT count(*) FROM (
     GROUP BY organization_id, kind HAVING sum(active) <> 0) AS counted
 FULL JOIN (
     SELECT organization_id, kind, count(*) AS n FROM jobs
-    WHERE status IN ('queued', 'leased', 'cancel_requested')
+    WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
     GROUP BY organization_id, kind) AS actual USING (organization_id, kind)
 WHERE counted.n IS DISTINCT FROM actual.n
 

@@ -1,0 +1,150 @@
+"""A parent's cancel and its lease holder's spawn of children, racing: whichever comes first, no
+child may start once the cancel has taken effect (``python -m bench.chaos`` judges the same from
+the events: "no step starts after its workflow's cancel"). The interleavings are forced with two
+transactions against the real schema, as the real roles (no worker processes)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from models.db.transaction import transaction
+from models.jobs import store
+from models.jobs.records import LeasedJob
+from models.kinds import get_any_kind, get_kind, load_kinds
+from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
+
+load_kinds()
+
+
+@pytest.fixture(scope="module")
+def stack_db(bare_stack: Stack) -> Stack:
+    return bare_stack
+
+
+def claim(stack: Stack, worker: str) -> LeasedJob | None:
+    with transaction(stack.worker_db, actor=f"worker:{worker}") as conn:
+        return claim_one(conn, worker)
+
+
+def drain_queue(stack: Stack) -> None:
+    while (leased := claim(stack, "drain")) is not None:
+        with transaction(stack.worker_db) as conn:
+            complete_one(conn, leased.id, leased.lease_token, {})
+
+
+def leased_parent(stack: Stack) -> tuple[uuid.UUID, uuid.UUID, LeasedJob]:
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner")
+    with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
+        job, _ = store.submit(conn, organization_id=org, requested_by=user.id,
+                              kind=get_kind("test.fan").rules, params={"parts": [{"n": 0}]})
+    parent = claim(stack, "parent")
+    assert parent is not None and parent.id == job.id
+    return org, user.id, parent
+
+
+class Beside(threading.Thread):
+    """``fn`` in a thread of its own, keeping its answer or its error."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.answer: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.answer = self.fn()
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self, timeout: float = 30) -> Any:
+        self.join(timeout)
+        assert not self.is_alive(), "still blocked"
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+def children_statuses(stack: Stack, parent_id: uuid.UUID) -> list[str]:
+    with stack.admin() as conn:
+        return list(conn.execute(text("SELECT status FROM jobs WHERE parent_id = :p"
+                                      " ORDER BY child_index"), {"p": parent_id}).scalars())
+
+
+def no_step_starts(stack: Stack, parent: LeasedJob) -> None:
+    started = claim(stack, "other")
+    assert started is None, (
+        f"a step started after its parent's cancel took effect (the parent "
+        f"{stack.job_row(parent.id)['status']}, the step's events "
+        f"{[e['to_status'] for e in stack.events(started.id)]})")
+
+
+def test_a_cancel_while_children_are_being_made_cancels_them_too(stack_db: Stack):
+    org, user, parent = leased_parent(stack_db)
+    part = get_any_kind("test.part").rules
+
+    def cancel() -> str:
+        with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
+            return str(store.request_cancel(conn, parent.id, user).status)
+
+    # The lease holder is making a child; the requester's cancel comes before that commits.
+    with transaction(stack_db.worker_db, actor="worker:parent") as spawning:
+        assert store.spawn_children(spawning, parent, part, [(0, {"n": 0})]) == 1
+        canceller = Beside(cancel)
+        canceller.start()
+        canceller.join(1.0)  # it waits for the spawn's commit (or has wrongly gone ahead)
+    assert canceller.result() == "cancel_requested"
+    no_step_starts(stack_db, parent)
+    assert children_statuses(stack_db, parent.id) == ["cancelled"]
+
+
+def test_children_made_after_the_cancel_began_are_not_made(stack_db: Stack):
+    org, user, parent = leased_parent(stack_db)
+    part = get_any_kind("test.part").rules
+
+    def spawn() -> int:
+        with transaction(stack_db.worker_db, actor="worker:parent") as conn:
+            return store.spawn_children(conn, parent, part, [(0, {"n": 0})])
+
+    # The requester's cancel has changed the parent but not committed yet when the lease holder
+    # makes a child.
+    with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
+        assert store.request_cancel(conn, parent.id, user).status == "cancel_requested"
+        spawner = Beside(spawn)
+        spawner.start()
+        spawner.join(1.0)  # it waits for the cancel's commit (or has wrongly gone ahead)
+    assert spawner.result() == 0
+    no_step_starts(stack_db, parent)
+
+
+def test_a_cancel_and_a_childs_finish_at_the_same_moment_do_not_deadlock(stack_db: Stack):
+    org, user, parent = leased_parent(stack_db)
+    with transaction(stack_db.worker_db, actor="worker:parent") as conn:
+        store.spawn_children(conn, parent, get_any_kind("test.part").rules, [(0, {"n": 0})])
+    child = claim(stack_db, "child")
+    assert child is not None
+
+    def finish() -> bool:
+        # The child's row, then (the jobs trigger, for a parent waiting on it) its parent's.
+        with transaction(stack_db.worker_db, actor="worker:child") as conn:
+            return complete_one(conn, child.id, child.lease_token, {"n": 0})
+
+    # The cancel has taken its locks when the child's finish comes: the finish waits for the
+    # cancel as a whole, rather than holding the child while the cancel waits for it.
+    with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
+        conn.execute(store.Q["lock_for_cancel"], {"id": str(parent.id)})
+        finisher = Beside(finish)
+        finisher.start()
+        finisher.join(0.5)
+        assert store.request_cancel(conn, parent.id, user).status == "cancel_requested"
+    assert finisher.result() is True  # cancel_requested -> completed: the finish still wins
+    assert children_statuses(stack_db, parent.id) == ["completed"]
