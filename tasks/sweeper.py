@@ -69,7 +69,10 @@ def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
         due = store.sweep_unsignalled(conn, grace=process.settings.wakeup_grace, batch=batch)
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
-    report.wakeups_sent, report.publish_failures = publish_wakeups(process, to_wake, "sweep")
+    report.wakeups_sent, report.publish_failures = publish_wakeups(process, to_wake)
+    if report.publish_failures:
+        log.warning("sweep: broker unreachable, wake-ups for %d jobs deferred",
+                    report.publish_failures)
     with transaction(engine, actor="sweeper") as conn:
         # The ages are the database's retention policy: the sweeper only bounds the batch.
         purged = store.purge_finished(conn, batch=batch)
@@ -105,12 +108,14 @@ def resume_timers(process: WorkerProcess, *, batch: int = 1000) -> TimersReport:
     with transaction(process.engine, actor="beat") as conn:
         resumed = store.resume_due_timers(conn, batch=batch)
     report = TimersReport(resumed=len(resumed))
+    # Not logged here, several times a second while Redis is down: the publisher logs each
+    # failed attempt, and beat's line per sweep adds up the rounds' deferred wake-ups.
     report.wakeups_sent, report.publish_failures = publish_wakeups(
-        process, [job_id for job_id, _kind in resumed], "timers")
+        process, [job_id for job_id, _kind in resumed])
     return report
 
 
-def publish_wakeups(process: WorkerProcess, job_ids: Sequence[UUID], what: str) -> tuple[int, int]:
+def publish_wakeups(process: WorkerProcess, job_ids: Sequence[UUID]) -> tuple[int, int]:
     """Wake-ups for due jobs: (published, jobs left unwoken because the broker is down)."""
     # One wake-up per claim batch of due jobs, not one per job: a woken process claims up to a
     # batch at once, drains until nothing is due and wakes another process when more is due
@@ -122,9 +127,7 @@ def publish_wakeups(process: WorkerProcess, job_ids: Sequence[UUID], what: str) 
         if not process.publisher.wake(str(job_ids[first]), force=True):
             # The broker is down: stop trying for this round. The rows are queued and the
             # next sweep after the grace period re-sends their wake-ups.
-            left = len(job_ids) - first
-            log.warning("%s: broker unreachable, wake-ups for %d jobs deferred", what, left)
-            return sent, left
+            return sent, len(job_ids) - first
         sent += 1
     return sent, 0
 
