@@ -19,7 +19,7 @@ class Timer:
     """One timer's seconds after its due moment; None for what has not happened."""
 
     resumed_after: float | None  # waiting > queued (beat's round of due timers, or a sweep)
-    leased_after: float | None  # the lease of its last run
+    leased_after: float | None  # the first lease after its resume
     completed_after: float | None
     waited: bool  # it went to waiting at all (its first run came before its moment)
 

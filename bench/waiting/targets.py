@@ -55,9 +55,9 @@ def timer_line(figure: TimerFigure, sweep_interval: float, timer_interval: float
         facts.append(f"resumed (waiting > queued) p95 {percentile(resumed, 95):.2f} s")
     else:
         facts.append("none resumed")
-    leased = [t.leased_after for t in figure.timers if t.leased_after is not None and t.waited]
+    leased = [t.leased_after for t in figure.timers if t.leased_after is not None]
     if leased:
-        facts.append(f"the waiters' last lease p95 {percentile(leased, 95):.2f} s")
+        facts.append(f"leased again p95 {percentile(leased, 95):.2f} s")
     if not figure.redis_running:
         facts.append(f"all completed {figure.recovered_in:.1f} s after Redis came back"
                      if figure.recovered_in is not None else
