@@ -103,8 +103,8 @@ class TimersReport:
 
 def resume_timers(process: WorkerProcess, *, batch: int = 1000) -> TimersReport:
     """Due timers only (beat's short cadence, between the sweeps): one indexed statement, and
-    the wake-ups for what it resumed. The sweep's resume_due_waits covers the same timers, so a
-    round that fails leaves nothing behind for longer than a sweep interval."""
+    the wake-ups for what it resumed. A timer one round misses is the next round's, or the
+    sweep's: resume_due_waits() covers the timers too."""
     with transaction(process.engine, actor="beat") as conn:
         resumed = store.resume_due_timers(conn, batch=batch)
     report = TimersReport(resumed=len(resumed))
