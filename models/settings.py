@@ -102,6 +102,12 @@ class Settings(BaseSettings):
 
     # -- sweeper and retention -------------------------------------------------------------
     sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
+    timer_interval: float = Field(
+        0.25, gt=0, le=60,
+        description="seconds between beat's rounds of due timers (`ctx.sleep`, `sleep_until`, a "
+                    "signal's timeout), run between the sweeps: a timer goes back to the queue "
+                    "within about this long after its moment (one indexed statement a round, "
+                    "in every beat)")
     wakeup_grace: float = Field(
         5, ge=0, description="seconds a due job waits for its wake-up before the sweeper re-sends it")
     # Retention is the database's policy (models/ops/retention.py): these are read only by

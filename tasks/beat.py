@@ -8,6 +8,10 @@ batch of the sweep is taken with FOR UPDATE SKIP LOCKED, so two sweeps never han
 Sweeps run one after another in beat's own loop, so a slow sweep delays the next instead of
 overlapping it.
 
+Between sweeps the same loop runs the rounds of due timers (tasks/timer_rounds.py), every
+SPACEJOBS_TIMER_INTERVAL: a sleeping job goes back to the queue within a fraction of a second of
+its moment, without running the whole sweep that often.
+
 Periodic jobs (models/jobs/periodic.py) are submitted from the same loop, at most once per
 period by this beat; the period's Idempotency-Key makes it once per period across all beats.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +32,7 @@ from models.jobs import periodic
 from models.kinds import load_kinds
 from models.settings import get_settings
 from tasks import sweeper, worker_process
+from tasks.timer_rounds import TimerRounds
 from tasks.wakeups import SWEEP_TASK
 
 log = logging.getLogger("spacejobs.beat")
@@ -35,6 +41,7 @@ log = logging.getLogger("spacejobs.beat")
 class SweepingScheduler(PersistentScheduler):
     _periodic: list[periodic.Periodic] | None = None
     _submitted: dict[str, datetime]
+    _timers: TimerRounds | None = None
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
@@ -43,10 +50,15 @@ class SweepingScheduler(PersistentScheduler):
             get_settings().periodic_jobs)
         self._periodic = periodic.resolve(entries)  # a bad entry stops beat at once, loudly
         self._submitted = {}
+        self._timers = TimerRounds(get_settings().timer_interval)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         self.submit_periodic(datetime.now(UTC))
-        return super().tick(*args, **kwargs)
+        if self._timers is None:
+            return super().tick(*args, **kwargs)
+        self._timers.run_if_due(lambda: sweeper.resume_timers(worker_process.current()))
+        # Beat sleeps what tick() returns: until the next sweep, or the next round of timers.
+        return min(super().tick(*args, **kwargs), self._timers.seconds_left())
 
     def submit_periodic(self, now: datetime) -> None:
         for job in self._periodic or ():
@@ -79,5 +91,7 @@ class SweepingScheduler(PersistentScheduler):
             # The next sweep tries again; a database outage must not stop beat.
             log.exception("sweep failed")
             return None
-        log.info("sweep ran in %.3fs: %s", time.monotonic() - started, report.as_dict())
+        rounds, timers = self._timers.take_totals() if self._timers else (0, sweeper.TimersReport())
+        log.info("sweep ran in %.3fs: %s; timers since the last sweep: %d rounds, %s",
+                 time.monotonic() - started, report.as_dict(), rounds, asdict(timers))
         return None

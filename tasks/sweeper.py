@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from uuid import UUID
 
 from models.db.transaction import transaction
 from models.jobs import store
@@ -47,7 +49,6 @@ class SweepReport:
 def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
     """One sweep, as this process (its engine, its publisher, its results store)."""
     engine = process.engine
-    publish_wake = process.publisher.wake
     report = SweepReport()
     with transaction(engine, actor="sweeper") as conn:
         expired = store.sweep_expired_leases(conn, batch=batch)
@@ -68,20 +69,10 @@ def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
         due = store.sweep_unsignalled(conn, grace=process.settings.wakeup_grace, batch=batch)
     report.resignalled = len(due)
     to_wake.extend(job_id for job_id, _kind in due)
-    # One wake-up per claim batch of due jobs, not one per job: a woken process claims up to a
-    # batch at once, drains until nothing is due and wakes another process when more is due
-    # than it took, so more messages would only be pool processes finding the queue empty.
-    # (The chaos run once left 29,061 wake-ups in Redis after a backlog, one per job.)
-    per_wakeup = process.settings.claim_batch
-    for first in range(0, len(to_wake), per_wakeup):
-        if not publish_wake(str(to_wake[first]), force=True):
-            # The broker is down: stop trying for this round. The rows keep their state and the
-            # next sweep after the grace period re-sends their wake-ups.
-            report.publish_failures = len(to_wake) - first
-            log.warning("sweep: broker unreachable, wake-ups for %d jobs deferred",
-                        report.publish_failures)
-            break
-        report.wakeups_sent += 1
+    report.wakeups_sent, report.publish_failures = publish_wakeups(process, to_wake)
+    if report.publish_failures:
+        log.warning("sweep: broker unreachable, wake-ups for %d jobs deferred",
+                    report.publish_failures)
     with transaction(engine, actor="sweeper") as conn:
         # The ages are the database's retention policy: the sweeper only bounds the batch.
         purged = store.purge_finished(conn, batch=batch)
@@ -100,6 +91,45 @@ def sweep_once(process: WorkerProcess, *, batch: int = 500) -> SweepReport:
                                 grace=process.settings.results_orphan_grace)
         report.orphans_deleted, report.results_missing = orphans.deleted, len(orphans.missing)
     return report
+
+
+@dataclass
+class TimersReport:
+    #: waiting jobs whose moment had come, queued again
+    resumed: int = 0
+    wakeups_sent: int = 0
+    publish_failures: int = 0
+
+
+def resume_timers(process: WorkerProcess, *, batch: int = 1000) -> TimersReport:
+    """Due timers only (beat's short cadence, between the sweeps): one indexed statement, and
+    the wake-ups for what it resumed. A timer one round misses is the next round's, or the
+    sweep's: resume_due_waits() covers the timers too."""
+    with transaction(process.engine, actor="beat") as conn:
+        resumed = store.resume_due_timers(conn, batch=batch)
+    report = TimersReport(resumed=len(resumed))
+    # Not logged here, several times a second while Redis is down: the publisher logs each
+    # failed attempt, and beat's line per sweep adds up the rounds' deferred wake-ups.
+    report.wakeups_sent, report.publish_failures = publish_wakeups(
+        process, [job_id for job_id, _kind in resumed])
+    return report
+
+
+def publish_wakeups(process: WorkerProcess, job_ids: Sequence[UUID]) -> tuple[int, int]:
+    """Wake-ups for due jobs: (published, jobs left unwoken because the broker is down)."""
+    # One wake-up per claim batch of due jobs, not one per job: a woken process claims up to a
+    # batch at once, drains until nothing is due and wakes another process when more is due
+    # than it took, so more messages would only be pool processes finding the queue empty.
+    # (The chaos run once left 29,061 wake-ups in Redis after a backlog, one per job.)
+    per_wakeup = process.settings.claim_batch
+    sent = 0
+    for first in range(0, len(job_ids), per_wakeup):
+        if not process.publisher.wake(str(job_ids[first]), force=True):
+            # The broker is down: stop trying for this round. The rows are queued and the
+            # next sweep after the grace period re-sends their wake-ups.
+            return sent, len(job_ids) - first
+        sent += 1
+    return sent, 0
 
 
 def orphan_sweep_due(process: WorkerProcess) -> bool:

@@ -27,6 +27,7 @@ from tests.kit.stack import Stack
 
 FIGURES = ("slots", "fanout", "timers")
 DEFAULT_SWEEP_INTERVAL: float = Settings.model_fields["sweep_interval"].default
+DEFAULT_TIMER_INTERVAL: float = Settings.model_fields["timer_interval"].default
 KIND_MODULE = "bench.waiting.kinds"
 
 
@@ -60,6 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sweep-interval", type=float, default=DEFAULT_SWEEP_INTERVAL,
                         help="SPACEJOBS_SWEEP_INTERVAL of beat (default: the product's,"
                              f" {DEFAULT_SWEEP_INTERVAL:g} s)")
+    parser.add_argument("--timer-interval", type=float, default=DEFAULT_TIMER_INTERVAL,
+                        help="SPACEJOBS_TIMER_INTERVAL of beat, its rounds of due timers between"
+                             f" sweeps (default: the product's, {DEFAULT_TIMER_INTERVAL:g} s; at"
+                             " most 60)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the directory with every log")
     add_embedded_option(parser)
     args = parser.parse_args(argv)
@@ -81,9 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if min(args.jobs, args.samples, args.timers, args.children, args.reps, args.workers,
            args.concurrency, args.max_parallel) < 1:
         parser.error("the sizes must be positive")
-    if min(args.cpu_seconds, args.sweep_interval) <= 0 or args.spread < 0 or args.lead < 0:
-        parser.error("--cpu-seconds and --sweep-interval must be positive, --spread and --lead not"
-                     " negative")
+    if (min(args.cpu_seconds, args.sweep_interval, args.timer_interval) <= 0
+            or args.spread < 0 or args.lead < 0):
+        parser.error("--cpu-seconds, --sweep-interval and --timer-interval must be positive,"
+                     " --spread and --lead not negative")
+    if args.timer_interval > 60:
+        parser.error("--timer-interval is at most 60 (SPACEJOBS_TIMER_INTERVAL's bound)")
     return args
 
 
@@ -100,6 +108,8 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
     redis_version = redis.client().info("server").get("redis_version", "?")
     default = "the product's default" if args.sweep_interval == DEFAULT_SWEEP_INTERVAL else (
         f"the product's default is {DEFAULT_SWEEP_INTERVAL:g} s")
+    timer_default = ("the product's default" if args.timer_interval == DEFAULT_TIMER_INTERVAL
+                     else f"the product's default is {DEFAULT_TIMER_INTERVAL:g} s")
     return [
         f"command   : {command}",
         f"machine   : {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {platform.system()}"
@@ -108,7 +118,8 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
         f"servers   : PostgreSQL {servers.postgres_version()} ({servers.source}), a private"
         f" redis-server {redis_version} on a unix socket (stopped for the Redis-stopped figures)",
         f"processes : {args.workers} worker(s) -c {args.concurrency} and one beat;"
-        f" SPACEJOBS_SWEEP_INTERVAL={args.sweep_interval:g} s ({default}), SPACEJOBS_ACTIVE_JOBS_QUOTA"
+        f" SPACEJOBS_SWEEP_INTERVAL={args.sweep_interval:g} s ({default}),"
+        f" SPACEJOBS_TIMER_INTERVAL={args.timer_interval:g} s ({timer_default}), SPACEJOBS_ACTIVE_JOBS_QUOTA"
         f"={os.environ['SPACEJOBS_ACTIVE_JOBS_QUOTA']} (every job of the slots figure is active at"
         " once), every other SPACEJOBS_* setting its default",
         f"sizes     : slots {args.jobs:,} waiting jobs, {args.samples} CPU readings of"
@@ -180,7 +191,8 @@ class Run:
                 say(f"  {what} (load {_load()})")
                 figure = self.attempt(what, lambda s=spread, r=redis_running: self.bench.timers(
                     args.timers, s, lead=args.lead, patience=args.patience, redis_running=r))
-                self.lines.append(targets.timer_line(figure, args.sweep_interval) if figure else
+                self.lines.append(targets.timer_line(figure, args.sweep_interval, args.timer_interval)
+                                  if figure else
                                   f"issue 16 {what}: not measured")
 
 
@@ -189,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     clean_up_on_signals()
     settings = {"SPACEJOBS_BENCH_KINDS": "1", "SPACEJOBS_EXTRA_KIND_MODULES": KIND_MODULE,
                 "SPACEJOBS_SWEEP_INTERVAL": str(args.sweep_interval),
+                "SPACEJOBS_TIMER_INTERVAL": str(args.timer_interval),
                 # The slots figure's jobs are all active at once, far past the default cap.
                 "SPACEJOBS_ACTIVE_JOBS_QUOTA": str(max(args.jobs, args.children) + 1000)}
     os.environ.update(settings)  # the submits of this process, and every process it starts

@@ -18,7 +18,8 @@ Q = queries_beside(__file__)
 class Timer:
     """One timer's seconds after its due moment; None for what has not happened."""
 
-    resumed_after: float | None  # the sweeper's waiting > queued
+    resumed_after: float | None  # waiting > queued (beat's round of due timers, or a sweep)
+    leased_after: float | None  # the first lease after its resume
     completed_after: float | None
     waited: bool  # it went to waiting at all (its first run came before its moment)
 
@@ -56,8 +57,8 @@ def _seconds(value: object) -> float | None:
 
 
 def timers(conn: Connection, org: uuid.UUID) -> list[Timer]:
-    return [Timer(_seconds(resumed), _seconds(completed), waited)
-            for resumed, completed, waited in conn.execute(Q["timers"], {"org": org})]
+    return [Timer(_seconds(resumed), _seconds(leased), _seconds(completed), waited)
+            for resumed, leased, completed, waited in conn.execute(Q["timers"], {"org": org})]
 
 
 def drain_span(conn: Connection, org: uuid.UUID) -> DrainSpan:

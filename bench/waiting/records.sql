@@ -18,19 +18,23 @@ DELETE FROM jobs WHERE organization_id = :org
 
 -- timers --
 -- Per timer (bench_waiting.until), in seconds after its due moment (its params' `at`, which
--- sleep_until recorded as its step): the sweeper's resume (the first waiting > queued event)
--- and the completion event; NULL for what has not happened. Both events are stamped with
--- clock_timestamp() inside the statement that made the change.
-SELECT extract(epoch FROM (SELECT min(e.at) FROM job_events e
-                           WHERE e.job_id = j.id AND e.from_status = 'waiting'
-                             AND e.to_status = 'queued')
-                          - CAST(j.params ->> 'at' AS timestamptz)) AS resumed_after,
+-- sleep_until recorded as its step): its resume (the first waiting > queued event: beat's round
+-- of due timers, or a sweep), the first lease after that resume, and the completion event; NULL
+-- for what has not happened. The events are stamped with clock_timestamp() inside the statement
+-- that made the change.
+SELECT extract(epoch FROM r.at - CAST(j.params ->> 'at' AS timestamptz)) AS resumed_after,
+       extract(epoch FROM (SELECT min(e.at) FROM job_events e
+                           WHERE e.job_id = j.id AND e.to_status = 'leased' AND e.at >= r.at)
+                          - CAST(j.params ->> 'at' AS timestamptz)) AS leased_after,
        extract(epoch FROM (SELECT max(e.at) FROM job_events e
                            WHERE e.job_id = j.id AND e.to_status = 'completed')
                           - CAST(j.params ->> 'at' AS timestamptz)) AS completed_after,
        EXISTS (SELECT 1 FROM job_events e
                WHERE e.job_id = j.id AND e.to_status = 'waiting') AS waited
 FROM jobs j
+CROSS JOIN LATERAL (SELECT min(e.at) AS at FROM job_events e
+                    WHERE e.job_id = j.id AND e.from_status = 'waiting'
+                      AND e.to_status = 'queued') r
 WHERE j.organization_id = :org AND j.kind = 'bench_waiting.until'
 
 -- drain_span --

@@ -39,12 +39,13 @@ def slots_lines(figure: SlotsFigure) -> list[str]:
     return [held, cpu]
 
 
-def timer_line(figure: TimerFigure, sweep_interval: float) -> str:
+def timer_line(figure: TimerFigure, sweep_interval: float, timer_interval: float) -> str:
     when = ("due in the same second" if figure.spread == 0
             else f"spread over {figure.spread:g} s")
     redis = "Redis running" if figure.redis_running else "Redis stopped"
     head = (f"issue 16 timers: {figure.count} {when}, {redis}, fire <= {LATENESS_P95:g} s late"
-            f" at p95 (SPACEJOBS_SWEEP_INTERVAL={sweep_interval:g} s)")
+            f" at p95 (SPACEJOBS_TIMER_INTERVAL={timer_interval:g} s,"
+            f" SPACEJOBS_SWEEP_INTERVAL={sweep_interval:g} s)")
     completed = [t.completed_after for t in figure.timers if t.completed_after is not None]
     resumed = [t.resumed_after for t in figure.timers if t.resumed_after is not None]
     waited = sum(t.waited for t in figure.timers)
@@ -54,6 +55,9 @@ def timer_line(figure: TimerFigure, sweep_interval: float) -> str:
         facts.append(f"resumed (waiting > queued) p95 {percentile(resumed, 95):.2f} s")
     else:
         facts.append("none resumed")
+    leased = [t.leased_after for t in figure.timers if t.leased_after is not None]
+    if leased:
+        facts.append(f"leased again p95 {percentile(leased, 95):.2f} s")
     if not figure.redis_running:
         facts.append(f"all completed {figure.recovered_in:.1f} s after Redis came back"
                      if figure.recovered_in is not None else

@@ -588,6 +588,12 @@ def resume_due_waits(conn: Connection, *, batch: int = 500) -> list[tuple[UUID, 
     return [(row.id, row.kind) for row in conn.execute(Q["resume_due_waits"], {"batch": batch})]
 
 
+def resume_due_timers(conn: Connection, *, batch: int = 1000) -> list[tuple[UUID, str]]:
+    """Waiting jobs whose moment has come, queued: the timers alone, one index range (beat's
+    short cadence; the sweep's resume_due_waits covers them too, and the parents)."""
+    return [(row.id, row.kind) for row in conn.execute(Q["resume_due_timers"], {"batch": batch})]
+
+
 def signal_job(conn: Connection, job_id: UUID, name: str, payload: Any, user_id: UUID, *,
                kind_roles: Mapping[str, str]) -> tuple[str, Status | None]:
     """A member's signal (see signal_job() in the schema): (outcome, the job's status)."""

@@ -352,6 +352,10 @@ SELECT wait_job(:id, :lease_token, :until, :signal, :children)
 -- resume_due_waits --
 SELECT id, kind FROM resume_due_waits(:batch)
 
+-- resume_due_timers --
+-- Beat's short cadence: the timers alone (see resume_due_timers() in the schema).
+SELECT id, kind FROM resume_due_timers(:batch)
+
 -- signal_job --
 -- Web role, scoped to the organization (see signal_job() in the schema).
 SELECT outcome, status FROM signal_job(:id, :name, CAST(:payload AS jsonb), :user_id,

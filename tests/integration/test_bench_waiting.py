@@ -20,7 +20,8 @@ TINY = ["--quick", "--jobs", "100", "--samples", "1", "--cpu-seconds", "1", "--t
         "--max-parallel", "10", "--sweep-interval", "0.5"]
 VERDICT = r"(PASS|FALL SHORT)$"
 TIMER = (r"^issue 16 timers: 10 ({when}), Redis {redis}, fire <= 1 s late at p95"
-         r" \(SPACEJOBS_SWEEP_INTERVAL=0.5 s\): (completion p95 [\d.]+ s|\d+ of 10 not completed)"
+         r" \(SPACEJOBS_TIMER_INTERVAL=0.25 s, SPACEJOBS_SWEEP_INTERVAL=0.5 s\):"
+         r" (completion p95 [\d.]+ s|\d+ of 10 not completed)"
          r" .*" + VERDICT)
 
 
@@ -36,7 +37,8 @@ def test_quick_run_measures_every_figure_and_prints_the_targets(servers: Servers
     def line(pattern: str) -> None:
         assert re.search(pattern, report, re.MULTILINE), f"{pattern}\n{report[-6000:]}"
 
-    line(r"SPACEJOBS_SWEEP_INTERVAL=0.5 s \(the product's default is [\d.]+ s\)")
+    line(r"SPACEJOBS_SWEEP_INTERVAL=0.5 s \(the product's default is [\d.]+ s\),"
+         r" SPACEJOBS_TIMER_INTERVAL=0.25 s \(the product's default\)")
     line(r"^issue 16 slots: 100 jobs waiting \(50 on timers, 50 on signals\) hold 0 leases: at most"
          r" \d+ in \d+ readings, \d+ still waiting at the end " + VERDICT)
     line(r"^issue 16 slots: the workers' CPU with 100 jobs waiting is within noise of idle .*:"

@@ -1,5 +1,5 @@
 """Jobs that wait without holding a worker: timers, signals, children and recorded steps, with
-real worker processes, beat (whose sweeps fire the timers) and the HTTP API. A waiting job holds
+real worker processes, beat (whose rounds of due timers fire them) and the HTTP API. A waiting job holds
 no lease and no slot; what it waits for puts it back in the queue; the attempt is not used up;
 and what came before a wait is not done again."""
 

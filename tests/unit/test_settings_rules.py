@@ -46,6 +46,7 @@ def test_extra_kind_modules_are_a_comma_separated_list(env, text, modules):
     ("SPACEJOBS_CLAIM_BATCH", "0"), ("SPACEJOBS_CLAIM_BATCH", "1001"),
     ("SPACEJOBS_WEB_THREADS", "1"), ("SPACEJOBS_DRAIN_LIMIT", "0"),
     ("SPACEJOBS_SWEEP_INTERVAL", "0"), ("SPACEJOBS_SHUTDOWN_GRACE", "-1"),
+    ("SPACEJOBS_TIMER_INTERVAL", "0"), ("SPACEJOBS_TIMER_INTERVAL", "61"),
     ("SPACEJOBS_DB_POOLER", "session"), ("SPACEJOBS_RATE_LIMIT_FAIL", "maybe"),
     ("SPACEJOBS_RESULTS_STORE", "ftp"), ("SPACEJOBS_LOG_FORMAT", "xml"),
     ("SPACEJOBS_KEEP_JOBS_DAYS", "0"), ("SPACEJOBS_WAKEUP_COALESCE_MS", "0"),

@@ -31,7 +31,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
     state = SimpleNamespace(expired=[], due=[], purged={"jobs_deleted": 0, "results_dropped": 0,
                                                        "events_deleted": 0, "dropped_refs": []},
                             audit_deleted=0, transactions=[], folded=0, results=FakeResults(),
-                            orphans=[], grace=None, resumed=[])
+                            orphans=[], grace=None, resumed=[], timers=[], timer_calls=0)
 
     def transaction(engine, *, actor=None):
         state.transactions.append(actor)
@@ -44,6 +44,10 @@ def world(monkeypatch: pytest.MonkeyPatch):
     def fold_metrics(conn):
         state.folded += 1
 
+    def resume_due_timers(conn, *, batch):
+        state.timer_calls += 1
+        return state.timers
+
     def sweep_orphans(engine, store, *, grace):
         state.orphans.append(grace)
         return SimpleNamespace(deleted=2, missing=["a"])
@@ -51,7 +55,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sweeper, "transaction", transaction)
     monkeypatch.setattr(sweeper, "store", SimpleNamespace(
         sweep_expired_leases=lambda conn, batch: state.expired, sweep_unsignalled=sweep_unsignalled,
-        resume_due_waits=lambda conn, batch: state.resumed,
+        resume_due_waits=lambda conn, batch: state.resumed, resume_due_timers=resume_due_timers,
         purge_finished=lambda conn, batch: state.purged, fold_metrics=fold_metrics))
     monkeypatch.setattr(sweeper, "audit", SimpleNamespace(purge=lambda conn, batch: state.audit_deleted))
     monkeypatch.setattr(sweeper, "sweep_orphans", sweep_orphans)
@@ -170,3 +174,33 @@ def test_waiting_jobs_whose_moment_came_are_woken_with_the_rest(world):
     report = sweeper.sweep_once(process(world, publish))
     assert report.resumed == 2 and report.wakeups_sent == 1  # one batch covers all three
     assert publish.calls == [(str(world.expired[0][0]), True)]
+
+
+def test_a_round_of_timers_runs_only_their_statement_and_wakes_one_per_claim_batch(world):
+    batch = get_settings().claim_batch
+    world.timers = [(j, "bench.wait") for j in ids(batch + 1)]
+    # What the full sweep would find: a round must leave all of it to the sweep.
+    world.expired = [(j, Status.QUEUED) for j in ids(3)]
+    world.due = [(j, "bench.noop") for j in ids(2)]
+    world.resumed = [(j, "bench.wait") for j in ids(4)]
+    publish = Publisher()
+    report = sweeper.resume_timers(process(world, publish))
+    assert (report.resumed, report.wakeups_sent, report.publish_failures) == (batch + 1, 2, 0)
+    assert publish.calls == [(str(world.timers[0][0]), True), (str(world.timers[batch][0]), True)]
+    assert world.timer_calls == 1 and world.transactions == ["beat"]
+    assert world.folded == 0 and world.grace is None and world.orphans == []
+
+
+def test_a_round_of_timers_with_the_broker_down_counts_the_jobs_left_unwoken(world, caplog):
+    world.timers = [(j, "bench.wait") for j in ids(3)]
+    with caplog.at_level("INFO", logger="spacejobs"):
+        report = sweeper.resume_timers(process(world, Publisher(fail_after=0)))
+    assert (report.resumed, report.wakeups_sent, report.publish_failures) == (3, 0, 3)
+    # Counted for beat's line per sweep, not logged four times a second while Redis is down.
+    assert caplog.records == []
+
+
+def test_a_round_with_no_timer_due_sends_nothing(world):
+    publish = Publisher()
+    report = sweeper.resume_timers(process(world, publish))
+    assert report == sweeper.TimersReport() and publish.calls == []

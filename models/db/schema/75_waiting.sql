@@ -1,7 +1,7 @@
 -- Jobs that wait without holding a worker: a timer, a signal, their children. A waiting job
 -- holds no lease; the database itself puts it back in the queue when what it waits for has
--- come (resume_due_waits() for timers and lost resumes, signal_job() for signals, the jobs
--- trigger for children), and the kind runs again from the top, its recorded steps answered from
+-- come (resume_due_timers() for timers, resume_due_waits() for timers and lost resumes,
+-- signal_job() for signals, the jobs trigger for children), and the kind runs again from the top, its recorded steps answered from
 -- job_steps instead of being run again.
 
 -- What a job's steps returned, recorded in the lease holder's fenced transaction: a later run of
@@ -108,6 +108,34 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION resume_due_waits(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION resume_due_waits(integer) TO space_worker;
+
+-- Beat's short cadence (SPACEJOBS_TIMER_INTERVAL): the timers alone, waiting jobs whose moment
+-- has come. A range of jobs_waiting_idx, so its cost follows the timers that are due, not the
+-- jobs waiting for signals or children nor the finished rows (resume_due_waits() reads every
+-- waiting job, and counts each waiting parent's children). Returns the resumed jobs, to wake
+-- workers for them.
+CREATE FUNCTION resume_due_timers(p_batch integer)
+RETURNS TABLE (id uuid, kind text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    WITH due AS (
+        SELECT j.id FROM jobs j
+        WHERE j.status = 'waiting' AND j.wait_until <= now()
+        ORDER BY j.wait_until
+        LIMIT least(greatest(p_batch, 1), 10000)
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jobs j SET status = 'queued', run_after = now(), last_wakeup_at = now()
+    FROM due WHERE j.id = due.id
+    RETURNING j.id, j.kind;
+    -- A lingering worker hears it at COMMIT without waiting for beat's wake-up.
+    IF FOUND THEN
+        PERFORM pg_notify('spacejobs_jobs', '');
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION resume_due_timers(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION resume_due_timers(integer) TO space_worker;
 
 -- A member's signal to a job of the scoped organization, by the cancel rule (the requester, or a
 -- current member holding the kind's role; p_kind_roles as for request_cancel). It is kept until

@@ -1,0 +1,25 @@
+"""resume_due_timers(): the timers alone, for beat's short cadence.
+
+Revision ID: 0032
+Revises: 0031
+
+Frozen: this revision runs the ``.sql`` file of the same name beside it, never edited again.
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0032"
+down_revision = "0031"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("restore a backup: the beats of this revision call "
+                              "resume_due_timers() several times a second")
