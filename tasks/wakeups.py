@@ -65,9 +65,16 @@ class WakeupPublisher:
         if time.monotonic() < self._skip_until:
             self._count(WAKEUPS_FAILED)
             return False
+        if self._skip_until and not self.reachable():
+            # Still down after the back-off: a PING fails at once, where Celery's publish would
+            # hold the caller (a web request, beat's loop) for its connection retry, ~2 s.
+            self._count(WAKEUPS_FAILED)
+            self._skip_until = time.monotonic() + self._backoff
+            return False
         try:
             if not (force or countdown) and not self._redis.set(
                     self._guard_key, b"1", nx=True, px=self._guard_ms):
+                self._skip_until = 0.0
                 return True  # one is on its way and will see this job too
             self._celery.send_task(WAKE_TASK, kwargs={"job_id": job_id}, countdown=countdown,
                                    retry=False)
@@ -77,6 +84,7 @@ class WakeupPublisher:
             log.warning("wake-up not published (%s); the sweeper will re-send it",
                         type(exc).__name__, extra={"job_id": job_id})
             return False
+        self._skip_until = 0.0
         self._count(WAKEUPS_PUBLISHED)
         return True
 

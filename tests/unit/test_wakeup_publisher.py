@@ -19,6 +19,7 @@ class FakeRedis:
     def __init__(self) -> None:
         self.keys: dict[str, tuple[bytes, int]] = {}
         self.down = False
+        self.pings = 0
 
     def set(self, key, value, *, nx, px):
         if self.down:
@@ -33,6 +34,12 @@ class FakeRedis:
         if self.down:
             raise ConnectionError("redis is down")
         self.keys.pop(key, None)
+
+    def ping(self):
+        self.pings += 1
+        if self.down:
+            raise ConnectionError("redis is down")
+        return True
 
 
 class FakeCelery:
@@ -107,6 +114,24 @@ def test_a_failed_publish_is_counted_and_later_ones_are_skipped_for_the_backoff(
     clock[0] += 0.2
     assert parts.publisher.wake("back") is True
     assert parts.counters.names == [WAKEUPS_FAILED, WAKEUPS_FAILED, WAKEUPS_PUBLISHED]
+
+
+def test_after_the_backoff_a_broker_still_down_is_found_by_a_ping_not_a_publish(parts, clock):
+    """Celery's publish to a dead broker holds its caller for a connection retry (~2 s): after
+    a failure, a PING tells first, at once."""
+    parts.celery.down = parts.redis.down = True
+    assert parts.publisher.wake("lost") is False
+    clock[0] += get_settings().broker_backoff + 0.1
+    sent_before = len(parts.celery.sent)
+    assert parts.publisher.wake("still down") is False
+    assert parts.redis.pings == 1 and len(parts.celery.sent) == sent_before
+    assert parts.publisher.wake("backing off again") is False  # within the new back-off
+    assert parts.redis.pings == 1
+    parts.celery.down = parts.redis.down = False
+    clock[0] += get_settings().broker_backoff + 0.1
+    assert parts.publisher.wake("back") is True
+    assert parts.publisher.wake("x", force=True) is True
+    assert parts.redis.pings == 2  # once published, no PING before each publish
 
 
 def test_a_guard_that_cannot_be_set_is_a_failed_publish_too(parts):
