@@ -33,7 +33,7 @@ from models.results.records import StoredResult
 from models.tenancy.projects import Projects
 
 if TYPE_CHECKING:
-    from models.jobs.store import Child
+    from models.jobs.store import Child, FanOut
 
 
 class Tenant:
@@ -73,6 +73,11 @@ class JobRuntime(Protocol):
 
     def spawn_children(self, job: LeasedJob, kind: KindRules,
                        items: Sequence[tuple[int, dict[str, Any]]]) -> int: ...
+
+    def fan_out_state(self, job: LeasedJob) -> FanOut | None: ...
+
+    def start_fan_out(self, job: LeasedJob, kind: KindRules, items: Sequence[dict[str, Any]],
+                      max_parallel: int) -> FanOut | None: ...
 
     def children(self, job: LeasedJob) -> list[Child]: ...
 

@@ -177,6 +177,16 @@ SELECT spawn_children(:parent, :token, :kind, CAST(:indexes AS integer[]),
 SELECT child_index, id, status, result, error_code, error_message
 FROM children_of(:parent, :token)
 
+-- fan_out_state --
+-- Worker role, holding the parent's lease (see fan_out_state() in the schema).
+SELECT total, released, ended FROM fan_out_state(:parent, :token)
+
+-- start_fan_out --
+-- Worker role, holding the parent's lease (see start_fan_out() in the schema).
+SELECT total, released, ended
+FROM start_fan_out(:parent, :token, :kind, CAST(:params AS jsonb[]), :max_parallel,
+                   :max_attempts, :lease_seconds)
+
 -- cancel_children --
 SELECT cancel_children(:parent, :token)
 

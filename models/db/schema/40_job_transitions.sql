@@ -210,7 +210,9 @@ BEGIN
     -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
     -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
     -- going to wait at this moment (wait_job() locks its row too) either waits before this
-    -- and is resumed here, or counts this child as ended when it looks.
+    -- and is resumed here, or counts this child as ended when it looks. A fan-out the
+    -- database runs (70_fan_out.sql) counts the ends and releases its next children here, in
+    -- the transaction that ended these; its parent goes on only once the last has ended.
     -- (Only when a child ended: the resume below is an UPDATE of jobs too, and this trigger,
     -- which then runs for it, must find nothing to do.)
     IF EXISTS (SELECT 1 FROM new_jobs n JOIN old_jobs o ON o.id = n.id
@@ -221,11 +223,17 @@ BEGIN
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
                          AND n.status IN ('completed', 'failed', 'cancelled'))
         ORDER BY p.id FOR UPDATE;
+        PERFORM fan_out_children_ended(array_agg(n.parent_id))
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
+          AND n.status IN ('completed', 'failed', 'cancelled');
         UPDATE jobs p SET status = 'queued', run_after = now(), last_wakeup_at = NULL
         WHERE p.status = 'waiting' AND p.wait_children IS NOT NULL
           AND p.id IN (SELECT n.parent_id FROM new_jobs n JOIN old_jobs o ON o.id = n.id
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
-                         AND n.status IN ('completed', 'failed', 'cancelled'));
+                         AND n.status IN ('completed', 'failed', 'cancelled'))
+          AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
+                          WHERE f.parent_id = p.id AND f.ended < f.total);
         IF FOUND THEN
             PERFORM pg_notify('spacejobs_jobs', '');
         END IF;

@@ -1,5 +1,156 @@
 -- Durable fan-out: a parent job's children, made and read by the worker holding its lease.
 
+-- A fan-out the database runs for its parent (ctx.fan_out): the parent's first run records it
+-- with its items (start_fan_out()), and from then on each child's end releases the next
+-- child, in the transaction that ends it (fan_out_children_ended(), from the jobs trigger),
+-- at most max_parallel unfinished at a time. The parent waits without a worker until the last
+-- has ended, then collects: it runs twice, however many children. Places 0 .. released - 1
+-- exist as jobs, the others wait as items; one fan-out per parent (the children's places are
+-- unique per parent).
+CREATE TABLE job_fan_outs (
+    parent_id     uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    kind          text NOT NULL,
+    max_attempts  integer NOT NULL,
+    lease_seconds integer NOT NULL,
+    max_parallel  integer NOT NULL CHECK (max_parallel >= 1),
+    total         integer NOT NULL CHECK (total >= 0),
+    released      integer NOT NULL CHECK (released BETWEEN 0 AND total),
+    ended         integer NOT NULL CHECK (ended BETWEEN 0 AND released)
+);
+
+-- The items of a fan-out not released yet, one per place (a released one is deleted: its
+-- params live on in its child's row). Tenant data, read only through the functions below.
+CREATE TABLE job_fan_out_items (
+    parent_id uuid NOT NULL REFERENCES job_fan_outs (parent_id) ON DELETE CASCADE,
+    place     integer NOT NULL CHECK (place >= 0),
+    params    jsonb NOT NULL,
+    PRIMARY KEY (parent_id, place)
+);
+
+-- Only the owner's functions touch them; the worker role reaches them through those.
+ALTER TABLE job_fan_outs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_fan_outs FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_fan_outs TO space_owner USING (true) WITH CHECK (true);
+ALTER TABLE job_fan_out_items ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_fan_out_items FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_fan_out_items TO space_owner USING (true) WITH CHECK (true);
+
+-- The next children of these fan-outs, as many as each has room for (max_parallel minus the
+-- released ones not ended), in place order, for the parent's organization and requester (from
+-- the parent's row). Nothing is released under a parent that is stopping (cancel_requested)
+-- or has ended. The callers hold the parents' rows locked. Returns how many were made.
+CREATE FUNCTION release_children(p_parents uuid[]) RETURNS integer
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+DECLARE
+    made integer;
+BEGIN
+    WITH due AS (
+        SELECT f.parent_id, f.released AS first,
+               least(f.max_parallel - (f.released - f.ended), f.total - f.released) AS take
+        FROM job_fan_outs f JOIN jobs p ON p.id = f.parent_id
+        WHERE f.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
+          AND f.released < f.total AND f.released - f.ended < f.max_parallel
+    ), taken AS (
+        DELETE FROM job_fan_out_items i USING due d
+        WHERE i.parent_id = d.parent_id AND i.place >= d.first AND i.place < d.first + d.take
+        RETURNING i.parent_id, i.place, i.params
+    ), counted AS (
+        UPDATE job_fan_outs f SET released = f.released + d.take
+        FROM due d WHERE f.parent_id = d.parent_id
+    )
+    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                      request_id, parent_id, child_index)
+    SELECT p.organization_id, p.requested_by, f.kind, t.params, f.max_attempts, f.lease_seconds,
+           p.request_id, p.id, t.place
+    FROM taken t JOIN job_fan_outs f ON f.parent_id = t.parent_id JOIN jobs p ON p.id = t.parent_id
+    ORDER BY t.parent_id, t.place
+    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
+    GET DIAGNOSTICS made = ROW_COUNT;
+    RETURN made;
+END $$;
+REVOKE ALL ON FUNCTION release_children(uuid[]) FROM PUBLIC;
+
+-- Children that ended (their parents, one entry per child): each fan-out counts them, its
+-- waiting parent's progress moves (in steps of 1%, so a fan-out of thousands rewrites its
+-- parent's row at most a hundred times), and the next children are released. Called by the
+-- jobs trigger only (as the owner), with the parents' rows locked.
+CREATE FUNCTION fan_out_children_ended(p_parents uuid[]) RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    WITH ended AS (
+        SELECT e.parent_id, count(*)::integer AS n FROM unnest(p_parents) AS e (parent_id)
+        GROUP BY e.parent_id
+    ), counted AS (
+        -- (least(): a child of the parent's from before its fan-out, beyond its places, is
+        -- not the fan-out's to count, and must not fail the finish that ended it)
+        UPDATE job_fan_outs f SET ended = least(f.ended + e.n, f.released)
+        FROM ended e WHERE f.parent_id = e.parent_id
+        RETURNING f.parent_id, f.ended, f.total, e.n
+    )
+    UPDATE jobs p
+    SET progress = jsonb_build_object('stage', 'children', 'done', c.ended, 'total', c.total)
+    FROM counted c
+    WHERE p.id = c.parent_id AND p.status = 'waiting'
+      AND (c.ended = c.total OR c.ended * 100 / c.total <> (c.ended - c.n) * 100 / c.total);
+    PERFORM release_children(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)));
+END $$;
+REVOKE ALL ON FUNCTION fan_out_children_ended(uuid[]) FROM PUBLIC;
+
+-- A parent's fan-out as the worker holding its lease sees it: no row when the lease is not
+-- the caller's; a row of NULLs when the parent has not started one.
+CREATE FUNCTION fan_out_state(p_parent uuid, p_token uuid)
+RETURNS TABLE (total integer, released integer, ended integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT f.total, f.released, f.ended
+    FROM jobs p LEFT JOIN job_fan_outs f ON f.parent_id = p.id
+    WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
+$$;
+REVOKE ALL ON FUNCTION fan_out_state(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fan_out_state(uuid, uuid) TO space_worker;
+
+-- The parent's fan-out, for the worker holding its lease: its items (place = position in
+-- p_params) and the first children released, in one transaction. A fan-out already started
+-- (by an earlier attempt of the parent) is left as it is. Children the parent made before,
+-- one by one (spawn_children(): always the first places), count as released. Returns the
+-- fan-out, or no row when the lease is no longer the caller's or a cancel was asked for.
+CREATE FUNCTION start_fan_out(p_parent uuid, p_token uuid, p_kind text, p_params jsonb[],
+                              p_max_parallel integer, p_max_attempts integer,
+                              p_lease_seconds integer)
+RETURNS TABLE (total integer, released integer, ended integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    made integer;
+    finished integer;
+BEGIN
+    -- Locked like a child's end locks it: the counts below and the trigger's never cross.
+    PERFORM 1 FROM jobs j
+    WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = p_parent) THEN
+        SELECT count(*), count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled'))
+        INTO made, finished
+        FROM jobs c WHERE c.parent_id = p_parent;
+        made := least(made, coalesce(cardinality(p_params), 0));
+        INSERT INTO job_fan_outs (parent_id, kind, max_attempts, lease_seconds, max_parallel,
+                                  total, released, ended)
+        VALUES (p_parent, p_kind, least(greatest(p_max_attempts, 1), 100),
+                least(greatest(p_lease_seconds, 1), 86400), greatest(p_max_parallel, 1),
+                coalesce(cardinality(p_params), 0), made, least(finished, made));
+        INSERT INTO job_fan_out_items (parent_id, place, params)
+        SELECT p_parent, c.place - 1, c.params
+        FROM unnest(p_params) WITH ORDINALITY AS c (params, place)
+        WHERE c.place > made;
+        PERFORM release_children(ARRAY[p_parent]);
+    END IF;
+    RETURN QUERY SELECT f.total, f.released, f.ended FROM job_fan_outs f WHERE f.parent_id = p_parent;
+END $$;
+REVOKE ALL ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+    TO space_worker;
+
 -- Children, for the worker holding the PARENT's lease: they belong to the parent's organization
 -- and requester (taken from the parent's row, never from the caller), are born queued like any
 -- job, and the places already taken are skipped. Returns how many were created.
