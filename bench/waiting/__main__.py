@@ -53,8 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--children", type=int, help="the fan-out's children and the plain drain's"
                                                       " jobs (default 1000; 200 with --quick)")
     parser.add_argument("--max-parallel", type=int, default=50, help="the fan-out's children at a time")
-    parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs, and chains (default 3; 1 with"
-                                                  " --quick)")
+    parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs, and chains"
+                                                  " (default 3; 1 with --quick)")
     parser.add_argument("--steps", type=int, help="the chain's steps (default 100; 20 with --quick)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes (Celery main processes)")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork pool size of each worker")

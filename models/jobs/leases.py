@@ -177,6 +177,15 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.start_fan_out(conn, job, kind, items, max_parallel)
 
+    def workflow_state(self, job: LeasedJob) -> store.WorkflowState | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.workflow_state(conn, job)
+
+    def start_workflow(self, job: LeasedJob, steps: Sequence[store.StepPlan],
+                       policy: str) -> store.WorkflowState | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.start_workflow(conn, job, steps, policy)
+
     def children(self, job: LeasedJob) -> list[store.Child]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.children(conn, job)

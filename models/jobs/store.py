@@ -478,6 +478,54 @@ def start_fan_out(conn: Connection, parent: LeasedJob, kind: KindRules,
     return None if row is None else FanOut(row.total, row.released, row.ended)
 
 
+@dataclass(frozen=True)
+class WorkflowState:
+    """A workflow the database runs for its parent (70_fan_out.sql): its steps in all, how
+    many made so far, how many of those ended, and how many of those did not complete."""
+
+    total: int
+    released: int
+    ended: int
+    failed: int
+
+    @property
+    def active(self) -> int:
+        return self.released - self.ended
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step of a workflow to start: its kind's rules, its params, the places it waits for."""
+
+    kind: KindRules
+    params: dict[str, Any]
+    after: list[int]
+
+
+def workflow_state(conn: Connection, parent: LeasedJob) -> WorkflowState | None:
+    """The parent's workflow (None: not started); LeaseLost when the lease is not the caller's."""
+    row = conn.execute(Q["workflow_state"], {"parent": parent.id,
+                                             "token": parent.lease_token}).one_or_none()
+    if row is None:
+        raise LeaseLost()
+    return None if row.total is None else WorkflowState(row.total, row.released, row.ended,
+                                                        row.failed)
+
+
+def start_workflow(conn: Connection, parent: LeasedJob, steps: Sequence[StepPlan],
+                   policy: str) -> WorkflowState | None:
+    """Record the parent's workflow and make the steps ready at once (one started before is
+    left as it is); None when the lease is no longer the caller's or a cancel was asked for."""
+    row = conn.execute(Q["start_workflow"], {
+        "parent": parent.id, "token": parent.lease_token, "policy": policy,
+        "kinds": [step.kind.name for step in steps],
+        "params": [json.dumps(step.params) for step in steps],
+        "after": [json.dumps(step.after) for step in steps],
+        "max_attempts": [step.kind.max_attempts for step in steps],
+        "lease_seconds": [step.kind.lease_seconds for step in steps]}).one_or_none()
+    return None if row is None else WorkflowState(row.total, row.released, row.ended, row.failed)
+
+
 def children(conn: Connection, parent: LeasedJob) -> list[Child]:
     rows = conn.execute(Q["children_of"], {"parent": parent.id, "token": parent.lease_token})
     return [Child(r.child_index, r.id, Status(r.status), r.result, r.error_code, r.error_message)

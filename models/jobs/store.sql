@@ -187,6 +187,17 @@ SELECT total, released, ended
 FROM start_fan_out(:parent, :token, :kind, CAST(:params AS jsonb[]), :max_parallel,
                    :max_attempts, :lease_seconds)
 
+-- workflow_state --
+-- Worker role, holding the parent's lease (see workflow_state() in the schema).
+SELECT total, released, ended, failed FROM workflow_state(:parent, :token)
+
+-- start_workflow --
+-- Worker role, holding the parent's lease (see start_workflow() in the schema).
+SELECT total, released, ended, failed
+FROM start_workflow(:parent, :token, :policy, CAST(:kinds AS text[]), CAST(:params AS jsonb[]),
+                    CAST(:after AS jsonb[]), CAST(:max_attempts AS integer[]),
+                    CAST(:lease_seconds AS integer[]))
+
 -- cancel_children --
 SELECT cancel_children(:parent, :token)
 

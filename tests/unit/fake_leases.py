@@ -17,7 +17,7 @@ from models.errors import DomainError, LeaseLost
 from models.jobs.context import Tenant
 from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
-from models.jobs.store import Child, FanOut
+from models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 from models.kinds.rules import KindRules
 from models.tenancy.access import check_allowed
 
@@ -188,6 +188,22 @@ class FakeLeases:
         if not made and items:
             return None
         return FanOut(len(items), made, 0)
+
+    def workflow_state(self, job: LeasedJob) -> WorkflowState | None:
+        """workflow_state() in miniature (the runner's tests never start one)."""
+        if not self._holds(self.rows[job.id], job):
+            raise LeaseLost()
+        return None
+
+    def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan],
+                       policy: str) -> WorkflowState | None:
+        """start_workflow() in miniature: the steps that wait for none, made."""
+        self._call(f"start_workflow({len(steps)})")
+        if not self._holds(self.rows[job.id], job):
+            return None
+        made = sum(self.spawn_children(job, step.kind, [(place, step.params)])
+                   for place, step in enumerate(steps) if not step.after)
+        return WorkflowState(len(steps), made, 0, 0)
 
     def children(self, job: LeasedJob) -> list[Child]:
         return sorted((Child(r.child_index, r.id, r.status, r.result, r.error_code, None)

@@ -80,7 +80,7 @@ GRANT EXECUTE ON FUNCTION wait_job(uuid, uuid, timestamptz, text, integer) TO sp
 -- The sweeper's resumes, bounded per call: waiting jobs whose moment has come (a timer, a
 -- signal's timeout), and, as the floor under the trigger, parents with fewer children active
 -- than when they began to wait (a child that ended at the very moment they did), but not a
--- parent whose fan-out the database runs until its last child has ended (70_fan_out.sql).
+-- parent whose fan-out or workflow the database runs before it is settled (70_fan_out.sql).
 -- Returns the resumed jobs, to wake workers for them.
 CREATE FUNCTION resume_due_waits(p_batch integer)
 RETURNS TABLE (id uuid, kind text)
@@ -96,7 +96,10 @@ BEGIN
                        WHERE c.parent_id = j.id
                          AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
                    AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
-                                   WHERE f.parent_id = j.id AND f.ended < f.total)))
+                                   WHERE f.parent_id = j.id AND f.ended < f.total)
+                   AND NOT EXISTS (SELECT 1 FROM job_workflows w
+                                   WHERE w.parent_id = j.id AND w.ended < w.released
+                                     AND NOT (w.policy = 'fail_fast' AND w.failed > 0))))
         ORDER BY j.wait_until NULLS LAST
         LIMIT least(greatest(p_batch, 1), 10000)
         FOR UPDATE SKIP LOCKED

@@ -1,4 +1,4 @@
-"""A fan-out the database runs: each child's end releases the next, the parent runs twice.
+"""Fan-outs and workflows the database runs: each child's end makes the next, the parent runs twice.
 
 Revision ID: 0032
 Revises: 0031

@@ -1,9 +1,10 @@
--- Revision 0032: a fan-out the database runs. The parent's first run records its items
--- (job_fan_outs, job_fan_out_items, start_fan_out()); each child's end releases the next child
--- in the transaction that ends it (fan_out_children_ended(), called by jobs_after_update()),
--- and the parent is resumed, by the trigger or the sweeper's floor (resume_due_waits()), only
--- once its last child has ended: it runs twice instead of once per batch of ends, and no
--- longer re-reads every child on each run.
+-- Revision 0032: fan-outs and workflows the database runs. The parent's first run records
+-- its items (job_fan_outs, job_fan_out_items, start_fan_out()) or its steps (job_workflows,
+-- job_workflow_steps, start_workflow()); each child's end makes the next children in the
+-- transaction that ends it (fan_out_children_ended(), workflow_steps_ended(), called by
+-- jobs_after_update()), and the parent is resumed, by the trigger or the sweeper's floor
+-- (resume_due_waits()), only once settled: it runs twice instead of once per batch of ends,
+-- and a chain's next step is made in its predecessor's finish.
 
 -- A fan-out the database runs for its parent (ctx.fan_out): the parent's first run records it
 -- with its items (start_fan_out()), and from then on each child's end releases the next
@@ -156,6 +157,164 @@ REVOKE ALL ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer
 GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
     TO space_worker;
 
+-- A workflow the database runs (models/jobs/workflows.py): its steps not made yet, each with
+-- the places it waits for; the end of a step makes, in the transaction that ends it, every
+-- step whose dependencies have all completed, its params carrying their results (under
+-- "_inputs", workflows.INPUTS, in the order of its dependencies). The workflow waits without a
+-- worker until it is settled: nothing left unfinished, or, with fail_fast, a step that did not
+-- complete. So a chain's next step is made in its predecessor's finish, with no run of the
+-- workflow in between.
+CREATE TABLE job_workflows (
+    parent_id uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    policy    text NOT NULL CHECK (policy IN ('fail_fast', 'run_all')),
+    total     integer NOT NULL CHECK (total >= 0),
+    released  integer NOT NULL CHECK (released BETWEEN 0 AND total),
+    ended     integer NOT NULL CHECK (ended BETWEEN 0 AND released),
+    failed    integer NOT NULL CHECK (failed BETWEEN 0 AND ended)
+);
+
+CREATE TABLE job_workflow_steps (
+    parent_id     uuid NOT NULL REFERENCES job_workflows (parent_id) ON DELETE CASCADE,
+    place         integer NOT NULL CHECK (place >= 0),
+    kind          text NOT NULL,
+    params        jsonb NOT NULL,
+    after         integer[] NOT NULL,
+    max_attempts  integer NOT NULL,
+    lease_seconds integer NOT NULL,
+    PRIMARY KEY (parent_id, place)
+);
+
+ALTER TABLE job_workflows ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_workflows FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_workflows TO space_owner USING (true) WITH CHECK (true);
+ALTER TABLE job_workflow_steps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
+
+-- The steps of these workflows whose dependencies have all completed, made now, under a
+-- parent that is not stopping, and not after a failure under fail_fast. The callers hold the
+-- parents' rows locked. Returns how many were made.
+CREATE FUNCTION release_steps(p_parents uuid[]) RETURNS integer
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+DECLARE
+    made integer;
+BEGIN
+    WITH ready AS (
+        SELECT s.parent_id, s.place
+        FROM job_workflow_steps s
+        JOIN job_workflows w ON w.parent_id = s.parent_id
+        JOIN jobs p ON p.id = s.parent_id
+        WHERE s.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
+          AND NOT (w.policy = 'fail_fast' AND w.failed > 0)
+          AND NOT EXISTS (
+                SELECT 1 FROM unnest(s.after) AS d (place)
+                LEFT JOIN jobs c ON c.parent_id = s.parent_id AND c.child_index = d.place
+                WHERE c.status IS DISTINCT FROM 'completed')
+    ), taken AS (
+        DELETE FROM job_workflow_steps s USING ready r
+        WHERE s.parent_id = r.parent_id AND s.place = r.place
+        RETURNING s.parent_id, s.place, s.kind, s.params, s.after, s.max_attempts, s.lease_seconds
+    ), counted AS (
+        UPDATE job_workflows w SET released = w.released + t.n
+        FROM (SELECT parent_id, count(*)::integer AS n FROM taken GROUP BY parent_id) AS t
+        WHERE w.parent_id = t.parent_id
+    )
+    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                      request_id, parent_id, child_index)
+    SELECT p.organization_id, p.requested_by, t.kind,
+           t.params || jsonb_build_object('_inputs', (
+               SELECT coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
+               FROM unnest(t.after) WITH ORDINALITY AS d (place, ord)
+               JOIN jobs c ON c.parent_id = t.parent_id AND c.child_index = d.place)),
+           t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place
+    FROM taken t JOIN jobs p ON p.id = t.parent_id
+    ORDER BY t.parent_id, t.place
+    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
+    GET DIAGNOSTICS made = ROW_COUNT;
+    RETURN made;
+END $$;
+REVOKE ALL ON FUNCTION release_steps(uuid[]) FROM PUBLIC;
+
+-- Steps that ended (their parents, one entry per step, and whether each completed): each
+-- workflow counts them, its waiting parent's progress moves (in steps of 1%), and the steps
+-- now ready are made. Called by the jobs trigger only (as the owner), the parents locked.
+CREATE FUNCTION workflow_steps_ended(p_parents uuid[], p_completed boolean[]) RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    WITH ended AS (
+        SELECT e.parent_id, count(*)::integer AS n,
+               count(*) FILTER (WHERE NOT e.completed)::integer AS failed
+        FROM unnest(p_parents, p_completed) AS e (parent_id, completed)
+        GROUP BY e.parent_id
+    ), counted AS (
+        UPDATE job_workflows w
+        SET ended = least(w.ended + e.n, w.released),
+            failed = least(w.failed + e.failed, least(w.ended + e.n, w.released))
+        FROM ended e WHERE w.parent_id = e.parent_id
+        RETURNING w.parent_id, w.ended, w.total, e.n
+    )
+    UPDATE jobs p
+    SET progress = jsonb_build_object('stage', 'steps', 'done', c.ended, 'total', c.total)
+    FROM counted c
+    WHERE p.id = c.parent_id AND p.status = 'waiting'
+      AND (c.ended = c.total OR c.ended * 100 / c.total <> (c.ended - c.n) * 100 / c.total);
+    PERFORM release_steps(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)));
+END $$;
+REVOKE ALL ON FUNCTION workflow_steps_ended(uuid[], boolean[]) FROM PUBLIC;
+
+-- A parent's workflow as the worker holding its lease sees it: no row when the lease is not
+-- the caller's; a row of NULLs when it has not started one.
+CREATE FUNCTION workflow_state(p_parent uuid, p_token uuid)
+RETURNS TABLE (total integer, released integer, ended integer, failed integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT w.total, w.released, w.ended, w.failed
+    FROM jobs p LEFT JOIN job_workflows w ON w.parent_id = p.id
+    WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
+$$;
+REVOKE ALL ON FUNCTION workflow_state(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
+
+-- The parent's workflow, for the worker holding its lease: its steps (place = position in the
+-- arrays; p_after: each step's places as a JSON array) and the steps ready at once, in one
+-- transaction. A workflow already started is left as it is; steps the parent made before,
+-- one by one (spawn_children()), count as released. Returns the workflow, or no row when the
+-- lease is no longer the caller's or a cancel was asked for.
+CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_kinds text[],
+                               p_params jsonb[], p_after jsonb[], p_max_attempts integer[],
+                               p_lease_seconds integer[])
+RETURNS TABLE (total integer, released integer, ended integer, failed integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobs j
+    WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = p_parent) THEN
+        INSERT INTO job_workflows (parent_id, policy, total, released, ended, failed)
+        SELECT p_parent, p_policy, coalesce(cardinality(p_kinds), 0), count(*),
+               count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')),
+               count(*) FILTER (WHERE c.status IN ('failed', 'cancelled'))
+        FROM jobs c WHERE c.parent_id = p_parent;
+        INSERT INTO job_workflow_steps (parent_id, place, kind, params, after, max_attempts,
+                                        lease_seconds)
+        SELECT p_parent, s.place - 1, s.kind, s.params,
+               ARRAY(SELECT jsonb_array_elements_text(s.after)::integer),
+               least(greatest(s.max_attempts, 1), 100), least(greatest(s.lease_seconds, 1), 86400)
+        FROM unnest(p_kinds, p_params, p_after, p_max_attempts, p_lease_seconds)
+                 WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, place)
+        WHERE NOT EXISTS (SELECT 1 FROM jobs c
+                          WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
+        PERFORM release_steps(ARRAY[p_parent]);
+    END IF;
+    RETURN QUERY SELECT w.total, w.released, w.ended, w.failed
+    FROM job_workflows w WHERE w.parent_id = p_parent;
+END $$;
+REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, text[], jsonb[], jsonb[], integer[],
+                                      integer[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, text[], jsonb[], jsonb[], integer[],
+                                         integer[]) TO space_worker;
+
 CREATE OR REPLACE FUNCTION jobs_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 -- PL/pgSQL keeps each statement's first plan for the session, and a transition table has no
@@ -209,9 +368,10 @@ BEGIN
     -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
     -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
     -- going to wait at this moment (wait_job() locks its row too) either waits before this
-    -- and is resumed here, or counts this child as ended when it looks. A fan-out the
-    -- database runs (70_fan_out.sql) counts the ends and releases its next children here, in
-    -- the transaction that ended these; its parent goes on only once the last has ended.
+    -- and is resumed here, or counts this child as ended when it looks. A fan-out or a
+    -- workflow the database runs (70_fan_out.sql) counts the ends and makes its next children
+    -- here, in the transaction that ended these; its parent goes on only once it is settled
+    -- (the last child ended; for a fail_fast workflow, also a step that did not complete).
     -- (Only when a child ended: the resume below is an UPDATE of jobs too, and this trigger,
     -- which then runs for it, must find nothing to do.)
     IF EXISTS (SELECT 1 FROM new_jobs n JOIN old_jobs o ON o.id = n.id
@@ -222,7 +382,8 @@ BEGIN
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
                          AND n.status IN ('completed', 'failed', 'cancelled'))
         ORDER BY p.id FOR UPDATE;
-        PERFORM fan_out_children_ended(array_agg(n.parent_id))
+        PERFORM fan_out_children_ended(array_agg(n.parent_id)),
+                workflow_steps_ended(array_agg(n.parent_id), array_agg(n.status = 'completed'))
         FROM new_jobs n JOIN old_jobs o ON o.id = n.id
         WHERE n.parent_id IS NOT NULL AND n.status <> o.status
           AND n.status IN ('completed', 'failed', 'cancelled');
@@ -232,7 +393,10 @@ BEGIN
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
                          AND n.status IN ('completed', 'failed', 'cancelled'))
           AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
-                          WHERE f.parent_id = p.id AND f.ended < f.total);
+                          WHERE f.parent_id = p.id AND f.ended < f.total)
+          AND NOT EXISTS (SELECT 1 FROM job_workflows w
+                          WHERE w.parent_id = p.id AND w.ended < w.released
+                            AND NOT (w.policy = 'fail_fast' AND w.failed > 0));
         IF FOUND THEN
             PERFORM pg_notify('spacejobs_jobs', '');
         END IF;
@@ -265,7 +429,10 @@ BEGIN
                        WHERE c.parent_id = j.id
                          AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
                    AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
-                                   WHERE f.parent_id = j.id AND f.ended < f.total)))
+                                   WHERE f.parent_id = j.id AND f.ended < f.total)
+                   AND NOT EXISTS (SELECT 1 FROM job_workflows w
+                                   WHERE w.parent_id = j.id AND w.ended < w.released
+                                     AND NOT (w.policy = 'fail_fast' AND w.failed > 0))))
         ORDER BY j.wait_until NULLS LAST
         LIMIT least(greatest(p_batch, 1), 10000)
         FOR UPDATE SKIP LOCKED
