@@ -225,7 +225,8 @@ BEGIN
                          AND n.status IN ('completed', 'failed', 'cancelled'))
         ORDER BY p.id FOR UPDATE;
         PERFORM fan_out_children_ended(array_agg(n.parent_id)),
-                workflow_steps_ended(array_agg(n.parent_id), array_agg(n.status = 'completed'))
+                workflow_steps_ended(array_agg(n.parent_id), array_agg(n.child_index),
+                                     array_agg(n.status = 'completed'))
         FROM new_jobs n JOIN old_jobs o ON o.id = n.id
         WHERE n.parent_id IS NOT NULL AND n.status <> o.status
           AND n.status IN ('completed', 'failed', 'cancelled');

@@ -40,7 +40,10 @@ CREATE POLICY owner_admin ON job_fan_out_items TO space_owner USING (true) WITH 
 -- the parent's row). Nothing is released under a parent that is stopping (cancel_requested)
 -- or has ended. The callers hold the parents' rows locked. Returns how many were made.
 CREATE FUNCTION release_children(p_parents uuid[]) RETURNS integer
-LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = public, pg_temp
+-- Index probes by parent and place: the jobs trigger that calls it turns nested loops off for
+-- its transition tables, which would make these hash joins over every job.
+SET enable_nestloop = on AS $$
 DECLARE
     made integer;
 BEGIN
@@ -71,12 +74,16 @@ END $$;
 REVOKE ALL ON FUNCTION release_children(uuid[]) FROM PUBLIC;
 
 -- Children that ended (their parents, one entry per child): each fan-out counts them, its
--- waiting parent's progress moves (in steps of 1%, so a fan-out of thousands rewrites its
--- parent's row at most a hundred times), and the next children are released. Called by the
+-- waiting parent's progress moves (in steps of 5%, so a fan-out of thousands rewrites its
+-- parent's row, and runs this trigger again, at most twenty times), and the next children are
+-- released. Called by the
 -- jobs trigger only (as the owner), with the parents' rows locked.
 CREATE FUNCTION fan_out_children_ended(p_parents uuid[]) RETURNS void
-LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = public, pg_temp SET enable_nestloop = on AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = ANY (p_parents)) THEN
+        RETURN;  -- a workflow's steps, or children made one by one
+    END IF;
     WITH ended AS (
         SELECT e.parent_id, count(*)::integer AS n FROM unnest(p_parents) AS e (parent_id)
         GROUP BY e.parent_id
@@ -91,7 +98,7 @@ BEGIN
     SET progress = jsonb_build_object('stage', 'children', 'done', c.ended, 'total', c.total)
     FROM counted c
     WHERE p.id = c.parent_id AND p.status = 'waiting'
-      AND (c.ended = c.total OR c.ended * 100 / c.total <> (c.ended - c.n) * 100 / c.total);
+      AND (c.ended = c.total OR c.ended * 20 / c.total <> (c.ended - c.n) * 20 / c.total);
     PERFORM release_children(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)));
 END $$;
 REVOKE ALL ON FUNCTION fan_out_children_ended(uuid[]) FROM PUBLIC;
@@ -186,10 +193,13 @@ ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
 
 -- The steps of these workflows whose dependencies have all completed, made now, under a
--- parent that is not stopping, and not after a failure under fail_fast. The callers hold the
--- parents' rows locked. Returns how many were made.
-CREATE FUNCTION release_steps(p_parents uuid[]) RETURNS integer
-LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+-- parent that is not stopping, and not after a failure under fail_fast. Only steps that wait
+-- for one of p_completed (places that just completed) are looked at, or all when it is NULL.
+-- The callers hold the parents' rows locked. Returns how many were made.
+CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
+LANGUAGE plpgsql SET search_path = public, pg_temp
+-- As release_children(): index probes, whatever the calling trigger turned off.
+SET enable_nestloop = on AS $$
 DECLARE
     made integer;
 BEGIN
@@ -199,6 +209,7 @@ BEGIN
         JOIN job_workflows w ON w.parent_id = s.parent_id
         JOIN jobs p ON p.id = s.parent_id
         WHERE s.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
+          AND (p_completed IS NULL OR s.after && p_completed)
           AND NOT (w.policy = 'fail_fast' AND w.failed > 0)
           AND NOT EXISTS (
                 SELECT 1 FROM unnest(s.after) AS d (place)
@@ -227,14 +238,19 @@ BEGIN
     GET DIAGNOSTICS made = ROW_COUNT;
     RETURN made;
 END $$;
-REVOKE ALL ON FUNCTION release_steps(uuid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION release_steps(uuid[], integer[]) FROM PUBLIC;
 
--- Steps that ended (their parents, one entry per step, and whether each completed): each
--- workflow counts them, its waiting parent's progress moves (in steps of 1%), and the steps
--- now ready are made. Called by the jobs trigger only (as the owner), the parents locked.
-CREATE FUNCTION workflow_steps_ended(p_parents uuid[], p_completed boolean[]) RETURNS void
-LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+-- Steps that ended (their parents, their places and whether each completed, one entry per
+-- step): each workflow counts them, its waiting parent's progress moves (in steps of 5%), and
+-- the steps now ready are made. Called by the jobs trigger only (as the owner), the parents
+-- locked.
+CREATE FUNCTION workflow_steps_ended(p_parents uuid[], p_places integer[], p_completed boolean[])
+RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp SET enable_nestloop = on AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = ANY (p_parents)) THEN
+        RETURN;  -- a fan-out's children, or children made one by one
+    END IF;
     WITH ended AS (
         SELECT e.parent_id, count(*)::integer AS n,
                count(*) FILTER (WHERE NOT e.completed)::integer AS failed
@@ -251,10 +267,12 @@ BEGIN
     SET progress = jsonb_build_object('stage', 'steps', 'done', c.ended, 'total', c.total)
     FROM counted c
     WHERE p.id = c.parent_id AND p.status = 'waiting'
-      AND (c.ended = c.total OR c.ended * 100 / c.total <> (c.ended - c.n) * 100 / c.total);
-    PERFORM release_steps(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)));
+      AND (c.ended = c.total OR c.ended * 20 / c.total <> (c.ended - c.n) * 20 / c.total);
+    PERFORM release_steps(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)),
+                          ARRAY(SELECT e.place FROM unnest(p_places, p_completed) AS e (place, completed)
+                                WHERE e.completed));
 END $$;
-REVOKE ALL ON FUNCTION workflow_steps_ended(uuid[], boolean[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION workflow_steps_ended(uuid[], integer[], boolean[]) FROM PUBLIC;
 
 -- A parent's workflow as the worker holding its lease sees it: no row when the lease is not
 -- the caller's; a row of NULLs when it has not started one.
@@ -299,7 +317,7 @@ BEGIN
                  WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, place)
         WHERE NOT EXISTS (SELECT 1 FROM jobs c
                           WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
-        PERFORM release_steps(ARRAY[p_parent]);
+        PERFORM release_steps(ARRAY[p_parent], NULL);
     END IF;
     RETURN QUERY SELECT w.total, w.released, w.ended, w.failed
     FROM job_workflows w WHERE w.parent_id = p_parent;
