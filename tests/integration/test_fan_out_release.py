@@ -1,8 +1,11 @@
-"""The fan-out the database runs (models/db/schema/70_fan_out.sql), driven by hand as the worker
-role, no worker processes: the parent's start releases the first max_parallel children, each
-child's end releases the next in its own transaction, never more than max_parallel unfinished,
-the parent resumed only once the last has ended, a second start changes nothing, a cancelled
-parent releases nothing more, and children made before the fan-out count as its first places."""
+"""The fan-outs and workflows the database runs (models/db/schema/70_fan_out.sql), driven by
+hand as the worker role, no worker processes. A fan-out's start releases the first max_parallel
+children, each child's end releases the next in its own transaction, never more than
+max_parallel unfinished, the parent resumed only once the last has ended, a second start
+changes nothing, a cancelled parent releases nothing more, and children made before the fan-out
+count as its first places. A workflow's step end makes the steps it lets go, with its result as
+their input; fail_fast resumes the workflow at the first failure and makes nothing more; run_all
+never makes a step whose dependency failed."""
 
 from __future__ import annotations
 
@@ -145,3 +148,48 @@ def test_children_made_before_the_fan_out_count_as_its_first_places(db: Stack):
                                     max_parallel=2)
     assert state == store.FanOut(total=4, released=3, ended=1)
     assert [c["params"]["n"] for c in children(db, parent)] == [0, 1, 2]
+
+
+def started_workflow(stack: Stack, after: list[list[int]], policy: str = "fail_fast"
+                     ) -> LeasedJob:
+    parent = leased_parent(stack)
+    noop = get_kind("bench.noop").rules
+    plan = [store.StepPlan(noop, {"step": place}, deps) for place, deps in enumerate(after)]
+    with transaction(stack.worker_db) as conn:
+        state = store.start_workflow(conn, parent, plan, policy)
+        assert state is not None
+        assert store.wait_job(conn, parent.id, parent.lease_token, until=None, signal=None,
+                              children=state.active) == "waiting"
+    return parent
+
+
+def test_a_steps_end_makes_the_next_step_with_its_result_in_the_same_transaction(db: Stack):
+    parent = started_workflow(db, [[], [0], [1]])  # a chain of three
+    assert [c["child_index"] for c in children(db, parent)] == [0]
+    end_child(db, children(db, parent)[0]["id"])
+    kids = children(db, parent)
+    assert [(c["child_index"], c["params"]) for c in kids] == [
+        (0, {"step": 0}), (1, {"step": 1, "_inputs": [{"ok": True}]})]
+    assert parent_row(db, parent)["status"] == "waiting"  # not settled: no run in between
+    end_child(db, kids[1]["id"])
+    end_child(db, children(db, parent)[2]["id"])
+    assert parent_row(db, parent)["status"] == "queued"  # settled: it goes on to collect
+
+
+def test_a_failed_step_under_fail_fast_resumes_the_workflow_and_makes_nothing_more(db: Stack):
+    parent = started_workflow(db, [[], [], [0, 1]])
+    first, second = children(db, parent)
+    end_child(db, first["id"], fail=True)
+    assert parent_row(db, parent)["status"] == "queued"  # at once, the other step still queued
+    end_child(db, second["id"])
+    assert [c["child_index"] for c in children(db, parent)] == [0, 1]  # the third never made
+
+
+def test_under_run_all_a_step_whose_dependency_failed_is_never_made(db: Stack):
+    parent = started_workflow(db, [[], [], [0]], policy="run_all")
+    first, second = children(db, parent)
+    end_child(db, first["id"], fail=True)
+    assert parent_row(db, parent)["status"] == "waiting"  # the second still runs
+    end_child(db, second["id"])
+    assert parent_row(db, parent)["status"] == "queued"
+    assert [c["child_index"] for c in children(db, parent)] == [0, 1]
