@@ -169,7 +169,7 @@ def test_a_steps_end_makes_the_next_step_with_its_result_in_the_same_transaction
     end_child(db, children(db, parent)[0]["id"])
     kids = children(db, parent)
     assert [(c["child_index"], c["params"]) for c in kids] == [
-        (0, {"step": 0}), (1, {"step": 1, "_inputs": [{"ok": True}]})]
+        (0, {"step": 0, "_inputs": []}), (1, {"step": 1, "_inputs": [{"ok": True}]})]
     assert parent_row(db, parent)["status"] == "waiting"  # not settled: no run in between
     end_child(db, kids[1]["id"])
     end_child(db, children(db, parent)[2]["id"])
