@@ -181,10 +181,10 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.workflow_state(conn, job)
 
-    def start_workflow(self, job: LeasedJob, steps: Sequence[store.StepPlan],
-                       policy: str) -> store.WorkflowState | None:
+    def start_workflow(self, job: LeasedJob, steps: Sequence[store.StepPlan], policy: str,
+                       max_parallel: int | None = None) -> store.WorkflowState | None:
         with transaction(self.engine, actor=self.actor) as conn:
-            return store.start_workflow(conn, job, steps, policy)
+            return store.start_workflow(conn, job, steps, policy, max_parallel)
 
     def children(self, job: LeasedJob) -> list[store.Child]:
         with transaction(self.engine, actor=self.actor) as conn:

@@ -513,11 +513,13 @@ def workflow_state(conn: Connection, parent: LeasedJob) -> WorkflowState | None:
 
 
 def start_workflow(conn: Connection, parent: LeasedJob, steps: Sequence[StepPlan],
-                   policy: str) -> WorkflowState | None:
-    """Record the parent's workflow and make the steps ready at once (one started before is
-    left as it is); None when the lease is no longer the caller's or a cancel was asked for."""
+                   policy: str, max_parallel: int | None = None) -> WorkflowState | None:
+    """Record the parent's workflow (at most ``max_parallel`` steps unfinished at a time, when
+    given) and make the steps ready at once (one started before is left as it is); None when
+    the lease is no longer the caller's or a cancel was asked for."""
     row = conn.execute(Q["start_workflow"], {
         "parent": parent.id, "token": parent.lease_token, "policy": policy,
+        "max_parallel": max_parallel,
         "kinds": [step.kind.name for step in steps],
         "params": [json.dumps(step.params) for step in steps],
         "after": [json.dumps(step.after) for step in steps],

@@ -194,9 +194,9 @@ SELECT total, released, ended, failed FROM workflow_state(:parent, :token)
 -- start_workflow --
 -- Worker role, holding the parent's lease (see start_workflow() in the schema).
 SELECT total, released, ended, failed
-FROM start_workflow(:parent, :token, :policy, CAST(:kinds AS text[]), CAST(:params AS jsonb[]),
-                    CAST(:after AS jsonb[]), CAST(:max_attempts AS integer[]),
-                    CAST(:lease_seconds AS integer[]))
+FROM start_workflow(:parent, :token, :policy, CAST(:max_parallel AS integer),
+                    CAST(:kinds AS text[]), CAST(:params AS jsonb[]), CAST(:after AS jsonb[]),
+                    CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]))
 
 -- cancel_children --
 SELECT cancel_children(:parent, :token)

@@ -233,10 +233,11 @@ def run_workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
             else [children[i].result for i in last]}
 
 
-def _start(ctx: JobContext, params: WorkflowParams) -> WorkflowState:
+def _start(ctx: JobContext, params: WorkflowParams, max_parallel: int | None = None
+           ) -> WorkflowState:
     plan = [StepPlan(get_any_kind(step.kind).rules, step.params, step.after)
             for step in params.steps]
-    state = ctx.runtime.start_workflow(ctx.job, plan, params.policy)
+    state = ctx.runtime.start_workflow(ctx.job, plan, params.policy, max_parallel)
     if state is None:
         ctx.check_lease_now()  # a cancel asked for meanwhile, or the lease lost
         raise LeaseLost()

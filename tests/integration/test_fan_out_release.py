@@ -150,13 +150,13 @@ def test_children_made_before_the_fan_out_count_as_its_first_places(db: Stack):
     assert [c["params"]["n"] for c in children(db, parent)] == [0, 1, 2]
 
 
-def started_workflow(stack: Stack, after: list[list[int]], policy: str = "fail_fast"
-                     ) -> LeasedJob:
+def started_workflow(stack: Stack, after: list[list[int]], policy: str = "fail_fast",
+                     max_parallel: int | None = None) -> LeasedJob:
     parent = leased_parent(stack)
     noop = get_kind("bench.noop").rules
     plan = [store.StepPlan(noop, {"step": place}, deps) for place, deps in enumerate(after)]
     with transaction(stack.worker_db) as conn:
-        state = store.start_workflow(conn, parent, plan, policy)
+        state = store.start_workflow(conn, parent, plan, policy, max_parallel)
         assert state is not None
         assert store.wait_job(conn, parent.id, parent.lease_token, until=None, signal=None,
                               children=state.active) == "waiting"
@@ -193,3 +193,13 @@ def test_under_run_all_a_step_whose_dependency_failed_is_never_made(db: Stack):
     end_child(db, second["id"])
     assert parent_row(db, parent)["status"] == "queued"
     assert [c["child_index"] for c in children(db, parent)] == [0, 1]
+
+
+def test_a_workflow_with_max_parallel_makes_its_ready_steps_as_room_comes(db: Stack):
+    parent = started_workflow(db, [[], [], [], [0]], max_parallel=2)
+    assert [c["child_index"] for c in children(db, parent)] == [0, 1]
+    end_child(db, children(db, parent)[1]["id"])  # room for one: the next ready step, 2
+    assert [c["child_index"] for c in children(db, parent)] == [0, 1, 2]
+    end_child(db, children(db, parent)[0]["id"])  # 3 is ready now, and there is room
+    assert [c["child_index"] for c in children(db, parent)] == [0, 1, 2, 3]
+    assert unfinished(db, parent) == 2

@@ -195,8 +195,8 @@ class FakeLeases:
             raise LeaseLost()
         return None
 
-    def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan],
-                       policy: str) -> WorkflowState | None:
+    def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan], policy: str,
+                       max_parallel: int | None = None) -> WorkflowState | None:
         """start_workflow() in miniature: the steps that wait for none, made."""
         self._call(f"start_workflow({len(steps)})")
         if not self._holds(self.rows[job.id], job):

@@ -166,8 +166,10 @@ GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, inte
 -- complete. So a chain's next step is made in its predecessor's finish, with no run of the
 -- workflow in between.
 CREATE TABLE job_workflows (
-    parent_id uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
-    policy    text NOT NULL CHECK (policy IN ('fail_fast', 'run_all')),
+    parent_id    uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    policy       text NOT NULL CHECK (policy IN ('fail_fast', 'run_all')),
+    -- at most this many steps unfinished at a time (NULL: every step as soon as it is ready)
+    max_parallel integer CHECK (max_parallel >= 1),
     total     integer NOT NULL CHECK (total >= 0),
     released  integer NOT NULL CHECK (released BETWEEN 0 AND total),
     ended     integer NOT NULL CHECK (ended BETWEEN 0 AND released),
@@ -193,9 +195,11 @@ ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
 
 -- The steps of these workflows whose dependencies have all completed, made now, under a
--- parent that is not stopping, and not after a failure under fail_fast. Only steps that wait
--- for one of p_completed (places that just completed) are looked at, or all when it is NULL.
--- The callers hold the parents' rows locked. Returns how many were made.
+-- parent that is not stopping, and not after a failure under fail_fast, in place order and no
+-- more than max_parallel unfinished. Only steps that wait for one of p_completed (places that
+-- just completed) are looked at, or all when it is NULL or the workflow has a max_parallel
+-- (a step ready before may have waited for room). The callers hold the parents' rows locked.
+-- Returns how many were made.
 CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
 LANGUAGE plpgsql SET search_path = public, pg_temp
 -- As release_children(): index probes, whatever the calling trigger turned off.
@@ -203,18 +207,21 @@ SET enable_nestloop = on AS $$
 DECLARE
     made integer;
 BEGIN
-    WITH ready AS (
-        SELECT s.parent_id, s.place
+    WITH candidates AS (
+        SELECT s.parent_id, s.place, w.max_parallel - (w.released - w.ended) AS room,
+               row_number() OVER (PARTITION BY s.parent_id ORDER BY s.place) AS nth
         FROM job_workflow_steps s
         JOIN job_workflows w ON w.parent_id = s.parent_id
         JOIN jobs p ON p.id = s.parent_id
         WHERE s.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
-          AND (p_completed IS NULL OR s.after && p_completed)
+          AND (p_completed IS NULL OR w.max_parallel IS NOT NULL OR s.after && p_completed)
           AND NOT (w.policy = 'fail_fast' AND w.failed > 0)
           AND NOT EXISTS (
                 SELECT 1 FROM unnest(s.after) AS d (place)
                 LEFT JOIN jobs c ON c.parent_id = s.parent_id AND c.child_index = d.place
                 WHERE c.status IS DISTINCT FROM 'completed')
+    ), ready AS (
+        SELECT c.parent_id, c.place FROM candidates c WHERE c.room IS NULL OR c.nth <= c.room
     ), taken AS (
         DELETE FROM job_workflow_steps s USING ready r
         WHERE s.parent_id = r.parent_id AND s.place = r.place
@@ -287,13 +294,14 @@ REVOKE ALL ON FUNCTION workflow_state(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 
 -- The parent's workflow, for the worker holding its lease: its steps (place = position in the
--- arrays; p_after: each step's places as a JSON array) and the steps ready at once, in one
+-- arrays; p_after: each step's places as a JSON array), at most p_max_parallel unfinished at a
+-- time (NULL: no bound), and the steps ready at once, in one
 -- transaction. A workflow already started is left as it is; steps the parent made before,
 -- one by one (spawn_children()), count as released. Returns the workflow, or no row when the
 -- lease is no longer the caller's or a cancel was asked for.
-CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_kinds text[],
-                               p_params jsonb[], p_after jsonb[], p_max_attempts integer[],
-                               p_lease_seconds integer[])
+CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
+                               p_kinds text[], p_params jsonb[], p_after jsonb[],
+                               p_max_attempts integer[], p_lease_seconds integer[])
 RETURNS TABLE (total integer, released integer, ended integer, failed integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
@@ -303,8 +311,11 @@ BEGIN
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = p_parent) THEN
-        INSERT INTO job_workflows (parent_id, policy, total, released, ended, failed)
-        SELECT p_parent, p_policy, coalesce(cardinality(p_kinds), 0), count(*),
+        INSERT INTO job_workflows (parent_id, policy, max_parallel, total, released, ended, failed)
+        SELECT p_parent, p_policy,
+               CASE WHEN p_max_parallel IS NOT NULL THEN greatest(p_max_parallel, 1) END,
+               coalesce(cardinality(p_kinds), 0),
+               count(*),
                count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')),
                count(*) FILTER (WHERE c.status IN ('failed', 'cancelled'))
         FROM jobs c WHERE c.parent_id = p_parent;
@@ -322,10 +333,10 @@ BEGIN
     RETURN QUERY SELECT w.total, w.released, w.ended, w.failed
     FROM job_workflows w WHERE w.parent_id = p_parent;
 END $$;
-REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, text[], jsonb[], jsonb[], integer[],
-                                      integer[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, text[], jsonb[], jsonb[], integer[],
-                                         integer[]) TO space_worker;
+REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
+                                      integer[], integer[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
+                                         integer[], integer[]) TO space_worker;
 
 -- Children, for the worker holding the PARENT's lease: they belong to the parent's organization
 -- and requester (taken from the parent's row, never from the caller), are born queued like any
