@@ -162,7 +162,8 @@ class WaitRequested(Exception):
         self.until = until  # a datetime (aware), or None
         self.signal = signal
         #: how many of its children the job saw active when it decided to wait (None: it does
-        #: not wait for children); one that ends before the wait is recorded resumes it at once
+        #: not wait for children); one that ends before the wait is recorded resumes it at once.
+        #: A fan-out waits with 1: resumed once none is left (the database makes the rest).
         self.children = children
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import bench.waiting
 from bench.servers import add_embedded_option, measured_on
 from bench.waiting import targets
-from bench.waiting.figures import BenchError, DrainFigure, WaitingBench, median, say
+from bench.waiting.figures import BenchError, ChainFigure, DrainFigure, WaitingBench, median, say
 from models.kinds import load_kinds
 from models.settings import Settings, reload_settings
 from tests.kit.private_servers import RestartableRedis
@@ -25,7 +25,7 @@ from tests.kit.processes import clean_up_on_signals
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
-FIGURES = ("slots", "fanout", "timers")
+FIGURES = ("slots", "fanout", "chain", "timers")
 DEFAULT_SWEEP_INTERVAL: float = Settings.model_fields["sweep_interval"].default
 DEFAULT_TIMER_INTERVAL: float = Settings.model_fields["timer_interval"].default
 KIND_MODULE = "bench.waiting.kinds"
@@ -54,8 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--children", type=int, help="the fan-out's children and the plain drain's"
                                                       " jobs (default 1000; 200 with --quick)")
     parser.add_argument("--max-parallel", type=int, default=50, help="the fan-out's children at a time")
-    parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs (default 3; 1 with"
-                                                  " --quick)")
+    parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs, and chains"
+                                                  " (default 3; 1 with --quick)")
+    parser.add_argument("--steps", type=int, help="the chain's steps (default 100; 20 with --quick)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes (Celery main processes)")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork pool size of each worker")
     parser.add_argument("--sweep-interval", type=float, default=DEFAULT_SWEEP_INTERVAL,
@@ -82,9 +83,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          max(5.0, 3 * args.sweep_interval))
     args.children = pick(args.children, 1000, 200)
     args.reps = pick(args.reps, 3, 1)
+    args.steps = pick(args.steps, 100, 20)
     args.only = args.only or list(FIGURES)
     if min(args.jobs, args.samples, args.timers, args.children, args.reps, args.workers,
-           args.concurrency, args.max_parallel) < 1:
+           args.concurrency, args.max_parallel, args.steps) < 1:
         parser.error("the sizes must be positive")
     if (min(args.cpu_seconds, args.sweep_interval, args.timer_interval) <= 0
             or args.spread < 0 or args.lead < 0):
@@ -126,7 +128,7 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
         f" {args.cpu_seconds:g} s per state; timers {args.timers} per figure, spread over"
         f" {args.spread:g} s, first due {args.lead:g} s after the submit, {args.patience:g} s of"
         f" patience; fan-out {args.children:,} children, max_parallel {args.max_parallel},"
-        f" {args.reps} pair(s) with a plain drain",
+        f" {args.reps} pair(s) with a plain drain; chain {args.steps} steps, {args.reps} run(s)",
         f"load      : {_load()} at start (1 / 5 / 15 min)",
     ]
 
@@ -181,6 +183,20 @@ class Run:
                     _out(f"{label:<12}: {found.jobs:,} jobs in {found.seconds:.2f} s, {found.rate:,.0f}"
                          f" jobs/s ({found.detail})")
         self.lines.append(targets.fan_out_line(fans, plains, args.max_parallel))
+
+    def chain(self) -> None:
+        args = self.args
+        chains: list[ChainFigure] = []
+        for rep in range(1, args.reps + 1):
+            say(f"  chain: run {rep} of {args.reps} (load {_load()})")
+            found = self.attempt("chain", lambda: self.bench.chain(args.steps))
+            if found is not None:
+                chains.append(found)
+                _out(f"chain       : {found.steps} steps in {found.seconds:.2f} s from the submit to"
+                     f" the completion, the steps' own work {found.work:.2f} s,"
+                     f" {1000 * found.overhead_per_step:.1f} ms per step beyond it"
+                     f" ({found.runs} runs of the workflow)")
+        self.lines.append(targets.chain_line(chains, args.steps))
 
     def timers(self) -> None:
         args = self.args
@@ -258,7 +274,6 @@ def measure_all(args: argparse.Namespace, admin_url: str, directory: Path,
     _out("\ntargets (issue 16, \"Measured\")")
     for line in run.lines if run else []:
         _out(line)
-    _out(targets.CHAIN_LINE)
     _out(f"\nload      : {_load()} at end (1 / 5 / 15 min)")
     for failure in run.failures if run else ["the stack did not start"]:
         _out(f"FAILED: {failure}")

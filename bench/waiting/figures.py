@@ -18,6 +18,7 @@ from typing import Any
 from bench.harness import Deadline, poll
 from bench.waiting import records
 from bench.waiting.usage import cpu_shares
+from models.jobs import workflows
 from models.jobs.records import Status
 from models.jobs.service import JobRequest, Jobs
 from tasks.wakeups import WakeupPublisher
@@ -38,6 +39,8 @@ SETTLE = 3.0  # seconds for a worker to stop lingering (1 s by default) and go q
 QUIET = 3.0
 #: seconds the workers get to finish the timers once Redis is back, before they are replaced
 RECOVERY = 30.0
+#: a chain's step: a kind that does nothing, so the chain's time is the machinery's
+CHAIN_STEP = "bench.noop"
 SWEEP_LINE = re.compile(r"sweep ran in ([\d.]+)s")
 
 
@@ -89,6 +92,19 @@ class DrainFigure:
     @property
     def rate(self) -> float:
         return self.jobs / self.seconds
+
+
+@dataclass(frozen=True)
+class ChainFigure:
+    steps: int
+    seconds: float  # the workflow's submit to its completion
+    work: float  # the steps' own work (each one's lease to its completion), summed
+    runs: int  # the workflow's runs
+
+    @property
+    def overhead_per_step(self) -> float:
+        """Seconds per step beyond the steps' own work."""
+        return (self.seconds - self.work) / self.steps
 
 
 class WaitingBench:
@@ -291,6 +307,27 @@ class WaitingBench:
         return DrainFigure(children, span.seconds,
                            f"the parent's first lease -> its completion (job_events), {span.runs}"
                            " runs of the parent")
+
+    # -- chain ---------------------------------------------------------------------------------
+
+    def chain(self, steps: int) -> ChainFigure:
+        """A workflow ``chain`` of ``steps`` bench.noop, submitted as one job: its submit to its
+        completion, and the steps' own work, from the events."""
+        tenant = self.tenant("chain")
+        canvas = workflows.chain(*[workflows.sig(CHAIN_STEP) for _ in range(steps)])
+        with self.stack.app_db.begin() as conn:
+            self.jobs.submit_workflow(conn, canvas, organization_id=tenant.organization_id,
+                                      requested_by=tenant.user_id)
+        self.wait(f"a chain of {steps} completed",
+                  lambda: self.count(tenant, Status.COMPLETED, Status.FAILED) == steps + 1,
+                  60 + steps)
+        time.sleep(0.5)  # a step run twice would show as a second chain of events
+        span = self.read(records.chain_span, tenant.organization_id)
+        if (span.workflow_status != Status.COMPLETED or span.clean_steps != steps
+                or span.seconds is None or span.work is None):
+            raise BenchError(f"chain: workflow {span.workflow_status}, {span.clean_steps} of"
+                             f" {steps} steps ran exactly once")
+        return ChainFigure(steps, span.seconds, span.work, span.runs)
 
     def close(self) -> None:
         self.jobs.close()

@@ -40,6 +40,16 @@ class FanSpan:
     clean_children: int
 
 
+@dataclass(frozen=True)
+class ChainSpan:
+    workflow_status: str | None
+    seconds: float | None  # the workflow's submit to its completion
+    work: float | None  # the steps' own work: each one's lease to its completion, summed
+    runs: int  # the workflow's leases
+    steps: int
+    clean_steps: int
+
+
 def statuses(conn: Connection, org: uuid.UUID) -> Counter[str]:
     return Counter(dict(conn.execute(Q["statuses"], {"org": org}).all()))
 
@@ -70,3 +80,9 @@ def fan_span(conn: Connection, org: uuid.UUID) -> FanSpan:
     row = conn.execute(Q["fan_span"], {"org": org}).one()
     return FanSpan(row.parent_status, _seconds(row.seconds), row.runs, row.children,
                    row.clean_children)
+
+
+def chain_span(conn: Connection, org: uuid.UUID) -> ChainSpan:
+    row = conn.execute(Q["chain_span"], {"org": org}).one()
+    return ChainSpan(row.workflow_status, _seconds(row.seconds), _seconds(row.work), row.runs,
+                     row.steps, row.clean_steps)

@@ -74,3 +74,32 @@ SELECT (SELECT string_agg(status, ',') FROM parent) AS parent_status,
        (SELECT count(*) FROM children
         WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean_children
 FROM parent_events pe
+
+-- chain_span --
+-- A workflow (the organization's one job without a parent) and its steps: its submit (the
+-- queued event of its insert) to its completion, the steps' own work (each step's lease to
+-- its completion, summed: a chain's steps run one at a time), how many runs the workflow
+-- took (its leases) and how many steps completed in one clean chain of events.
+WITH workflow AS (
+    SELECT id, status FROM jobs WHERE organization_id = :org AND parent_id IS NULL
+), workflow_events AS (
+    SELECT min(e.at) FILTER (WHERE e.from_status IS NULL) AS submitted_at,
+           max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at,
+           count(*) FILTER (WHERE e.to_status = 'leased') AS runs
+    FROM job_events e JOIN workflow w ON w.id = e.job_id
+), steps AS (
+    SELECT e.job_id, array_agg(e.to_status ORDER BY e.id) AS statuses,
+           max(e.at) FILTER (WHERE e.to_status = 'completed')
+               - min(e.at) FILTER (WHERE e.to_status = 'leased') AS work
+    FROM job_events e JOIN jobs c ON c.id = e.job_id
+    WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
+    GROUP BY e.job_id
+)
+SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,
+       extract(epoch FROM we.completed_at - we.submitted_at) AS seconds,
+       (SELECT extract(epoch FROM sum(work)) FROM steps) AS work,
+       we.runs,
+       (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM steps
+        WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean_steps
+FROM workflow_events we

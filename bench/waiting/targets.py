@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from bench.harness import percentile
-from bench.waiting.figures import RECOVERY, DrainFigure, SlotsFigure, TimerFigure, median
+from bench.waiting.figures import (
+    CHAIN_STEP,
+    RECOVERY,
+    ChainFigure,
+    DrainFigure,
+    SlotsFigure,
+    TimerFigure,
+    median,
+)
 
 #: the most a timer may fire late, at p95
 LATENESS_P95 = 1.0
 #: a fan-out's drain against the plain drain of as many jobs
 FAN_OUT_SHARE = 0.8
+#: the most a chain's step may cost beyond its own work, in seconds
+CHAIN_STEP_OVERHEAD = 0.005
 #: CPU within noise of idle: at most the highest idle reading plus this (percent of one core),
 #: or plus the idle readings' own range when that is wider. psutil reads CPU time in clock ticks
 #: (10 ms), so over a reading of a few seconds a quiet process already varies by a few tenths.
@@ -86,4 +96,15 @@ def fan_out_line(fans: list[DrainFigure], plains: list[DrainFigure], max_paralle
             f" {len(fans)}; each fan/plain {each}) {verdict(fan >= FAN_OUT_SHARE * plain)}")
 
 
-CHAIN_LINE = "issue 16 chain: not measured (no workflow API yet)"
+def chain_line(chains: list[ChainFigure], steps: int) -> str:
+    head = (f"issue 16 chain: {steps} steps of {CHAIN_STEP}, <= {1000 * CHAIN_STEP_OVERHEAD:g} ms"
+            " per step beyond the steps' own work")
+    if not chains:
+        return f"{head}: not measured"
+    each = [c.overhead_per_step for c in chains]
+    per_step = median(each)
+    facts = ", ".join(f"{1000 * c.overhead_per_step:.1f} ms ({c.seconds:.2f} s submit -> completion,"
+                      f" {c.work:.2f} s of the steps' work, {c.runs} runs of the workflow)"
+                      for c in chains)
+    return (f"{head}: {1000 * per_step:.1f} ms per step (median of {len(chains)}; each {facts})"
+            f" {verdict(per_step <= CHAIN_STEP_OVERHEAD)}")

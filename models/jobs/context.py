@@ -33,7 +33,7 @@ from models.results.records import StoredResult
 from models.tenancy.projects import Projects
 
 if TYPE_CHECKING:
-    from models.jobs.store import Child
+    from models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 
 
 class Tenant:
@@ -73,6 +73,16 @@ class JobRuntime(Protocol):
 
     def spawn_children(self, job: LeasedJob, kind: KindRules,
                        items: Sequence[tuple[int, dict[str, Any]]]) -> int: ...
+
+    def fan_out_state(self, job: LeasedJob) -> FanOut | None: ...
+
+    def start_fan_out(self, job: LeasedJob, kind: KindRules, items: Sequence[dict[str, Any]],
+                      max_parallel: int) -> FanOut | None: ...
+
+    def workflow_state(self, job: LeasedJob) -> WorkflowState | None: ...
+
+    def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan], policy: str,
+                       max_parallel: int | None = None) -> WorkflowState | None: ...
 
     def children(self, job: LeasedJob) -> list[Child]: ...
 

@@ -1,15 +1,19 @@
 """Durable fan-out: a parent job runs one child job per item and collects their results in
 input order.
 
-Everything lives in the rows: a parent spawns children (places 0..n-1, each at most once, see
-spawn_children() in the schema), at most ``max_parallel`` of them unfinished at a time, and
-waits for them WITHOUT a worker: it ends its run as ``waiting``, and a child's end puts it back
-in the queue (the jobs trigger; the sweeper is the floor). Each run of the parent finds the
-children made so far and carries on: spawns the next ones, waits again, or collects. The items
-are recorded as a step on the first run, so every later run fans out the same ones. A parent
-whose worker dies is claimed again and carries on the same way. When every child
-has ended, it returns their results in input order, or fails listing every failed child. A
-cancelled parent cancels its children before it stops.
+The database runs it (models/db/schema/70_fan_out.sql). The parent's first run records the
+items and the first ``max_parallel`` children in one fenced transaction (start_fan_out()), then
+waits WITHOUT a worker: it ends its run as ``waiting``. From then on each child's end makes the
+next child, in the transaction that ends it (the jobs trigger), so at most ``max_parallel`` are
+unfinished at a time and no round trip through the parent stands between one child and the
+next. Once the last has ended the trigger puts the parent back in the queue (the sweeper is the
+floor), and its second run reads the children, once: their results in input order, or a
+failure listing every failed child. So a parent runs twice, however many children it has.
+
+A later run finds the fan-out started and never starts another (the first run's items are the
+ones fanned out), so a parent whose worker dies is claimed again and carries on without
+duplicating a child. A cancelled parent cancels its children, and nothing more is released
+under it. One fan-out per job.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from models.errors import CancelRequested, DomainError, WaitRequested
-from models.jobs.records import ACTIVE, Status
+from models.errors import CancelRequested, DomainError, LeaseLost, WaitRequested
+from models.jobs.records import Status
 from models.kinds import get_any_kind
 
 if TYPE_CHECKING:
     from models.jobs.context import JobContext
+    from models.jobs.store import FanOut
+    from models.kinds.rules import KindRules
 
 class ChildrenFailed(DomainError):
     code = "children_failed"
@@ -36,37 +42,37 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
     any did not complete; on a cancel, cancels the children first."""
     # The one way to create jobs of a child-only kind (every submit refuses them).
     child_kind = get_any_kind(kind)
-    rules = child_kind.rules
-    for item in items:
-        child_kind.parse_params(item)  # a bad item fails the parent now, not n children later
-    items = ctx.step(ctx.next_step_name(f"fan_out:{kind}"), lambda: [dict(item) for item in items])
-    total = len(items)
     try:
-        while True:
-            ctx.checkpoint()  # never spawn after a cancel was asked for
-            children = {child.index: child for child in ctx.runtime.children(ctx.job)}
-            unfinished = sum(child.status in ACTIVE for child in children.values())
-            waiting = [place for place in range(total) if place not in children]
-            room = max(0, max_parallel - unfinished)
-            if waiting and room:
-                ctx.runtime.spawn_children(ctx.job, rules,
-                                           [(place, dict(items[place])) for place in waiting[:room]])
-                continue
-            done = sum(child.status not in ACTIVE for child in children.values())
-            ctx.progress("children", done=done, total=total)
-            if not waiting and done == total:
-                break
-            raise WaitRequested(children=unfinished)  # resumed when one of them ends
+        ctx.checkpoint()  # never start after a cancel was asked for
+        state = ctx.runtime.fan_out_state(ctx.job)
+        if state is None:
+            for item in items:
+                child_kind.parse_params(item)  # a bad item fails the parent now, not n children later
+            state = _start(ctx, child_kind.rules, items, max(1, max_parallel))
+        if not state.done:
+            ctx.progress("children", done=state.ended, total=state.total)
+            # Resumed when none is left active: the database releases the rest meanwhile.
+            raise WaitRequested(children=1)
+        children = ctx.runtime.children(ctx.job)
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)
         raise
-    ordered = [children[place] for place in range(total)]
-    failed = [child for child in ordered if child.status != Status.COMPLETED]
+    ctx.progress("children", done=state.ended, total=state.total)
+    failed = [child for child in children if child.status != Status.COMPLETED]
     if failed:
         raise ChildrenFailed(
-            f"{len(failed)} of {total} parts did not complete: " + "; ".join(
+            f"{len(failed)} of {state.total} parts did not complete: " + "; ".join(
                 f"#{child.index + 1} {child.status}"
                 + (f" ({child.error_code}: {child.error_message})" if child.error_code else "")
                 for child in failed),
             failed=[child.index for child in failed])
-    return [child.result for child in ordered]
+    return [child.result for child in children]
+
+
+def _start(ctx: JobContext, rules: KindRules, items: Sequence[dict[str, Any]], max_parallel: int
+           ) -> FanOut:
+    state = ctx.runtime.start_fan_out(ctx.job, rules, [dict(item) for item in items], max_parallel)
+    if state is None:
+        ctx.check_lease_now()  # a cancel asked for meanwhile, or the lease lost
+        raise LeaseLost()
+    return state

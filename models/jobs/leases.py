@@ -168,6 +168,24 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.spawn_children(conn, job, kind, items)
 
+    def fan_out_state(self, job: LeasedJob) -> store.FanOut | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.fan_out_state(conn, job)
+
+    def start_fan_out(self, job: LeasedJob, kind: KindRules, items: Sequence[dict[str, Any]],
+                      max_parallel: int) -> store.FanOut | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.start_fan_out(conn, job, kind, items, max_parallel)
+
+    def workflow_state(self, job: LeasedJob) -> store.WorkflowState | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.workflow_state(conn, job)
+
+    def start_workflow(self, job: LeasedJob, steps: Sequence[store.StepPlan], policy: str,
+                       max_parallel: int | None = None) -> store.WorkflowState | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.start_workflow(conn, job, steps, policy, max_parallel)
+
     def children(self, job: LeasedJob) -> list[store.Child]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.children(conn, job)

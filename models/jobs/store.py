@@ -23,6 +23,7 @@ from models.errors import (
     DuplicateJob,
     IdempotencyKeyReused,
     JobFinished,
+    LeaseLost,
     NotFound,
     OrganizationUnavailable,
     TooManyJobs,
@@ -450,6 +451,91 @@ def spawn_children(conn: Connection, parent: LeasedJob, kind: KindRules,
         "indexes": [index for index, _ in items], "params": [json.dumps(p) for _, p in items],
         "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).scalar_one()
     return spawned
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """A fan-out the database runs for its parent (70_fan_out.sql): how many children in all,
+    how many made so far, how many of those have ended."""
+
+    total: int
+    released: int
+    ended: int
+
+    @property
+    def done(self) -> bool:
+        return self.ended >= self.total
+
+
+def fan_out_state(conn: Connection, parent: LeasedJob) -> FanOut | None:
+    """The parent's fan-out (None: not started); LeaseLost when the lease is not the caller's."""
+    row = conn.execute(Q["fan_out_state"], {"parent": parent.id,
+                                            "token": parent.lease_token}).one_or_none()
+    if row is None:
+        raise LeaseLost()
+    return None if row.total is None else FanOut(row.total, row.released, row.ended)
+
+
+def start_fan_out(conn: Connection, parent: LeasedJob, kind: KindRules,
+                  items: Sequence[dict[str, Any]], max_parallel: int) -> FanOut | None:
+    """Record the parent's fan-out of ``kind`` over ``items`` and release its first children
+    (one started before is left as it is); None when the lease is no longer the caller's or a
+    cancel was asked for."""
+    row = conn.execute(Q["start_fan_out"], {
+        "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
+        "params": [json.dumps(item) for item in items], "max_parallel": max_parallel,
+        "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).one_or_none()
+    return None if row is None else FanOut(row.total, row.released, row.ended)
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    """A workflow the database runs for its parent (70_fan_out.sql): its steps in all, how
+    many made so far, how many of those ended, and how many of those did not complete."""
+
+    total: int
+    released: int
+    ended: int
+    failed: int
+
+    @property
+    def active(self) -> int:
+        return self.released - self.ended
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step of a workflow to start: its kind's rules, its params, the places it waits for."""
+
+    kind: KindRules
+    params: dict[str, Any]
+    after: list[int]
+
+
+def workflow_state(conn: Connection, parent: LeasedJob) -> WorkflowState | None:
+    """The parent's workflow (None: not started); LeaseLost when the lease is not the caller's."""
+    row = conn.execute(Q["workflow_state"], {"parent": parent.id,
+                                             "token": parent.lease_token}).one_or_none()
+    if row is None:
+        raise LeaseLost()
+    return None if row.total is None else WorkflowState(row.total, row.released, row.ended,
+                                                        row.failed)
+
+
+def start_workflow(conn: Connection, parent: LeasedJob, steps: Sequence[StepPlan],
+                   policy: str, max_parallel: int | None = None) -> WorkflowState | None:
+    """Record the parent's workflow (at most ``max_parallel`` steps unfinished at a time, when
+    given) and make the steps ready at once (one started before is left as it is); None when
+    the lease is no longer the caller's or a cancel was asked for."""
+    row = conn.execute(Q["start_workflow"], {
+        "parent": parent.id, "token": parent.lease_token, "policy": policy,
+        "max_parallel": max_parallel,
+        "kinds": [step.kind.name for step in steps],
+        "params": [json.dumps(step.params) for step in steps],
+        "after": [json.dumps(step.after) for step in steps],
+        "max_attempts": [step.kind.max_attempts for step in steps],
+        "lease_seconds": [step.kind.lease_seconds for step in steps]}).one_or_none()
+    return None if row is None else WorkflowState(row.total, row.released, row.ended, row.failed)
 
 
 def children(conn: Connection, parent: LeasedJob) -> list[Child]:

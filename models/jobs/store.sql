@@ -186,6 +186,27 @@ SELECT spawn_children(:parent, :token, :kind, CAST(:indexes AS integer[]),
 SELECT child_index, id, status, result, error_code, error_message
 FROM children_of(:parent, :token)
 
+-- fan_out_state --
+-- Worker role, holding the parent's lease (see fan_out_state() in the schema).
+SELECT total, released, ended FROM fan_out_state(:parent, :token)
+
+-- start_fan_out --
+-- Worker role, holding the parent's lease (see start_fan_out() in the schema).
+SELECT total, released, ended
+FROM start_fan_out(:parent, :token, :kind, CAST(:params AS jsonb[]), :max_parallel,
+                   :max_attempts, :lease_seconds)
+
+-- workflow_state --
+-- Worker role, holding the parent's lease (see workflow_state() in the schema).
+SELECT total, released, ended, failed FROM workflow_state(:parent, :token)
+
+-- start_workflow --
+-- Worker role, holding the parent's lease (see start_workflow() in the schema).
+SELECT total, released, ended, failed
+FROM start_workflow(:parent, :token, :policy, CAST(:max_parallel AS integer),
+                    CAST(:kinds AS text[]), CAST(:params AS jsonb[]), CAST(:after AS jsonb[]),
+                    CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]))
+
 -- cancel_children --
 SELECT cancel_children(:parent, :token)
 

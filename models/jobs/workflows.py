@@ -5,8 +5,10 @@ results in order), ``chord(group, callback)`` (the callback gets the group's res
 a group a chain.
 
 A workflow is ONE job (kind ``workflow``), submitted in the caller's transaction like any job,
-whose params are the compiled graph. It runs as a fan-out parent: it spawns each step as a child
-job once its dependencies have completed, waits without a worker while they run, and collects.
+whose params are the compiled graph. The database runs it (models/db/schema/70_fan_out.sql):
+the workflow's first run records the steps, and each step becomes a child job, in the
+transaction that ends the last of its dependencies, once they have all completed; the
+workflow waits without a worker meanwhile, and its second run collects.
 So every step is a job like any other: run as the requester with the membership and state
 re-check of its own kind, in its organization's row-level security, fenced by its lease, and
 counted against the quota. A step receives its dependencies' results as ``ctx.inputs`` (in
@@ -26,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from models.errors import CancelRequested, DomainError, InvalidRequest, WaitRequested
+from models.errors import CancelRequested, DomainError, InvalidRequest, LeaseLost, WaitRequested
 from models.jobs.records import ACTIVE, Status
+from models.jobs.store import StepPlan, WorkflowState
 from models.kinds import JobKind, Params, get_any_kind, get_kind
 
 if TYPE_CHECKING:
@@ -222,31 +225,27 @@ def run_canvas(ctx: JobContext, canvas: Canvas, *, policy: Policy = "fail_fast",
 
 def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
                  max_parallel: int | None = None) -> dict[str, Any]:
-    """A workflow's run: spawn what is ready (at most ``max_parallel`` steps unfinished at a
-    time, when given), wait without a worker, collect."""
+    """A workflow's run. The database runs the workflow (models/db/schema/70_fan_out.sql): the
+    first run records the steps and makes those ready at once (at most ``max_parallel``
+    unfinished, when given), then waits without a worker; each step's end makes the steps it
+    let go, in the transaction that ends it; the workflow runs again once settled (nothing
+    unfinished, or a failed step under fail_fast) to collect."""
     try:
-        while True:
-            ctx.checkpoint()
-            children = {child.index: child for child in ctx.runtime.children(ctx.job)}
-            failed = [i for i, c in children.items() if c.status not in ACTIVE
-                      and c.status != Status.COMPLETED]
-            if failed and policy == "fail_fast":
-                ctx.runtime.cancel_children(ctx.job)
-                raise _failed(steps, children, failed, skipped=[])
-            ready = [i for i, step in enumerate(steps) if i not in children
-                     and all(_completed(children, dep) for dep in step.after)]
-            if max_parallel is not None:
-                room = max(0, max_parallel - sum(c.status in ACTIVE for c in children.values()))
-                ready = ready[:room]
-            if ready:
-                _spawn(ctx, steps, children, ready)
-                continue
-            ended = sum(c.status not in ACTIVE for c in children.values())
-            ctx.progress("steps", done=ended, total=len(steps))
-            active = sum(c.status in ACTIVE for c in children.values())
-            if active:
-                raise WaitRequested(children=active)  # resumed when one of them ends
-            break
+        ctx.checkpoint()
+        state = ctx.runtime.workflow_state(ctx.job)
+        if state is None:
+            state = _start(ctx, steps, policy, max_parallel)
+        settled = state.active == 0 or (state.failed > 0 and policy == "fail_fast")
+        if not settled:
+            ctx.progress("steps", done=state.ended, total=len(steps))
+            raise WaitRequested(children=state.active)  # the database resumes it when settled
+        children = {child.index: child for child in ctx.runtime.children(ctx.job)}
+        failed = [i for i, c in children.items() if c.status not in ACTIVE
+                  and c.status != Status.COMPLETED]
+        if failed and policy == "fail_fast":
+            ctx.runtime.cancel_children(ctx.job)
+            raise _failed(steps, children, failed, skipped=[])
+        ctx.progress("steps", done=state.ended, total=len(steps))
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)
         raise
@@ -260,20 +259,14 @@ def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
             else [children[i].result for i in last]}
 
 
-def _completed(children: Mapping[int, Child], place: int) -> bool:
-    found = children.get(place)
-    return found is not None and found.status == Status.COMPLETED
-
-
-def _spawn(ctx: JobContext, steps: Sequence[StepNode], children: Mapping[int, Child],
-           ready: Sequence[int]) -> None:
-    by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for place in ready:
-        step = steps[place]
-        inputs = [children[dep].result for dep in step.after]
-        by_kind.setdefault(step.kind, []).append((place, {**step.params, INPUTS: inputs}))
-    for kind, items in by_kind.items():
-        ctx.runtime.spawn_children(ctx.job, get_any_kind(kind).rules, items)
+def _start(ctx: JobContext, steps: Sequence[StepNode], policy: Policy,
+           max_parallel: int | None) -> WorkflowState:
+    plan = [StepPlan(get_any_kind(step.kind).rules, step.params, step.after) for step in steps]
+    state = ctx.runtime.start_workflow(ctx.job, plan, policy, max_parallel)
+    if state is None:
+        ctx.check_lease_now()  # a cancel asked for meanwhile, or the lease lost
+        raise LeaseLost()
+    return state
 
 
 def _failed(steps: Sequence[StepNode], children: Mapping[int, Child], failed: Sequence[int],

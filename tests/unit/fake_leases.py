@@ -17,7 +17,7 @@ from models.errors import DomainError, LeaseLost
 from models.jobs.context import Tenant
 from models.jobs.leases import Failure, Finished, FinishReport
 from models.jobs.records import LeasedJob, Status
-from models.jobs.store import Child
+from models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 from models.kinds.rules import KindRules
 from models.tenancy.access import check_allowed
 
@@ -172,6 +172,38 @@ class FakeLeases:
             self.rows[child.id] = child
             made += 1
         return made
+
+    def fan_out_state(self, job: LeasedJob) -> FanOut | None:
+        """fan_out_state() in miniature (the runner's tests never start one)."""
+        if not self._holds(self.rows[job.id], job):
+            raise LeaseLost()
+        return None
+
+    def start_fan_out(self, job: LeasedJob, kind: KindRules, items: Sequence[dict[str, Any]],
+                      max_parallel: int) -> FanOut | None:
+        """start_fan_out() in miniature: the first max_parallel children, none released later
+        (the runner's tests never end a child)."""
+        self._call(f"start_fan_out({len(items)})")
+        made = self.spawn_children(job, kind, list(enumerate(items))[:max_parallel])
+        if not made and items:
+            return None
+        return FanOut(len(items), made, 0)
+
+    def workflow_state(self, job: LeasedJob) -> WorkflowState | None:
+        """workflow_state() in miniature (the runner's tests never start one)."""
+        if not self._holds(self.rows[job.id], job):
+            raise LeaseLost()
+        return None
+
+    def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan], policy: str,
+                       max_parallel: int | None = None) -> WorkflowState | None:
+        """start_workflow() in miniature: the steps that wait for none, made."""
+        self._call(f"start_workflow({len(steps)})")
+        if not self._holds(self.rows[job.id], job):
+            return None
+        made = sum(self.spawn_children(job, step.kind, [(place, step.params)])
+                   for place, step in enumerate(steps) if not step.after)
+        return WorkflowState(len(steps), made, 0, 0)
 
     def children(self, job: LeasedJob) -> list[Child]:
         return sorted((Child(r.child_index, r.id, r.status, r.result, r.error_code, None)

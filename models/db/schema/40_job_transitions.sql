@@ -210,7 +210,10 @@ BEGIN
     -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
     -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
     -- going to wait at this moment (wait_job() locks its row too) either waits before this
-    -- and is resumed here, or counts this child as ended when it looks.
+    -- and is resumed here, or counts this child as ended when it looks. A fan-out or a
+    -- workflow the database runs (70_fan_out.sql) counts the ends and makes its next children
+    -- here, in the transaction that ended these; its parent goes on only once it is settled
+    -- (the last child ended; for a fail_fast workflow, also a step that did not complete).
     -- (Only when a child ended: the resume below is an UPDATE of jobs too, and this trigger,
     -- which then runs for it, must find nothing to do.)
     IF EXISTS (SELECT 1 FROM new_jobs n JOIN old_jobs o ON o.id = n.id
@@ -221,11 +224,22 @@ BEGIN
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
                          AND n.status IN ('completed', 'failed', 'cancelled'))
         ORDER BY p.id FOR UPDATE;
+        PERFORM fan_out_children_ended(array_agg(n.parent_id)),
+                workflow_steps_ended(array_agg(n.parent_id), array_agg(n.child_index),
+                                     array_agg(n.status = 'completed'))
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
+          AND n.status IN ('completed', 'failed', 'cancelled');
         UPDATE jobs p SET status = 'queued', run_after = now(), last_wakeup_at = NULL
         WHERE p.status = 'waiting' AND p.wait_children IS NOT NULL
           AND p.id IN (SELECT n.parent_id FROM new_jobs n JOIN old_jobs o ON o.id = n.id
                        WHERE n.parent_id IS NOT NULL AND n.status <> o.status
-                         AND n.status IN ('completed', 'failed', 'cancelled'));
+                         AND n.status IN ('completed', 'failed', 'cancelled'))
+          AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
+                          WHERE f.parent_id = p.id AND f.ended < f.total)
+          AND NOT EXISTS (SELECT 1 FROM job_workflows w
+                          WHERE w.parent_id = p.id AND w.ended < w.released
+                            AND NOT (w.policy = 'fail_fast' AND w.failed > 0));
         IF FOUND THEN
             PERFORM pg_notify('spacejobs_jobs', '');
         END IF;

@@ -1,5 +1,343 @@
 -- Durable fan-out: a parent job's children, made and read by the worker holding its lease.
 
+-- A fan-out the database runs for its parent (ctx.fan_out): the parent's first run records it
+-- with its items (start_fan_out()), and from then on each child's end releases the next
+-- child, in the transaction that ends it (fan_out_children_ended(), from the jobs trigger),
+-- at most max_parallel unfinished at a time. The parent waits without a worker until the last
+-- has ended, then collects: it runs twice, however many children. Places 0 .. released - 1
+-- exist as jobs, the others wait as items; one fan-out per parent (the children's places are
+-- unique per parent).
+CREATE TABLE job_fan_outs (
+    parent_id     uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    kind          text NOT NULL,
+    max_attempts  integer NOT NULL,
+    lease_seconds integer NOT NULL,
+    max_parallel  integer NOT NULL CHECK (max_parallel >= 1),
+    total         integer NOT NULL CHECK (total >= 0),
+    released      integer NOT NULL CHECK (released BETWEEN 0 AND total),
+    ended         integer NOT NULL CHECK (ended BETWEEN 0 AND released)
+);
+
+-- The items of a fan-out not released yet, one per place (a released one is deleted: its
+-- params live on in its child's row). Tenant data, read only through the functions below.
+CREATE TABLE job_fan_out_items (
+    parent_id uuid NOT NULL REFERENCES job_fan_outs (parent_id) ON DELETE CASCADE,
+    place     integer NOT NULL CHECK (place >= 0),
+    params    jsonb NOT NULL,
+    PRIMARY KEY (parent_id, place)
+);
+
+-- Only the owner's functions touch them; the worker role reaches them through those.
+ALTER TABLE job_fan_outs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_fan_outs FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_fan_outs TO space_owner USING (true) WITH CHECK (true);
+ALTER TABLE job_fan_out_items ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_fan_out_items FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_fan_out_items TO space_owner USING (true) WITH CHECK (true);
+
+-- The next children of these fan-outs, as many as each has room for (max_parallel minus the
+-- released ones not ended), in place order, for the parent's organization and requester (from
+-- the parent's row). Nothing is released under a parent that is stopping (cancel_requested)
+-- or has ended. The callers hold the parents' rows locked. Returns how many were made.
+CREATE FUNCTION release_children(p_parents uuid[]) RETURNS integer
+LANGUAGE plpgsql SET search_path = public, pg_temp
+-- Index probes by parent and place: the jobs trigger that calls it turns nested loops off for
+-- its transition tables, which would make these hash joins over every job.
+SET enable_nestloop = on AS $$
+DECLARE
+    made integer;
+BEGIN
+    WITH due AS (
+        SELECT f.parent_id, f.released AS first,
+               least(f.max_parallel - (f.released - f.ended), f.total - f.released) AS take
+        FROM job_fan_outs f JOIN jobs p ON p.id = f.parent_id
+        WHERE f.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
+          AND f.released < f.total AND f.released - f.ended < f.max_parallel
+    ), taken AS (
+        DELETE FROM job_fan_out_items i USING due d
+        WHERE i.parent_id = d.parent_id AND i.place >= d.first AND i.place < d.first + d.take
+        RETURNING i.parent_id, i.place, i.params
+    ), counted AS (
+        UPDATE job_fan_outs f SET released = f.released + d.take
+        FROM due d WHERE f.parent_id = d.parent_id
+    )
+    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                      request_id, parent_id, child_index)
+    SELECT p.organization_id, p.requested_by, f.kind, t.params, f.max_attempts, f.lease_seconds,
+           p.request_id, p.id, t.place
+    FROM taken t JOIN job_fan_outs f ON f.parent_id = t.parent_id JOIN jobs p ON p.id = t.parent_id
+    ORDER BY t.parent_id, t.place
+    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
+    GET DIAGNOSTICS made = ROW_COUNT;
+    RETURN made;
+END $$;
+REVOKE ALL ON FUNCTION release_children(uuid[]) FROM PUBLIC;
+
+-- Children that ended (their parents, one entry per child): each fan-out counts them, its
+-- waiting parent's progress moves (in steps of 5%, so a fan-out of thousands rewrites its
+-- parent's row, and runs this trigger again, at most twenty times), and the next children are
+-- released. Called by the
+-- jobs trigger only (as the owner), with the parents' rows locked.
+CREATE FUNCTION fan_out_children_ended(p_parents uuid[]) RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp SET enable_nestloop = on AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = ANY (p_parents)) THEN
+        RETURN;  -- a workflow's steps, or children made one by one
+    END IF;
+    WITH ended AS (
+        SELECT e.parent_id, count(*)::integer AS n FROM unnest(p_parents) AS e (parent_id)
+        GROUP BY e.parent_id
+    ), counted AS (
+        -- (least(): a child of the parent's from before its fan-out, beyond its places, is
+        -- not the fan-out's to count, and must not fail the finish that ended it)
+        UPDATE job_fan_outs f SET ended = least(f.ended + e.n, f.released)
+        FROM ended e WHERE f.parent_id = e.parent_id
+        RETURNING f.parent_id, f.ended, f.total, e.n
+    )
+    UPDATE jobs p
+    SET progress = jsonb_build_object('stage', 'children', 'done', c.ended, 'total', c.total)
+    FROM counted c
+    WHERE p.id = c.parent_id AND p.status = 'waiting'
+      AND (c.ended = c.total OR c.ended * 20 / c.total <> (c.ended - c.n) * 20 / c.total);
+    PERFORM release_children(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)));
+END $$;
+REVOKE ALL ON FUNCTION fan_out_children_ended(uuid[]) FROM PUBLIC;
+
+-- A parent's fan-out as the worker holding its lease sees it: no row when the lease is not
+-- the caller's; a row of NULLs when the parent has not started one.
+CREATE FUNCTION fan_out_state(p_parent uuid, p_token uuid)
+RETURNS TABLE (total integer, released integer, ended integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT f.total, f.released, f.ended
+    FROM jobs p LEFT JOIN job_fan_outs f ON f.parent_id = p.id
+    WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
+$$;
+REVOKE ALL ON FUNCTION fan_out_state(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fan_out_state(uuid, uuid) TO space_worker;
+
+-- The parent's fan-out, for the worker holding its lease: its items (place = position in
+-- p_params) and the first children released, in one transaction. A fan-out already started
+-- (by an earlier attempt of the parent) is left as it is. Children the parent made before,
+-- one by one (spawn_children(): always the first places), count as released. Returns the
+-- fan-out, or no row when the lease is no longer the caller's or a cancel was asked for.
+CREATE FUNCTION start_fan_out(p_parent uuid, p_token uuid, p_kind text, p_params jsonb[],
+                              p_max_parallel integer, p_max_attempts integer,
+                              p_lease_seconds integer)
+RETURNS TABLE (total integer, released integer, ended integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    made integer;
+    finished integer;
+BEGIN
+    -- Locked like a child's end locks it: the counts below and the trigger's never cross.
+    PERFORM 1 FROM jobs j
+    WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = p_parent) THEN
+        SELECT count(*), count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled'))
+        INTO made, finished
+        FROM jobs c WHERE c.parent_id = p_parent;
+        made := least(made, coalesce(cardinality(p_params), 0));
+        INSERT INTO job_fan_outs (parent_id, kind, max_attempts, lease_seconds, max_parallel,
+                                  total, released, ended)
+        VALUES (p_parent, p_kind, least(greatest(p_max_attempts, 1), 100),
+                least(greatest(p_lease_seconds, 1), 86400), greatest(p_max_parallel, 1),
+                coalesce(cardinality(p_params), 0), made, least(finished, made));
+        INSERT INTO job_fan_out_items (parent_id, place, params)
+        SELECT p_parent, c.place - 1, c.params
+        FROM unnest(p_params) WITH ORDINALITY AS c (params, place)
+        WHERE c.place > made;
+        PERFORM release_children(ARRAY[p_parent]);
+    END IF;
+    RETURN QUERY SELECT f.total, f.released, f.ended FROM job_fan_outs f WHERE f.parent_id = p_parent;
+END $$;
+REVOKE ALL ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+    TO space_worker;
+
+-- A workflow the database runs (models/jobs/workflows.py): its steps not made yet, each with
+-- the places it waits for; the end of a step makes, in the transaction that ends it, every
+-- step whose dependencies have all completed, its params carrying their results (under
+-- "_inputs", workflows.INPUTS, in the order of its dependencies). The workflow waits without a
+-- worker until it is settled: nothing left unfinished, or, with fail_fast, a step that did not
+-- complete. So a chain's next step is made in its predecessor's finish, with no run of the
+-- workflow in between.
+CREATE TABLE job_workflows (
+    parent_id    uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    policy       text NOT NULL CHECK (policy IN ('fail_fast', 'run_all')),
+    -- at most this many steps unfinished at a time (NULL: every step as soon as it is ready)
+    max_parallel integer CHECK (max_parallel >= 1),
+    total     integer NOT NULL CHECK (total >= 0),
+    released  integer NOT NULL CHECK (released BETWEEN 0 AND total),
+    ended     integer NOT NULL CHECK (ended BETWEEN 0 AND released),
+    failed    integer NOT NULL CHECK (failed BETWEEN 0 AND ended)
+);
+
+CREATE TABLE job_workflow_steps (
+    parent_id     uuid NOT NULL REFERENCES job_workflows (parent_id) ON DELETE CASCADE,
+    place         integer NOT NULL CHECK (place >= 0),
+    kind          text NOT NULL,
+    params        jsonb NOT NULL,
+    after         integer[] NOT NULL,
+    max_attempts  integer NOT NULL,
+    lease_seconds integer NOT NULL,
+    PRIMARY KEY (parent_id, place)
+);
+
+ALTER TABLE job_workflows ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_workflows FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_workflows TO space_owner USING (true) WITH CHECK (true);
+ALTER TABLE job_workflow_steps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
+
+-- The steps of these workflows whose dependencies have all completed, made now, under a
+-- parent that is not stopping, and not after a failure under fail_fast, in place order and no
+-- more than max_parallel unfinished. Only steps that wait for one of p_completed (places that
+-- just completed) are looked at, or all when it is NULL or the workflow has a max_parallel
+-- (a step ready before may have waited for room). The callers hold the parents' rows locked.
+-- Returns how many were made.
+CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
+LANGUAGE plpgsql SET search_path = public, pg_temp
+-- As release_children(): index probes, whatever the calling trigger turned off.
+SET enable_nestloop = on AS $$
+DECLARE
+    made integer;
+BEGIN
+    WITH candidates AS (
+        SELECT s.parent_id, s.place, w.max_parallel - (w.released - w.ended) AS room,
+               row_number() OVER (PARTITION BY s.parent_id ORDER BY s.place) AS nth
+        FROM job_workflow_steps s
+        JOIN job_workflows w ON w.parent_id = s.parent_id
+        JOIN jobs p ON p.id = s.parent_id
+        WHERE s.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
+          AND (p_completed IS NULL OR w.max_parallel IS NOT NULL OR s.after && p_completed)
+          AND NOT (w.policy = 'fail_fast' AND w.failed > 0)
+          AND NOT EXISTS (
+                SELECT 1 FROM unnest(s.after) AS d (place)
+                LEFT JOIN jobs c ON c.parent_id = s.parent_id AND c.child_index = d.place
+                WHERE c.status IS DISTINCT FROM 'completed')
+    ), ready AS (
+        SELECT c.parent_id, c.place FROM candidates c WHERE c.room IS NULL OR c.nth <= c.room
+    ), taken AS (
+        DELETE FROM job_workflow_steps s USING ready r
+        WHERE s.parent_id = r.parent_id AND s.place = r.place
+        RETURNING s.parent_id, s.place, s.kind, s.params, s.after, s.max_attempts, s.lease_seconds
+    ), counted AS (
+        UPDATE job_workflows w SET released = w.released + t.n
+        FROM (SELECT parent_id, count(*)::integer AS n FROM taken GROUP BY parent_id) AS t
+        WHERE w.parent_id = t.parent_id
+    )
+    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                      request_id, parent_id, child_index)
+    SELECT p.organization_id, p.requested_by, t.kind,
+           t.params || jsonb_build_object('_inputs', (
+               SELECT coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
+               FROM unnest(t.after) WITH ORDINALITY AS d (place, ord)
+               JOIN jobs c ON c.parent_id = t.parent_id AND c.child_index = d.place)),
+           t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place
+    FROM taken t JOIN jobs p ON p.id = t.parent_id
+    ORDER BY t.parent_id, t.place
+    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
+    GET DIAGNOSTICS made = ROW_COUNT;
+    RETURN made;
+END $$;
+REVOKE ALL ON FUNCTION release_steps(uuid[], integer[]) FROM PUBLIC;
+
+-- Steps that ended (their parents, their places and whether each completed, one entry per
+-- step): each workflow counts them, its waiting parent's progress moves (in steps of 5%), and
+-- the steps now ready are made. Called by the jobs trigger only (as the owner), the parents
+-- locked.
+CREATE FUNCTION workflow_steps_ended(p_parents uuid[], p_places integer[], p_completed boolean[])
+RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp SET enable_nestloop = on AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = ANY (p_parents)) THEN
+        RETURN;  -- a fan-out's children, or children made one by one
+    END IF;
+    WITH ended AS (
+        SELECT e.parent_id, count(*)::integer AS n,
+               count(*) FILTER (WHERE NOT e.completed)::integer AS failed
+        FROM unnest(p_parents, p_completed) AS e (parent_id, completed)
+        GROUP BY e.parent_id
+    ), counted AS (
+        UPDATE job_workflows w
+        SET ended = least(w.ended + e.n, w.released),
+            failed = least(w.failed + e.failed, least(w.ended + e.n, w.released))
+        FROM ended e WHERE w.parent_id = e.parent_id
+        RETURNING w.parent_id, w.ended, w.total, e.n
+    )
+    UPDATE jobs p
+    SET progress = jsonb_build_object('stage', 'steps', 'done', c.ended, 'total', c.total)
+    FROM counted c
+    WHERE p.id = c.parent_id AND p.status = 'waiting'
+      AND (c.ended = c.total OR c.ended * 20 / c.total <> (c.ended - c.n) * 20 / c.total);
+    PERFORM release_steps(ARRAY(SELECT DISTINCT e.parent_id FROM unnest(p_parents) AS e (parent_id)),
+                          ARRAY(SELECT e.place FROM unnest(p_places, p_completed) AS e (place, completed)
+                                WHERE e.completed));
+END $$;
+REVOKE ALL ON FUNCTION workflow_steps_ended(uuid[], integer[], boolean[]) FROM PUBLIC;
+
+-- A parent's workflow as the worker holding its lease sees it: no row when the lease is not
+-- the caller's; a row of NULLs when it has not started one.
+CREATE FUNCTION workflow_state(p_parent uuid, p_token uuid)
+RETURNS TABLE (total integer, released integer, ended integer, failed integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT w.total, w.released, w.ended, w.failed
+    FROM jobs p LEFT JOIN job_workflows w ON w.parent_id = p.id
+    WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
+$$;
+REVOKE ALL ON FUNCTION workflow_state(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
+
+-- The parent's workflow, for the worker holding its lease: its steps (place = position in the
+-- arrays; p_after: each step's places as a JSON array), at most p_max_parallel unfinished at a
+-- time (NULL: no bound), and the steps ready at once, in one
+-- transaction. A workflow already started is left as it is; steps the parent made before,
+-- one by one (spawn_children()), count as released. Returns the workflow, or no row when the
+-- lease is no longer the caller's or a cancel was asked for.
+CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
+                               p_kinds text[], p_params jsonb[], p_after jsonb[],
+                               p_max_attempts integer[], p_lease_seconds integer[])
+RETURNS TABLE (total integer, released integer, ended integer, failed integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobs j
+    WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = p_parent) THEN
+        INSERT INTO job_workflows (parent_id, policy, max_parallel, total, released, ended, failed)
+        SELECT p_parent, p_policy,
+               CASE WHEN p_max_parallel IS NOT NULL THEN greatest(p_max_parallel, 1) END,
+               coalesce(cardinality(p_kinds), 0),
+               count(*),
+               count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')),
+               count(*) FILTER (WHERE c.status IN ('failed', 'cancelled'))
+        FROM jobs c WHERE c.parent_id = p_parent;
+        INSERT INTO job_workflow_steps (parent_id, place, kind, params, after, max_attempts,
+                                        lease_seconds)
+        SELECT p_parent, s.place - 1, s.kind, s.params,
+               ARRAY(SELECT jsonb_array_elements_text(s.after)::integer),
+               least(greatest(s.max_attempts, 1), 100), least(greatest(s.lease_seconds, 1), 86400)
+        FROM unnest(p_kinds, p_params, p_after, p_max_attempts, p_lease_seconds)
+                 WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, place)
+        WHERE NOT EXISTS (SELECT 1 FROM jobs c
+                          WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
+        PERFORM release_steps(ARRAY[p_parent], NULL);
+    END IF;
+    RETURN QUERY SELECT w.total, w.released, w.ended, w.failed
+    FROM job_workflows w WHERE w.parent_id = p_parent;
+END $$;
+REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
+                                      integer[], integer[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
+                                         integer[], integer[]) TO space_worker;
+
 -- Children, for the worker holding the PARENT's lease: they belong to the parent's organization
 -- and requester (taken from the parent's row, never from the caller), are born queued like any
 -- job, and the places already taken are skipped. Returns how many were created.

@@ -79,8 +79,9 @@ GRANT EXECUTE ON FUNCTION wait_job(uuid, uuid, timestamptz, text, integer) TO sp
 
 -- The sweeper's resumes, bounded per call: waiting jobs whose moment has come (a timer, a
 -- signal's timeout), and, as the floor under the trigger, parents with fewer children active
--- than when they began to wait (a child that ended at the very moment they did). Returns the
--- resumed jobs, to wake workers for them.
+-- than when they began to wait (a child that ended at the very moment they did), but not a
+-- parent whose fan-out or workflow the database runs before it is settled (70_fan_out.sql).
+-- Returns the resumed jobs, to wake workers for them.
 CREATE FUNCTION resume_due_waits(p_batch integer)
 RETURNS TABLE (id uuid, kind text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -93,7 +94,12 @@ BEGIN
                OR (j.wait_children IS NOT NULL AND j.wait_children > (
                        SELECT count(*) FROM jobs c
                        WHERE c.parent_id = j.id
-                         AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))))
+                         AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+                   AND NOT EXISTS (SELECT 1 FROM job_fan_outs f
+                                   WHERE f.parent_id = j.id AND f.ended < f.total)
+                   AND NOT EXISTS (SELECT 1 FROM job_workflows w
+                                   WHERE w.parent_id = j.id AND w.ended < w.released
+                                     AND NOT (w.policy = 'fail_fast' AND w.failed > 0))))
         ORDER BY j.wait_until NULLS LAST
         LIMIT least(greatest(p_batch, 1), 10000)
         FOR UPDATE SKIP LOCKED
