@@ -80,8 +80,8 @@ SELECT j.id::text AS id, j.status, j.result,
 -- waits_met --
 -- Waiting jobs whose condition has come: a timer (or a signal's deadline) past its moment by
 -- more than :slack seconds (the sweeper resumes those, every sweep interval), an untaken signal
--- of the name it waits for (signal_job() resumes it in the sender's transaction), fewer
--- children active than it waits for (the jobs trigger resumes it in the child's finish). One
+-- of the name it waits for (signal_job() resumes it in the sender's transaction), its children
+-- settled (the jobs trigger resumes it in the finish of the child that settled them). One
 -- statement, so one snapshot: of the last two, none may ever be seen.
 SELECT j.id::text AS id, j.kind, w.met
   FROM jobs j
@@ -91,10 +91,22 @@ SELECT j.id::text AS id, j.kind, w.met
                  SELECT 1 FROM job_signals s
                   WHERE s.job_id = j.id AND s.name = j.wait_signal AND s.taken_at IS NULL)
             THEN 'an untaken signal'
-        WHEN j.wait_children IS NOT NULL AND j.wait_children > (
-                 SELECT count(*) FROM jobs c
-                  WHERE c.parent_id = j.id
-                    AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+        -- A fan-out or workflow the database runs is settled when the last child it made has
+        -- ended (a fail_fast workflow also at a failed step); a parent of the older kind when
+        -- fewer children are active than when it began to wait.
+        WHEN j.wait_children IS NOT NULL AND CASE
+                 WHEN EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = j.id)
+                     THEN NOT EXISTS (SELECT 1 FROM job_fan_outs f
+                                       WHERE f.parent_id = j.id AND f.ended < f.total)
+                 WHEN EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = j.id)
+                     THEN NOT EXISTS (SELECT 1 FROM job_workflows w
+                                       WHERE w.parent_id = j.id AND w.ended < w.released
+                                         AND NOT (w.policy = 'fail_fast' AND w.failed > 0))
+                 ELSE j.wait_children > (
+                          SELECT count(*) FROM jobs c
+                           WHERE c.parent_id = j.id
+                             AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+             END
             THEN 'children ended'
         END AS met) w
  WHERE j.status = 'waiting' AND w.met IS NOT NULL
