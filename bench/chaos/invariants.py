@@ -196,7 +196,7 @@ def no_wait_left_with_its_condition_met(r: ChaosReport) -> Verdict:
                    c.waits_met_seen == 0 and c.waits_met_at_end == 0,
                    f"at most {c.waits_met_seen} in {c.waits_met_readings} readings during the run, "
                    f"{c.waits_met_at_end} at the end (a timer {TIMER_SLACK_SECONDS:g} s past due, an "
-                   "untaken signal it waits for, fewer active children than it waits for)")
+                   "untaken signal it waits for, its children settled)")
 
 
 def timers_never_early(r: ChaosReport) -> Verdict:
