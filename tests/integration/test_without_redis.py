@@ -105,3 +105,27 @@ def test_with_redis_up_a_worker_that_hears_no_wake_up_still_claims(fresh_stack: 
     job = submit(client, org, anna, "bench.noop")
     assert stack.wait_for(job["id"], "completed", timeout=30)["attempts"] == 1
     assert not worker.has_logged(DEGRADED)
+
+
+def test_a_job_the_floor_runs_is_given_back_at_a_warm_shutdown(
+        fresh_stack: Stack, private_redis: RestartableRedis) -> None:
+    """A pool process whose drain the floor started (Redis down from the start: no wake-up ever
+    ran there) still gives its job back after the grace on SIGTERM."""
+    import signal
+
+    stack = fresh_stack
+    client = stack.make_app(BROKER_URL=private_redis.url).test_client()
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    private_redis.kill()
+    leaving = stack.processes.start(
+        "w-leaving", stack.worker_argv("w-leaving", 1),
+        stack.env(REDIS_URL=private_redis.url, SPACEJOBS_SHUTDOWN_GRACE="0.5", **FLOOR),
+        ready=DEGRADED, timeout=60)
+    job = submit(client, org, anna, "bench.sleep", {"seconds": 8})
+    stack.wait_for(job["id"], "leased", timeout=30)
+    leaving.popen.send_signal(signal.SIGTERM)
+    assert leaving.popen.wait(timeout=30) == 0
+    row = stack.job_row(job["id"])
+    assert (row["status"], row["attempts"]) == ("queued", 0)  # given back, attempt not counted
+    assert [e["to_status"] for e in stack.events(job["id"])] == ["queued", "leased", "queued"]
