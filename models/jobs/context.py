@@ -71,9 +71,6 @@ class JobRuntime(Protocol):
 
     def lease_status(self, job: LeasedJob) -> Status | None: ...
 
-    def spawn_children(self, job: LeasedJob, kind: KindRules,
-                       items: Sequence[tuple[int, dict[str, Any]]]) -> int: ...
-
     def fan_out_state(self, job: LeasedJob) -> FanOut | None: ...
 
     def start_fan_out(self, job: LeasedJob, kind: KindRules, items: Sequence[dict[str, Any]],

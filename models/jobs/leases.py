@@ -163,11 +163,6 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.lease_status(conn, job.id, job.lease_token)
 
-    def spawn_children(self, job: LeasedJob, kind: KindRules,
-                       items: Sequence[tuple[int, dict[str, Any]]]) -> int:
-        with transaction(self.engine, actor=self.actor) as conn:
-            return store.spawn_children(conn, job, kind, items)
-
     def fan_out_state(self, job: LeasedJob) -> store.FanOut | None:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.fan_out_state(conn, job)

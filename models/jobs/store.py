@@ -228,9 +228,10 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
     organization's audit log as ``user_id``'s (with the transaction's actor: a member's or an
     operator's), in the same statement."""
     roles = dict(kind_roles or {})
-    # The job's row (after its children's) first, in a statement of its own: a spawn of its
-    # children that holds it (spawn_children) commits before the cancel's statement takes its
-    # snapshot, so the cancel sees, and cancels, every child made before it took effect.
+    # The job's row (after its children's) first, in a statement of its own: whatever makes
+    # its children holds it (start_fan_out(), start_workflow(), a child's end through the jobs
+    # trigger), so that commits before the cancel's statement takes its snapshot, and the
+    # cancel sees, and cancels, every child made before it took effect.
     conn.execute(Q["lock_for_cancel"], {"id": str(job_id)})
     row = conn.execute(Q["request_cancel"], {
         "id": str(job_id), "user_id": user_id, "request_id": request_id,
@@ -432,25 +433,6 @@ class Child:
     result: Any
     error_code: str | None
     error_message: str | None
-
-
-def spawn_children(conn: Connection, parent: LeasedJob, kind: KindRules,
-                   items: Sequence[tuple[int, dict[str, Any]]]) -> int:
-    """Child jobs of ``kind`` at the given places (those already there are skipped), in the
-    parent's organization and for its requester; 0 when the parent's lease is no longer ours."""
-    if not items:
-        return 0
-    # The parent's row is held until the children are committed: a cancel of the parent waits
-    # for them and cancels them too (request_cancel), or it came first, and spawn_children()
-    # finds the parent no longer 'leased' and makes none: no child is made that the cancel
-    # misses, to run after it.
-    if not lock_lease(conn, parent.id, parent.lease_token):
-        return 0
-    spawned: int = conn.execute(Q["spawn_children"], {
-        "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
-        "indexes": [index for index, _ in items], "params": [json.dumps(p) for _, p in items],
-        "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).scalar_one()
-    return spawned
 
 
 @dataclass(frozen=True)

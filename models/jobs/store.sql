@@ -128,7 +128,8 @@ RETURNING j.id
 
 -- lock_for_cancel --
 -- Web role, scoped to the organization, in the cancel's transaction before request_cancel: the
--- job's row, which a lease holder spawning its children holds until they are committed. Its
+-- job's row, which whatever makes its children (start_fan_out(), start_workflow(), a child's
+-- end through the jobs trigger) holds until they are committed. Its
 -- children's rows first (ORDER BY comes before the locks): a child's finish locks the child,
 -- then its parent (the jobs trigger), and the same order here keeps the two from deadlocking.
 SELECT id FROM jobs WHERE id = :id OR parent_id = :id
@@ -176,11 +177,6 @@ WITH asked AS (
     FROM asked
 )
 SELECT * FROM asked
-
--- spawn_children --
--- Worker role, holding the parent's lease (see spawn_children() in the schema).
-SELECT spawn_children(:parent, :token, :kind, CAST(:indexes AS integer[]),
-                      CAST(:params AS jsonb[]), :max_attempts, :lease_seconds)
 
 -- children_of --
 SELECT child_index, id, status, result, error_code, error_message

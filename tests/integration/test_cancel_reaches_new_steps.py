@@ -1,6 +1,7 @@
-"""A parent's cancel and its lease holder's spawn of children, racing: whichever comes first, no
-child may start once the cancel has taken effect (``python -m bench.chaos`` judges the same from
-the events: "no step starts after its workflow's cancel"). The interleavings are forced with two
+"""A parent's cancel racing what makes its children (the lease holder starting its fan-out, a
+child's end releasing the next one through the jobs trigger): whichever comes first, no child
+may start once the cancel has taken effect (``python -m bench.chaos`` judges the same from the
+events: "no step starts after its workflow's cancel"). The interleavings are forced with two
 transactions against the real schema, as the real roles (no worker processes)."""
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def no_step_starts(stack: Stack, parent: LeasedJob) -> None:
         f"{[e['to_status'] for e in stack.events(started.id)]})")
 
 
-def test_a_cancel_while_children_are_being_made_cancels_them_too(stack_db: Stack):
+def test_a_cancel_while_the_fan_out_starts_cancels_its_first_children_too(stack_db: Stack):
     org, user, parent = leased_parent(stack_db)
     part = get_any_kind("test.part").rules
 
@@ -96,40 +97,73 @@ def test_a_cancel_while_children_are_being_made_cancels_them_too(stack_db: Stack
         with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
             return str(store.request_cancel(conn, parent.id, user).status)
 
-    # The lease holder is making a child; the requester's cancel comes before that commits.
-    with transaction(stack_db.worker_db, actor="worker:parent") as spawning:
-        assert store.spawn_children(spawning, parent, part, [(0, {"n": 0})]) == 1
+    # The lease holder is starting its fan-out; the requester's cancel comes before that commits.
+    with transaction(stack_db.worker_db, actor="worker:parent") as starting:
+        state = store.start_fan_out(starting, parent, part, [{"n": 0}, {"n": 1}], max_parallel=2)
+        assert state == store.FanOut(total=2, released=2, ended=0)
         canceller = Beside(cancel)
         canceller.start()
-        canceller.join(1.0)  # it waits for the spawn's commit (or has wrongly gone ahead)
+        canceller.join(1.0)  # it waits for the start's commit (or has wrongly gone ahead)
     assert canceller.result() == "cancel_requested"
     no_step_starts(stack_db, parent)
-    assert children_statuses(stack_db, parent.id) == ["cancelled"]
+    assert children_statuses(stack_db, parent.id) == ["cancelled", "cancelled"]
 
 
-def test_children_made_after_the_cancel_began_are_not_made(stack_db: Stack):
+def test_a_fan_out_started_after_the_cancel_began_makes_nothing(stack_db: Stack):
     org, user, parent = leased_parent(stack_db)
     part = get_any_kind("test.part").rules
 
-    def spawn() -> int:
+    def start() -> store.FanOut | None:
         with transaction(stack_db.worker_db, actor="worker:parent") as conn:
-            return store.spawn_children(conn, parent, part, [(0, {"n": 0})])
+            return store.start_fan_out(conn, parent, part, [{"n": 0}], max_parallel=1)
 
     # The requester's cancel has changed the parent but not committed yet when the lease holder
-    # makes a child.
+    # starts its fan-out.
     with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
         assert store.request_cancel(conn, parent.id, user).status == "cancel_requested"
-        spawner = Beside(spawn)
-        spawner.start()
-        spawner.join(1.0)  # it waits for the cancel's commit (or has wrongly gone ahead)
-    assert spawner.result() == 0
+        starter = Beside(start)
+        starter.start()
+        starter.join(1.0)  # it waits for the cancel's commit (or has wrongly gone ahead)
+    assert starter.result() is None
     no_step_starts(stack_db, parent)
+    assert children_statuses(stack_db, parent.id) == []
+
+
+def waiting_fan_out(stack: Stack, items: int, max_parallel: int
+                    ) -> tuple[uuid.UUID, uuid.UUID, LeasedJob]:
+    """A parent whose fan-out has started and that waits for it, as its first run leaves it."""
+    org, user, parent = leased_parent(stack)
+    with transaction(stack.worker_db, actor="worker:parent") as conn:
+        store.start_fan_out(conn, parent, get_any_kind("test.part").rules,
+                            [{"n": n} for n in range(items)], max_parallel=max_parallel)
+        assert store.wait_job(conn, parent.id, parent.lease_token, until=None, signal=None,
+                              children=1) == "waiting"
+    return org, user, parent
+
+
+def test_a_cancel_while_a_childs_end_releases_the_next_cancels_that_one_too(stack_db: Stack):
+    org, user, parent = waiting_fan_out(stack_db, items=2, max_parallel=1)
+    first = claim(stack_db, "child")
+    assert first is not None and children_statuses(stack_db, parent.id) == ["leased"]
+
+    def cancel() -> str:
+        with transaction(stack_db.app_db, organization_id=org, user_id=user) as conn:
+            return str(store.request_cancel(conn, parent.id, user).status)
+
+    # The first child's finish releases the second (the jobs trigger, holding the parent's
+    # row); the requester's cancel comes before that commits.
+    with transaction(stack_db.worker_db, actor="worker:child") as finishing:
+        assert complete_one(finishing, first.id, first.lease_token, {"n": 0})
+        canceller = Beside(cancel)
+        canceller.start()
+        canceller.join(1.0)  # it waits for the finish's commit (or has wrongly gone ahead)
+    assert canceller.result() == "cancelled"  # the parent was waiting: cancelled at once
+    no_step_starts(stack_db, parent)
+    assert children_statuses(stack_db, parent.id) == ["completed", "cancelled"]
 
 
 def test_a_cancel_and_a_childs_finish_at_the_same_moment_do_not_deadlock(stack_db: Stack):
-    org, user, parent = leased_parent(stack_db)
-    with transaction(stack_db.worker_db, actor="worker:parent") as conn:
-        store.spawn_children(conn, parent, get_any_kind("test.part").rules, [(0, {"n": 0})])
+    org, user, parent = waiting_fan_out(stack_db, items=1, max_parallel=1)
     child = claim(stack_db, "child")
     assert child is not None
 
@@ -145,6 +179,8 @@ def test_a_cancel_and_a_childs_finish_at_the_same_moment_do_not_deadlock(stack_d
         finisher = Beside(finish)
         finisher.start()
         finisher.join(0.5)
-        assert store.request_cancel(conn, parent.id, user).status == "cancel_requested"
-    assert finisher.result() is True  # cancel_requested -> completed: the finish still wins
+        assert store.request_cancel(conn, parent.id, user).status == "cancelled"
+    # The cancel came first and asked the running child to stop; its finish, which waited,
+    # still wins (cancel_requested -> completed).
+    assert finisher.result() is True
     assert children_statuses(stack_db, parent.id) == ["completed"]

@@ -137,11 +137,14 @@ def test_a_cancelled_parent_releases_nothing_more(db: Stack):
 
 
 def test_children_made_before_the_fan_out_count_as_its_first_places(db: Stack):
-    """A parent that made its first children one by one (spawn_children(), as before the
-    database ran fan-outs) and is claimed again by a worker that starts a fan-out."""
+    """A parent that made its first children one by one (the schema's spawn_children(), as
+    workers did before the database ran fan-outs) and is claimed again, after the upgrade, by a
+    worker that starts a fan-out."""
     parent = leased_parent(db)
     with transaction(db.worker_db) as conn:
-        store.spawn_children(conn, parent, PART, [(0, {"n": 0}), (1, {"n": 1})])
+        conn.execute(text("SELECT spawn_children(:p, :t, :k, ARRAY[0, 1],"
+                          " ARRAY['{\"n\": 0}', '{\"n\": 1}']::jsonb[], 3, 30)"),
+                     {"p": parent.id, "t": parent.lease_token, "k": PART.name})
     end_child(db, children(db, parent)[0]["id"])
     with transaction(db.worker_db) as conn:
         state = store.start_fan_out(conn, parent, PART, [{"n": n} for n in range(4)],

@@ -157,9 +157,8 @@ class FakeLeases:
         row = self.rows[job.id]
         return row.status if self._holds(row, job) else None
 
-    def spawn_children(self, job: LeasedJob, kind: KindRules,
+    def _make_children(self, job: LeasedJob, kind: KindRules,
                        items: Sequence[tuple[int, dict[str, Any]]]) -> int:
-        self._call(f"spawn_children({len(items)})")
         parent = self.rows[job.id]
         if not self._holds(parent, job) or parent.status != Status.LEASED:
             return 0
@@ -184,7 +183,7 @@ class FakeLeases:
         """start_fan_out() in miniature: the first max_parallel children, none released later
         (the runner's tests never end a child)."""
         self._call(f"start_fan_out({len(items)})")
-        made = self.spawn_children(job, kind, list(enumerate(items))[:max_parallel])
+        made = self._make_children(job, kind, list(enumerate(items))[:max_parallel])
         if not made and items:
             return None
         return FanOut(len(items), made, 0)
@@ -201,7 +200,7 @@ class FakeLeases:
         self._call(f"start_workflow({len(steps)})")
         if not self._holds(self.rows[job.id], job):
             return None
-        made = sum(self.spawn_children(job, step.kind, [(place, step.params)])
+        made = sum(self._make_children(job, step.kind, [(place, step.params)])
                    for place, step in enumerate(steps) if not step.after)
         return WorkflowState(len(steps), made, 0, 0)
 
