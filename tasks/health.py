@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sqlalchemy import Engine
@@ -30,9 +29,7 @@ def serve(engine: Engine, settings: Settings) -> ThreadingHTTPServer:
     def verdict() -> liveness.Verdict | None:
         try:
             with engine.connect() as conn:
-                return liveness.check(
-                    conn, hostname, stale=3 * settings.presence_interval, due_after=60.0,
-                    look_again=lambda: time.sleep(settings.presence_interval + 1))
+                return liveness.check_host(conn, hostname, settings)
         except Exception:
             log.warning("liveness probe: the database cannot be read")
             return None

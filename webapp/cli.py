@@ -12,6 +12,7 @@ import os
 import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,11 +27,11 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from models.db.engine import make_engine
-from models.db.roles import admin_url
+from models.db.roles import WORKER_ROLE, admin_url, role_url
 from models.db.transaction import owner_transaction
 from models.errors import DomainError
 from models.logs import configure_logging
-from models.ops import retention
+from models.ops import liveness, retention
 from models.settings import get_settings, reload_settings
 from models.tenancy import accounts, passwords, sessions
 from models.tenancy.access import ORG_STATES, ROLE_RANK
@@ -341,25 +342,18 @@ def worker(ctx: click.Context, concurrency: int | None, pool: str) -> None:
 @click.option("--hostname", default=None, help="The worker's host (default: this one).")
 @click.option("--stale", default=None, type=float,
               help="Seconds without a heartbeat that fail the check (default: 3 presence intervals).")
-@click.option("--due-after", default=60.0, show_default=True, type=float,
+@click.option("--due-after", default=liveness.DUE_AFTER, show_default=True, type=float,
               help="Seconds a job may be due beside idle processes before the check fails.")
 def worker_check(hostname: str | None, stale: float | None, due_after: float) -> None:
     """Exit 0 if this host's worker is alive and claiming, 1 (saying why) if not: for a
     liveness probe. Run it on the worker's host (it looks at the processes alive here)."""
-    import socket
-
-    from models.db.roles import WORKER_ROLE, role_url
-    from models.ops import liveness
-
     settings = get_settings()
     try:
         engine = make_engine(role_url(WORKER_ROLE), pool_size=1,
                              application_name="spacejobs-worker-check")
         with engine.connect() as conn:
-            verdict = liveness.check(
-                conn, hostname or socket.gethostname(),
-                stale=stale if stale is not None else 3 * settings.presence_interval,
-                due_after=due_after, look_again=lambda: time.sleep(settings.presence_interval + 1))
+            verdict = liveness.check_host(conn, hostname or socket.gethostname(), settings,
+                                          stale=stale, due_after=due_after)
     except (DBAPIError, RuntimeError) as exc:
         click.echo(f"FAIL: the database cannot be read ({type(exc).__name__})")
         sys.exit(1)

@@ -20,12 +20,14 @@ Nothing here is tenant data: process ids, kinds' counts and ages only.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
+from models.settings import Settings
 
 Q = queries_beside(__file__)
 
@@ -68,6 +70,20 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's process: alive
     return True
+
+
+#: seconds a job may be due beside idle processes before the check fails
+DUE_AFTER = 60.0
+
+
+def check_host(conn: Connection, hostname: str, settings: Settings, *, stale: float | None = None,
+               due_after: float = DUE_AFTER) -> Verdict:
+    """:func:`check` with the settings' clock: stale after 3 presence intervals (unless
+    ``stale``), the second look after the next heartbeat."""
+    return check(conn, hostname,
+                 stale=stale if stale is not None else 3 * settings.presence_interval,
+                 due_after=due_after,
+                 look_again=lambda: time.sleep(settings.presence_interval + 1))
 
 
 def check(conn: Connection, hostname: str, *, stale: float, due_after: float,
