@@ -51,6 +51,12 @@ def make_runner(process: worker_process.WorkerProcess) -> Runner:
     )
 
 
+def drain(process: worker_process.WorkerProcess) -> int:
+    """Claim and run due jobs until none is left (or the drain limit): what a wake-up and the
+    floor both do."""
+    return make_runner(process).drain(process.settings.drain_limit)
+
+
 @app.task(name=WAKE_TASK, ignore_result=True, bind=True)
 @reported_without_messages
 def wake(self: Any, job_id: str | None = None) -> int:
@@ -63,7 +69,7 @@ def wake(self: Any, job_id: str | None = None) -> int:
     # seen by the claims below (the coalescing guard, see tasks/wakeups.py).
     process.publisher.awake()
     # One drain at a time per process: if the floor drains now, this one follows it.
-    return process.drains.run(lambda: make_runner(process).drain(process.settings.drain_limit)) or 0
+    return process.drains.run(lambda: drain(process)) or 0
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
@@ -92,7 +98,7 @@ def start_floor(process: worker_process.WorkerProcess) -> Floor:
     """A pool child's floor (tasks/floor.py): it drains when the broker cannot be counted on."""
     settings = process.settings
     process.floor = Floor(
-        process.drains, lambda: make_runner(process).drain(settings.drain_limit),
+        process.drains, lambda: drain(process),
         broker_reachable=process.publisher.reachable,
         stopping=process.shutdown.stop_requested,
         interval=settings.floor_interval, idle_poll=settings.floor_idle_poll)
