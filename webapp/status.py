@@ -111,8 +111,8 @@ def waiting_line(job: Job, now: datetime) -> tuple[str, str, tuple[int, int] | N
 
 
 def short_status(status: Status, attempts: int) -> tuple[str, str]:
-    """A job's status as a word and a tone (a CSS class), as a table or a list of steps shows
-    it: the same word and tone :func:`describe` gives the whole job (a test holds them equal)."""
+    """A job's status as a word and a tone (a CSS class): a list of steps shows these, and
+    :func:`describe` gives them to the whole job."""
     if status == Status.WAITING:
         return "Waiting", "waiting"
     if status == Status.QUEUED:
@@ -183,32 +183,34 @@ def step_list(parent: Job, steps: Steps) -> StepList:
 
 
 def describe(job: Job, now: datetime | None = None) -> Shown:
-    """``now``: the moment the page is shown (a moment later today is written without its date)."""
+    """``now``: the moment the page is shown (a moment later today is written without its date).
+    The word and the tone are :func:`short_status`'s, as a list of steps shows them."""
     status = job.status
+    word, tone = short_status(status, job.attempts)
     if status == Status.WAITING:
         headline, detail, bar = waiting_line(job, now or datetime.now(UTC))
-        return Shown("Waiting", headline, detail, bar, tone="waiting")
+        return Shown(word, headline, detail, bar, tone=tone)
     if status == Status.QUEUED and job.attempts == 0:
-        return Shown("Queued", "Queued — accepted, not started yet", tone="waiting")
+        return Shown(word, "Queued — accepted, not started yet", tone=tone)
     if status == Status.QUEUED:
         reason = f" ({job.error_message})" if job.error_message else ""
-        return Shown("Retrying", f"Retrying — attempt {job.attempts + 1} of {job.max_attempts}",
+        return Shown(word, f"Retrying — attempt {job.attempts + 1} of {job.max_attempts}",
                      f"Attempt {job.attempts} did not succeed{reason}. It will run again shortly: "
-                     "the same job, with the same id.", tone="waiting")
+                     "the same job, with the same id.", tone=tone)
     if status == Status.LEASED:
         line, bar = running_line(job)
         if job.attempts > 1:
-            return Shown("Retrying", f"Retrying — attempt {job.attempts} of {job.max_attempts}",
-                         line + " (the same job, with the same id)", bar, tone="running")
-        return Shown("Running", line, None, bar, tone="running")
+            return Shown(word, f"Retrying — attempt {job.attempts} of {job.max_attempts}",
+                         line + " (the same job, with the same id)", bar, tone=tone)
+        return Shown(word, line, None, bar, tone=tone)
     if status == Status.CANCEL_REQUESTED:
         line, _bar = running_line(job)  # no bar: the job is winding down, not getting on
-        return Shown("Cancel requested", "Cancel requested",
+        return Shown(word, "Cancel requested",
                      "The job stops at its next safe point; until then it is still running "
-                     f"({line.removeprefix('Running — ')}).", tone="running")
+                     f"({line.removeprefix('Running — ')}).", tone=tone)
     if status == Status.CANCELLED:
-        return Shown("Cancelled", "Cancelled", "The job was stopped and will not run again.")
+        return Shown(word, "Cancelled", "The job was stopped and will not run again.", tone=tone)
     if status == Status.COMPLETED:
-        return Shown("Completed", "Completed", tone="good")
-    return Shown("Failed", "Failed", job.error_message or "The job failed.",
-                 next_step=NEXT_STEPS.get(job.error_code or "", TRY_AGAIN), tone="bad")
+        return Shown(word, "Completed", tone=tone)
+    return Shown(word, "Failed", job.error_message or "The job failed.",
+                 next_step=NEXT_STEPS.get(job.error_code or "", TRY_AGAIN), tone=tone)
