@@ -212,13 +212,17 @@ def run_canvas(ctx: JobContext, canvas: Canvas, *, policy: Policy = "fail_fast",
     submitted workflow, its steps may be child-only kinds (the kind's author composes them, as
     for a fan-out). The compiled steps are recorded as a step on the first run, so every later
     run follows the same graph."""
-    nodes = compile_canvas(canvas)
-    if not 1 <= len(nodes) <= MAX_STEPS_IN_KIND:
-        raise InvalidRequest(f"A kind's workflow holds 1 to {MAX_STEPS_IN_KIND} steps.",
-                             fields=["steps"])
-    check_steps(nodes, get_any_kind)
-    recorded = ctx.step(ctx.next_step_name("workflow"),
-                        lambda: [node.model_dump(mode="json") for node in nodes])
+
+    def compiled() -> list[dict[str, Any]]:
+        nodes = compile_canvas(canvas)
+        if not 1 <= len(nodes) <= MAX_STEPS_IN_KIND:
+            raise InvalidRequest(f"A kind's workflow holds 1 to {MAX_STEPS_IN_KIND} steps.",
+                                 fields=["steps"])
+        check_steps(nodes, get_any_kind)
+        return [node.model_dump(mode="json") for node in nodes]
+
+    # Compiled and checked once, on the first run; later runs read the graph it recorded.
+    recorded = ctx.step(ctx.next_step_name("workflow"), compiled)
     return run_workflow(ctx, [StepNode.model_validate(node) for node in recorded], policy,
                         max_parallel=max_parallel)
 
