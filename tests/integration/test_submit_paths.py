@@ -239,9 +239,12 @@ def test_wait_names_the_file_of_a_result_in_the_results_store(stack: Stack, app_
 def test_wait_times_out_and_does_not_see_other_organizations(stack: Stack, app_db):
     org = stack.org()
     anna = stack.user(org, role="owner")
-    with stack.workers_paused(), app_db.begin() as conn:
-        job = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id).job
+    # One pause for the submit and the wait: in a gap between two, a worker that lingers on
+    # LISTEN (or its floor) takes the job at once.
     with stack.workers_paused():
+        with app_db.begin() as conn:
+            job = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org,
+                                           requested_by=anna.id).job
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             stack.jobs.wait(job.id, 0.5, organization_id=org)
