@@ -100,8 +100,10 @@ def test_failing_kind_retries_with_growing_backoff_then_fails_with_a_safe_messag
 def test_broker_down_at_submit_still_accepts_and_the_sweeper_delivers(bare_stack: Stack, caplog):
     stack = bare_stack
     stack.retire(*stack.processes)
-    # No lingering (LISTEN): only the broker's wake-ups and the sweeper's may start a job here.
-    worker = stack.start_worker(concurrency=1, SPACEJOBS_LINGER_SECONDS="0")
+    # No lingering (LISTEN), no idle claim by the floor: only the broker's wake-ups and the
+    # sweeper's may start a job here.
+    worker = stack.start_worker(concurrency=1, SPACEJOBS_LINGER_SECONDS="0",
+                                SPACEJOBS_FLOOR_IDLE_POLL="0")
     beat = stack.start_beat()
     lost_wakeups = stack.make_app(BROKER_URL=UNREACHABLE_BROKER).test_client()
     org = stack.org()
@@ -153,8 +155,10 @@ def test_the_sweeper_re_signals_a_backlog_with_one_wake_up_per_claim_batch_and_i
         stack.retire(beat)
     # 250 due jobs, claims of up to 100 (SPACEJOBS_CLAIM_BATCH): three wake-ups, not 250.
     assert queue_length(stack) == 3
-    # No lingering, no beat: only those three messages can start the jobs, and they all run.
-    worker = stack.start_worker(concurrency=2, SPACEJOBS_LINGER_SECONDS="0")
+    # No lingering, no idle claim, no beat: only those three messages can start the jobs, and
+    # they all run.
+    worker = stack.start_worker(concurrency=2, SPACEJOBS_LINGER_SECONDS="0",
+                                SPACEJOBS_FLOOR_IDLE_POLL="0")
     wait_until(lambda: stack.job_counts(org)[Status.COMPLETED] == 250, timeout=30,
                what="all 250 jobs completed")
     stack.retire(worker)
