@@ -31,10 +31,17 @@ def transaction(
     organization_id: UUID | str | None = None,
     user_id: UUID | str | None = None,
     actor: str | None = None,
+    durable: bool = True,
 ) -> Iterator[Connection]:
-    """One transaction, scoped to a tenant and a user when given; commits unless it raises."""
+    """One transaction, scoped to a tenant and a user when given; commits unless it raises.
+
+    ``durable=False`` lets its COMMIT return before the WAL reaches the disk
+    (``synchronous_commit = off`` for this transaction only): a crash may then undo it although
+    the commit succeeded. Only for work whose loss the design already covers.
+    """
     def first(conn: Connection) -> None:
-        scope(conn, organization_id=organization_id, user_id=user_id, actor=actor)
+        scope(conn, organization_id=organization_id, user_id=user_id, actor=actor,
+              durable=durable)
 
     with opened(engine, first) as (conn, _):
         yield conn
@@ -80,14 +87,17 @@ def scope(
     organization_id: UUID | str | None = None,
     user_id: UUID | str | None = None,
     actor: str | None = None,
+    durable: bool = True,
 ) -> None:
-    """Set the transaction-local tenant, user and actor (``SET LOCAL`` cannot bind parameters)."""
+    """Set the transaction-local tenant, user and actor (``SET LOCAL`` cannot bind parameters),
+    and ``synchronous_commit = off`` when the transaction need not be ``durable``."""
     conn.execute(
         Q["scope"],
         {
             "org": str(organization_id) if organization_id else "",
             "user": str(user_id) if user_id else "",
             "actor": actor or "",
+            "durable": durable,
         },
     )
 

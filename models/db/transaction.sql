@@ -1,9 +1,13 @@
 -- scope --
 -- Transaction-local (the third argument): gone at COMMIT, so a pooled connection carries
--- nothing into the next transaction.
+-- nothing into the next transaction. A transaction that may be lost in a crash without harm
+-- (a claim: models.jobs.leases says why) commits without waiting for its WAL flush; CASE
+-- evaluates set_config only then, so every other transaction keeps the server's own setting
+-- (which may be stronger than 'on', e.g. remote_apply).
 SELECT set_config('app.organization_id', :org, true),
        set_config('app.user_id', :user, true),
-       set_config('app.actor', :actor, true)
+       set_config('app.actor', :actor, true),
+       CASE WHEN NOT :durable THEN set_config('synchronous_commit', 'off', true) END
 
 -- set_role_space_owner --
 SET LOCAL ROLE space_owner

@@ -80,9 +80,18 @@ class WorkerLeases:
         after_organization: UUID = store.NO_ORGANIZATION,
     ) -> FinishReport:
         """ONE transaction: commit the finished jobs (the requesters' standing re-checked in one
-        query, then one fenced UPDATE), then lease up to ``claim`` more."""
+        query, then one fenced UPDATE), then lease up to ``claim`` more.
+
+        A transaction that only claims commits without waiting for the WAL flush. A crash can
+        lose such a claim after this process was told it committed: the rows go back to what
+        they were (queued, or leased by an expired holder) and are claimed again, while this
+        process's attempt is fenced at its finish because its token was never durably recorded
+        — the at-least-once run the lease already allows after a lost worker. Its finish, a
+        durable commit, flushes the WAL up to and including the claim, so a recorded result
+        never rests on a lost claim. A transaction that finishes anything is durable.
+        """
         report = FinishReport()
-        with transaction(self.engine, actor=self.actor) as conn:
+        with transaction(self.engine, actor=self.actor, durable=bool(finished)) as conn:
             if finished:
                 leases = [(f.job.id, f.job.lease_token) for f in finished]
                 standing = store.lease_standing(conn, leases)
