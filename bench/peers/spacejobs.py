@@ -217,7 +217,14 @@ class SpaceJobsPeer(Peer):
         worker = self._start_worker(processes)
         try:
             time.sleep(1)  # as for the peers: past the pool's start-up
-            elapsed = paced(rate, count, lambda: self._submit_one(self.tenant))
+            calls: list[float] = []
+
+            def submit_timed() -> None:
+                began = time.perf_counter()
+                self._submit_one(self.tenant)
+                calls.append(time.perf_counter() - began)
+
+            elapsed = paced(rate, count, submit_timed)
             self._wait_completed(count, timeout=60)
             self._outcome(count)
             found = self._read(rows.event_latencies)
@@ -226,11 +233,16 @@ class SpaceJobsPeer(Peer):
         self._clear()
         if len(found) != count:
             raise PeerError(f"Space Jobs: {len(found)} complete histories for {count} jobs")
-        starts = [started for _, started in found]
+        hops = {"submit call (commit, wake-up)": calls,
+                "created_at -> lease event": [started for _, started in found],
+                "lease event -> completion event": [finished - started for finished, started in found]}
+        breakdown = "; ".join(f"{hop} p50/p95 {1000 * percentile(values, 50):.1f}/"
+                              f"{1000 * percentile(values, 95):.1f} ms"
+                              for hop, values in hops.items())
         return latency_figure([finished for finished, _ in found],
                               f"service.submit() at {count / elapsed:.1f}/s achieved, 1 worker -c"
-                              f" {processes}, created_at -> completion event (job_events); submit ->"
-                              f" lease p50 {1000 * statistics.median(starts):.1f} ms")
+                              f" {processes}, created_at -> completion event (job_events); hops:"
+                              f" {breakdown}")
 
     # -- Space Jobs' own figures -----------------------------------------------------------
 
