@@ -137,6 +137,32 @@ def test_files_of_purged_rows_are_deleted_after_their_commit_and_a_failure_is_le
     assert set(world.transactions) == {"sweeper"}  # every change is audited as the sweeper's
 
 
+def test_retention_purges_batch_after_batch_while_they_come_back_full(world, monkeypatch):
+    # A steady load above one batch a sweep must not grow the history without bound: full
+    # batches are followed by another, each in its own transaction, until one comes back short.
+    answers = [{"jobs_deleted": 500, "results_dropped": 0, "events_deleted": 0, "dropped_refs": ["a"]},
+               {"jobs_deleted": 0, "results_dropped": 0, "events_deleted": 500, "dropped_refs": []},
+               {"jobs_deleted": 120, "results_dropped": 3, "events_deleted": 7, "dropped_refs": ["b"]}]
+    monkeypatch.setattr(sweeper.store, "purge_finished", lambda conn, batch: answers.pop(0))
+    report = sweeper.sweep_once(process(world))
+    assert answers == []
+    assert (report.jobs_deleted, report.results_dropped, report.events_deleted) == (620, 3, 507)
+    assert world.results.deleted == ["a", "b"]
+
+
+def test_a_purge_that_never_catches_up_stops_after_its_rounds(world, monkeypatch):
+    calls = []
+
+    def full(conn, batch):
+        calls.append(batch)
+        return {"jobs_deleted": batch, "results_dropped": 0, "events_deleted": 0, "dropped_refs": []}
+
+    monkeypatch.setattr(sweeper.store, "purge_finished", full)
+    report = sweeper.sweep_once(process(world))
+    assert len(calls) == sweeper.PURGE_ROUNDS
+    assert report.jobs_deleted == sweeper.PURGE_ROUNDS * calls[0]
+
+
 def test_the_orphan_sweep_runs_only_when_due(world, monkeypatch):
     report = sweeper.sweep_once(process(world))
     assert world.orphans == [] and report.orphans_deleted == 0
