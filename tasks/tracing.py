@@ -114,7 +114,7 @@ class AttemptSpans(NoSpans):
         span = self._open.pop(job.id, None)
         if span is None:
             return
-        span.set_attribute("spacejobs.outcome", outcome)
+        span.set_attribute("spacejobs.outcome", str(outcome))
         if failure:
             span.set_status(StatusCode.ERROR)
         span.end()
