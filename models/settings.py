@@ -257,6 +257,13 @@ class Settings(BaseSettings):
     otel_exporter_otlp_traces_endpoint: str | None = Field(
         None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         description="the traces' own OTLP/HTTP URL, taken as it is; setting it turns traces on")
+    otel_exporter_otlp_protocol: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_PROTOCOL",
+        description="`http/protobuf` (the default, and the one protocol we ship); another leaves "
+                    "traces off, with a warning")
+    otel_exporter_otlp_traces_protocol: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        description="the same for traces alone (wins over the one above)")
 
     @property
     def extra_kind_module_names(self) -> list[str]:

@@ -131,25 +131,37 @@ class NoOrphanClientSpans(Sampler):
         return f"NoOrphanClientSpans{{{self.inner.get_description()}}}"
 
 
-def exporter(settings: Settings) -> SpanExporter | None:
-    """The exporter ``OTEL_TRACES_EXPORTER`` names (unset: ``otlp``, as the specification says)."""
-    name = (settings.otel_traces_exporter or "otlp").strip().lower()
-    if name == "otlp":
-        # OTLP over HTTP with protobuf, the specification's default protocol; the exporter reads
-        # its endpoint, headers, timeout and compression from the OTEL_EXPORTER_OTLP_* variables.
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def exporters(settings: Settings) -> list[SpanExporter] | None:
+    """The exporters ``OTEL_TRACES_EXPORTER`` names, comma-separated (unset: ``otlp``, as the
+    specification says); None, with a warning, when one is not one we ship."""
+    names = [n.strip().lower() for n in (settings.otel_traces_exporter or "otlp").split(",")]
+    chosen: list[SpanExporter] = []
+    for name in filter(None, names):
+        if name == "otlp":
+            protocol = (settings.otel_exporter_otlp_traces_protocol
+                        or settings.otel_exporter_otlp_protocol or "http/protobuf").strip().lower()
+            if protocol != "http/protobuf":
+                log.warning("OTLP protocol %s is not the one we ship (http/protobuf): no traces",
+                            protocol)
+                return None
+            # The exporter reads its endpoint, headers, timeout and compression from the
+            # OTEL_EXPORTER_OTLP_* variables itself.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter()
-    if name == "console":
-        return ConsoleSpanExporter()
-    log.warning("OTEL_TRACES_EXPORTER=%s is not one we ship (otlp, console): no traces", name)
-    return None
+            chosen.append(OTLPSpanExporter())
+        elif name == "console":
+            chosen.append(ConsoleSpanExporter())
+        else:
+            log.warning("OTEL_TRACES_EXPORTER names %s, not one we ship (otlp, console): no traces",
+                        name)
+            return None
+    return chosen or None
 
 
 def install(settings: Settings, service_name: str) -> TracerProvider | None:
-    """Install this process's tracer provider (and database spans); None when the exporter
-    asked for is not one we ship."""
-    chosen = exporter(settings)
+    """Install this process's tracer provider; None when an exporter asked for is not one we
+    ship."""
+    chosen = exporters(settings)
     if chosen is None:
         return None
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our default name.
@@ -158,7 +170,8 @@ def install(settings: Settings, service_name: str) -> TracerProvider | None:
         resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     configured = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
     provider = TracerProvider(resource=resource, sampler=NoOrphanClientSpans(configured))
-    provider.add_span_processor(SafeSpans(BatchSpanProcessor(chosen)))
+    for each in chosen:
+        provider.add_span_processor(SafeSpans(BatchSpanProcessor(each)))
     trace.set_tracer_provider(provider)
     return provider
 
