@@ -241,6 +241,30 @@ class Settings(BaseSettings):
         "text", description="`json` for one JSON object per line")
     log_level: str = Field("INFO", description="the log level of web, worker and beat")
 
+    # -- traces (OpenTelemetry's own variables; the SDK reads the rest of OTEL_*) ---------------
+    otel_sdk_disabled: bool = Field(
+        False, validation_alias="OTEL_SDK_DISABLED",
+        description="`true`: no traces whatever else is set (the OpenTelemetry specification's switch)")
+    otel_traces_exporter: str | None = Field(
+        None, validation_alias="OTEL_TRACES_EXPORTER",
+        description="`otlp` or `console` turns traces on (needs the `otel` extra); `none` keeps "
+                    "them off. Unset: on only when an OTLP endpoint below is set "
+                    "([Traces](../guides/operations.md#traces))")
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="where spans go over OTLP/HTTP (`/v1/traces` is added); setting it turns "
+                    "traces on")
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        description="the traces' own OTLP/HTTP URL, taken as it is; setting it turns traces on")
+    otel_exporter_otlp_protocol: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_PROTOCOL",
+        description="`http/protobuf` (the default, and the one protocol we ship); another leaves "
+                    "traces off, with a warning")
+    otel_exporter_otlp_traces_protocol: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        description="the same for traces alone (wins over the one above)")
+
     @property
     def extra_kind_module_names(self) -> list[str]:
         return [name.strip() for name in self.extra_kind_modules.split(",") if name.strip()]

@@ -43,6 +43,7 @@ from models.kinds.rules import KindRules
 from models.results.attempt import AttemptResults
 from tasks.ends import Ends, Outcome, Stats
 from tasks.ports import Ports, Signals
+from tasks.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 
@@ -82,8 +83,9 @@ class Attempt:
     """Runs one leased job to one of its ends."""
 
     def __init__(self, ports: Ports, signals: Signals, ends: Ends, stats: Stats, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, spans: NoSpans = NO_SPANS) -> None:
         self.ports = ports
+        self.spans = spans
         self.signals = signals
         self.ends = ends
         self.stats = stats
@@ -99,7 +101,11 @@ class Attempt:
 
     def run(self, job: LeasedJob, kind: JobKind | None) -> Finished | None:
         """Run one leased job. A job that returned is handed back for the batched finish; every
-        other end of the attempt is recorded here and now."""
+        other end of the attempt is recorded here and now (:meth:`Ends.end` ends its span)."""
+        with self.spans.running(job):
+            return self._start(job, kind)
+
+    def _start(self, job: LeasedJob, kind: JobKind | None) -> Finished | None:
         if kind is None:
             # A worker without this kind's code (e.g. mid-deploy) fails it and says so.
             self.ends.end(job, self.ends.fail(job, Failure(UnknownKind())))
@@ -143,10 +149,12 @@ class Attempt:
 
     def _fail_safely(self, job: LeasedJob, rules: KindRules, exc: Exception) -> Outcome:
         error = cast(DomainError, exc)  # ON_EXCEPTION sends only domain errors here
+        self.spans.failed(job, exc)
         return self.ends.fail(job, Failure(error, retry_in=rules.backoff(job.attempt)))
 
     def _fail_internally(self, job: LeasedJob, rules: KindRules, exc: Exception) -> Outcome:
         diagnosis = diagnose(exc)
+        self.spans.failed(job, exc)
         # The traceback for the kind's author; the formatter withholds the message (above).
         log.error("job raised %s", diagnosis.summary, exc_info=exc, extra=job.log_context)
         return self.ends.fail(job, Failure(InternalJobError(), retry_in=rules.backoff(job.attempt),

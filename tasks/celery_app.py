@@ -48,6 +48,7 @@ def make_runner(process: worker_process.WorkerProcess) -> Runner:
         tuning=Tuning(BatchSize(settings.claim_batch), linger=settings.linger_seconds),
         stats=process.stats,
         ring=process.ring,
+        spans=process.spans,
     )
 
 

@@ -13,6 +13,7 @@ from models.errors import WaitRequested
 from models.jobs.leases import Failure
 from models.jobs.records import LeasedJob, Status
 from tasks.ports import Ports, Signals
+from tasks.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 
@@ -56,21 +57,26 @@ class Stats:
 
 
 class Ends:
-    def __init__(self, ports: Ports, signals: Signals, stats: Stats) -> None:
+    def __init__(self, ports: Ports, signals: Signals, stats: Stats,
+                 spans: NoSpans = NO_SPANS) -> None:
         self.ports = ports
         self.signals = signals
         self.stats = stats
+        self.spans = spans
 
     def end(self, job: LeasedJob, outcome: Outcome, seconds: float = 0.0) -> None:
         """The attempt is over: its lease is no longer this process's to keep."""
         self.ports.keeper.drop([job.id])
         self.stats.processed += 1
-        if outcome not in NOT_FAILURES:
+        failure = outcome not in NOT_FAILURES
+        if failure:
             self.stats.failed += 1
+        self.spans.end(job, outcome, failure=failure)
         log.info("job attempt ended: %s in %.3fs", outcome, seconds, extra=job.log_context)
 
     def fail(self, job: LeasedJob, failure: Failure) -> Outcome:
         context = job.log_context
+        self.spans.note(job, {"spacejobs.error.code": failure.error.code})
         try:
             status = self.ports.leases.fail(job, failure)
         except Exception:
@@ -113,11 +119,16 @@ class Ends:
             self.signals.publish_wake(str(job.id))
             return Outcome.RESUMED
         log.info("job waits for %s", _what(request), extra=job.log_context)
+        self.spans.event(job, "spacejobs.wait", {"spacejobs.wait.for": _WAIT_FOR[_what(request)]})
         return Outcome.WAITING
 
     def lease_lost(self, job: LeasedJob) -> Outcome:
         log.warning("job stopped: lease lost to a newer attempt", extra=job.log_context)
         return Outcome.LEASE_LOST
+
+
+#: what a wait is for, as a span's event says it: a word of ours, never the signal's name
+_WAIT_FOR = {"its children": "children", "a signal": "signal", "a moment": "moment"}
 
 
 def _what(request: WaitRequested) -> str:

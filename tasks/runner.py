@@ -35,6 +35,7 @@ from tasks.attempt import ON_EXCEPTION, Action, Attempt, action_for
 from tasks.ends import Ends, Outcome, Stats
 from tasks.finishes import FLUSH_AFTER, FinishBuffer
 from tasks.ports import Keeper, Leases, Ports, Signals
+from tasks.tracing import NO_SPANS, NoSpans
 
 __all__ = ["FLUSH_AFTER", "ON_EXCEPTION", "Action", "BatchSize", "Drain", "Keeper", "Leases",
            "Outcome", "Ports", "Ring", "Runner", "Signals", "Stats", "Tuning", "action_for"]
@@ -95,10 +96,13 @@ class Runner:
     stats: Stats = field(default_factory=Stats)
     ring: Ring = field(default_factory=Ring)
     clock: Callable[[], float] = time.monotonic
+    #: each attempt's span (tasks/tracing.py); nothing at all when tracing is off
+    spans: NoSpans = NO_SPANS
 
     def __post_init__(self) -> None:
-        self.ends = Ends(self.ports, self.signals, self.stats)
-        self.attempt = Attempt(self.ports, self.signals, self.ends, self.stats, clock=self.clock)
+        self.ends = Ends(self.ports, self.signals, self.stats, self.spans)
+        self.attempt = Attempt(self.ports, self.signals, self.ends, self.stats, clock=self.clock,
+                               spans=self.spans)
 
     def drain(self, limit: int) -> int:
         """Drain, then linger for new work and drain again, until the linger passes idle, the
@@ -179,6 +183,7 @@ class Drain:
         report = self.buffer.flush(claim=want, controls=ports.controls() if want else None,
                                    after_organization=ring.after)
         ports.keeper.hold(report.leased)
+        self.runner.spans.claimed(report.leased)
         self.more_due = report.more_due
         if want:
             ring.after = report.next_organization

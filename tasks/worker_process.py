@@ -33,6 +33,7 @@ from tasks.floor import Drains, Floor
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import Ring, Stats
 from tasks.shutdown import Shutdown
+from tasks.tracing import start as start_tracing
 from tasks.wakeups import WakeupPublisher
 
 log = logging.getLogger("spacejobs.worker")
@@ -52,6 +53,8 @@ class WorkerProcess:
     def __init__(self, settings: Settings, *, celery: Celery | None = None) -> None:
         self.settings = settings
         self.name = worker_name()
+        # Before the engine: its statements are traced from the start when this process traces.
+        self.spans = start_tracing(settings, lambda ids: self.leases.traceparents(ids))
         # The worker's name in pg_stat_activity lets an operator find (or cut) one process.
         self.engine = make_engine(role_url(WORKER_ROLE), pool_size=2,
                                   application_name=f"spacejobs-worker:{self.name}")

@@ -247,3 +247,20 @@ def fails_once(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     if ctx.job.attempt == 1:
         raise RuntimeError("the first attempt fails")
     return {"attempt": ctx.job.attempt, "inputs": list(ctx.inputs)}
+
+
+class TracedParams(Params):
+    #: a tenant's text: it must never appear in a span
+    note: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+@job_kind("test.traced", org_states={"active"}, max_attempts=3, backoff=0.2,
+          params=TracedParams)
+def traced(ctx: JobContext, params: TracedParams) -> dict[str, Any]:
+    """A step, a durable sleep, then a first attempt that fails with the tenant's text in its
+    message (retried), and a second that completes: every span a job can make, in one trace."""
+    length = ctx.step("measure the note", lambda: len(params.note))
+    ctx.sleep(0.3)
+    if ctx.job.attempt == 1:
+        raise RuntimeError(f"the first attempt fails on {params.note}")
+    return {"length": length, "note": params.note}

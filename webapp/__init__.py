@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import Flask, g, has_request_context, request
 
+from models import tracing
 from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
 from models.jobs.service import Jobs
@@ -88,6 +89,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
             app.config["RATELIMIT_STORAGE_URI"] = limiter_storage(config["BROKER_URL"])
 
     load_kinds()
+    # Before the engines, whose statements are then traced too (models/trace_setup.py).
+    if tracing.configure(settings, "spacejobs-web"):
+        _instrument(app)
     app.extensions["spacejobs.db"] = make_engine(
         app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web",
         statement_timeout_ms=app.config["DB_STATEMENT_TIMEOUT_MS"],
@@ -139,6 +143,17 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     errors.register(app)
     logging.getLogger("spacejobs").setLevel(logging.INFO)
     return app
+
+
+def _instrument(app: Flask) -> None:
+    """A server span per request (its route's template, method and status: no URL values, no
+    client address leave the process, models/trace_setup.py) and a span per wake-up published,
+    whose context the worker's Celery task continues. Only when this process traces."""
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+    FlaskInstrumentor().instrument_app(app, excluded_urls="/static/.*")
+    CeleryInstrumentor().instrument()
 
 
 class _RequestIdFilter(logging.Filter):

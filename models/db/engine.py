@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
+from models import tracing
 from models.settings import get_settings
 
 log = logging.getLogger("spacejobs.db")
@@ -108,7 +109,8 @@ def make_engine(
 
 def _connect_with_after_commit(_dialect: Any, _record: Any, cargs: tuple[Any, ...],
                                cparams: dict[str, Any]) -> AfterCommitConnection:
-    return AfterCommitConnection.connect(*cargs, **cparams)
+    # A span per statement when this process traces (no statement text leaves it).
+    return tracing.instrument_connection(AfterCommitConnection.connect(*cargs, **cparams))
 
 
 def _refuse_dead_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

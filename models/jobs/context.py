@@ -17,6 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+from models import tracing
 from models.errors import (
     CancelRequested,
     LeaseLost,
@@ -197,9 +198,12 @@ class JobContext:
         found, value = self.runtime.step_result(self.job, name)
         if found:
             return value
-        value = fn()
-        self.checkpoint()
-        self.runtime.record_step(self.job, name, _jsonable(value, name))
+        # A span when the step runs (not when its record answers): the job's id, never the
+        # step's name, which is the kind's own words.
+        with tracing.span("spacejobs.step", {"spacejobs.job.id": str(self.job.id)}):
+            value = fn()
+            self.checkpoint()
+            self.runtime.record_step(self.job, name, _jsonable(value, name))
         return value
 
     def sleep(self, seconds: float) -> None:

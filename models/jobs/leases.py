@@ -120,6 +120,11 @@ class WorkerLeases:
                 report.next_organization = leased.next_organization
         return report
 
+    def traceparents(self, job_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The trace context each of these jobs was submitted in (read only while tracing)."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.traceparents(conn, job_ids)
+
     def claim_controls(self) -> list[KindControl]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.claim_controls(conn)

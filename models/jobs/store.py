@@ -17,6 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, RowMapping
 
+from models import tracing
 from models.db.queries import queries_beside
 from models.errors import (
     DomainError,
@@ -69,7 +70,7 @@ def submit(
         "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
         "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
         "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
-        "priority": priority,
+        "priority": priority, "traceparent": tracing.current_traceparent(),
     }).mappings().one()
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)
@@ -118,7 +119,7 @@ def submit_many(
         "lease_seconds": [j.kind.lease_seconds for j in jobs],
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
         "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
-        "priorities": [j.priority for j in jobs],
+        "priorities": [j.priority for j in jobs], "traceparent": tracing.current_traceparent(),
     }).mappings().all()
     if rows and rows[0]["outcome"] == "refused":
         # The database checked the strictest rules of the batch at once: name the first job
@@ -300,6 +301,11 @@ def claim_batch(
         leased += rest
         leased.more_due, leased.next_organization = rest.more_due, rest.next_organization
     return leased
+
+
+def traceparents(conn: Connection, job_ids: Sequence[UUID]) -> dict[UUID, str]:
+    """The trace context each of these jobs was submitted in (missing: none was stored)."""
+    return {row.id: row.traceparent for row in conn.execute(Q["traceparents"], {"ids": list(job_ids)})}
 
 
 class Claimed(list[LeasedJob]):

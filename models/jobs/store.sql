@@ -19,7 +19,7 @@ SELECT * FROM submit_job(
     p_idempotency_key => :idempotency_key, p_request_id => :request_id,
     p_run_after => CAST(:run_after AS timestamptz), p_retry_of => CAST(:retry_of AS uuid),
     p_org_quota => CAST(:org_quota AS integer), p_kind_quota => CAST(:kind_quota AS integer),
-    p_priority => CAST(:priority AS integer))
+    p_priority => CAST(:priority AS integer), p_traceparent => CAST(:traceparent AS text))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
@@ -34,12 +34,19 @@ SELECT * FROM submit_jobs(
     p_dedup_keys => CAST(:dedup_keys AS text[]),
     p_run_afters => CAST(:run_afters AS timestamptz[]),
     p_org_quota => CAST(:org_quota AS integer), p_kind_quotas => CAST(:kind_quotas AS integer[]),
-    p_priorities => CAST(:priorities AS integer[]))
+    p_priorities => CAST(:priorities AS integer[]),
+    p_traceparent => CAST(:traceparent AS text))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
 WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup_key
   AND status IN ('queued', 'leased', 'cancel_requested')
+
+-- traceparents --
+-- Worker role, only while tracing is on: the trace context each leased job was submitted in,
+-- to parent its attempt's span (models/tracing.py). Never the claim's business: with tracing
+-- off nothing reads it.
+SELECT id, traceparent FROM jobs WHERE id = ANY (CAST(:ids AS uuid[])) AND traceparent IS NOT NULL
 
 -- claim_batch --
 -- Worker role. Up to :limit due jobs in ONE statement, each with its own fresh random lease

@@ -50,6 +50,11 @@ CREATE TABLE jobs (
     wait_until           timestamptz,
     wait_signal          text,
     wait_children        integer,
+    -- The W3C trace context of whatever submitted it (revision 0034): the workers' spans of
+    -- its attempts are children of it. Only ids and flags, never anything of the tenant's;
+    -- version 00 only, the one format we write. A child inherits its parent's (70_fan_out.sql).
+    traceparent          text CONSTRAINT jobs_traceparent_w3c
+                         CHECK (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'),
     CONSTRAINT jobs_child_has_a_parent CHECK ((parent_id IS NULL) = (child_index IS NULL)),
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
@@ -239,3 +244,7 @@ GRANT SELECT (parent_id, child_index) ON jobs TO space_app, space_worker, space_
 GRANT SELECT (wait_until, wait_signal, wait_children) ON jobs
     TO space_app, space_worker, space_operator;
 GRANT UPDATE (wait_until, wait_signal, wait_children) ON jobs TO space_worker;
+
+-- Only the worker reads a job's trace context, to parent its attempts' spans; the submit
+-- functions and the children's trigger write it, as the owner.
+GRANT SELECT (traceparent) ON jobs TO space_worker;

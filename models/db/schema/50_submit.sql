@@ -176,7 +176,8 @@ CREATE FUNCTION submit_job(
     p_dedup_key text DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
     p_request_id text DEFAULT NULL, p_run_after timestamptz DEFAULT NULL,
     p_retry_of uuid DEFAULT NULL, p_org_quota integer DEFAULT NULL,
-    p_kind_quota integer DEFAULT NULL, p_priority integer DEFAULT NULL)
+    p_kind_quota integer DEFAULT NULL, p_priority integer DEFAULT NULL,
+    p_traceparent text DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -228,7 +229,7 @@ BEGIN
 
         INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts,
                           lease_seconds, dedup_key, idempotency_key, request_id, run_after,
-                          retry_of, priority)
+                          retry_of, priority, traceparent)
         VALUES (p_organization_id, p_requested_by, p_kind, p_params,
                 least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
                 p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()),
@@ -236,7 +237,7 @@ BEGIN
                 (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
                                             AND r.organization_id = p_organization_id),
                 -- out of range is the column CHECK's refusal, never a silent clamp
-                coalesce(p_priority, 0))
+                coalesce(p_priority, 0), p_traceparent)
         ON CONFLICT DO NOTHING
         RETURNING * INTO made;
         IF made.id IS NOT NULL THEN
@@ -282,10 +283,10 @@ BEGIN
         made.result_expired_at, made.params, NULL, NULL::integer;
 END $$;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                  text, text, timestamptz, uuid, integer, integer, integer)
+                                  text, text, timestamptz, uuid, integer, integer, integer, text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                     text, text, timestamptz, uuid, integer, integer, integer)
+                                     text, text, timestamptz, uuid, integer, integer, integer, text)
     TO space_app, space_worker;
 
 -- The bulk submit: many jobs of the organization in one statement, ids made by the caller so
@@ -294,14 +295,16 @@ GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, 
 -- caller tells which item a refusal concerns. The whole batch is admitted against the caps or
 -- none of it. A row that meets an active duplicate is skipped and missing from the answer; the
 -- caller then rolls the batch back: all or nothing.
--- Called by name too (store.sql), but without defaults: its one caller passes every argument,
--- and defaults would need the optional p_request_id moved behind the required arrays, a new
--- signature for no caller's gain.
+-- Called by name too (store.sql), without defaults but the last: its one caller passes every
+-- argument, and defaults would need the optional p_request_id moved behind the required
+-- arrays, a new signature for no caller's gain. p_traceparent (revision 0034) is the batch's
+-- one trace context, optional so that the previous release's web still calls it.
 CREATE FUNCTION submit_jobs(
     p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
     p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
     p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
-    p_org_quota integer, p_kind_quotas integer[], p_priorities integer[])
+    p_org_quota integer, p_kind_quotas integer[], p_priorities integer[],
+    p_traceparent text DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -341,10 +344,12 @@ BEGIN
     RETURN QUERY
     WITH made AS (
         INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
-                               lease_seconds, dedup_key, request_id, run_after, priority)
+                               lease_seconds, dedup_key, request_id, run_after, priority,
+                               traceparent)
         SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
                least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
-               n.dedup_key, p_request_id, coalesce(n.run_after, now()), coalesce(n.priority, 0)
+               n.dedup_key, p_request_id, coalesce(n.run_after, now()), coalesce(n.priority, 0),
+               p_traceparent
         FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds, p_dedup_keys,
                     p_run_afters, p_priorities) AS n (id, kind, params, max_attempts,
                                                       lease_seconds, dedup_key, run_after,
@@ -370,9 +375,9 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                    integer[], integer[], text[], timestamptz[], integer, integer[],
-                                   integer[])
+                                   integer[], text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[], integer,
-                                      integer[], integer[])
+                                      integer[], integer[], text)
     TO space_app, space_worker;

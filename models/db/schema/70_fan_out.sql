@@ -405,3 +405,19 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION cancel_children(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION cancel_children(uuid, uuid) TO space_worker;
+
+-- A child (a fan-out's item, a workflow's step) is part of its parent's trace: it takes the
+-- parent's trace context when it is made (revision 0034), one probe of jobs_pkey per child,
+-- and none at all for the jobs that have no parent (the trigger's WHEN). Its attempts' spans
+-- are then children of the span that submitted the parent, beside the parent's own.
+CREATE FUNCTION jobs_inherit_traceparent() RETURNS trigger
+LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    NEW.traceparent := (SELECT p.traceparent FROM jobs p WHERE p.id = NEW.parent_id);
+    RETURN NEW;
+END $$;
+REVOKE ALL ON FUNCTION jobs_inherit_traceparent() FROM PUBLIC;
+
+CREATE TRIGGER jobs_inherit_traceparent BEFORE INSERT ON jobs
+    FOR EACH ROW WHEN (NEW.parent_id IS NOT NULL AND NEW.traceparent IS NULL)
+    EXECUTE FUNCTION jobs_inherit_traceparent();
