@@ -96,8 +96,12 @@ PLANS = (
 MIN_SUBMIT_SECONDS = 110.0
 # A probe outlives its host's PostgreSQL heal by this long (bench.sleep sleeps 60 s at most).
 PROBE_PAST_HEAL = 8.0
-# A probe not leased by a host free to cut within this long: the cut takes a busy host instead.
-PROBE_PATIENCE = 10.0
+# While no host free to cut holds a probe, another is submitted this often (a probe may go to a
+# host that is already cut, or stalled), up to PROBES_PER_CUT; after PROBE_PATIENCE the cut
+# takes a busy host instead.
+PROBE_EVERY = 3.0
+PROBES_PER_CUT = 4
+PROBE_PATIENCE = 15.0
 
 
 class Links:
@@ -189,7 +193,8 @@ class Partitions:
         self.probes: list[str] = []
         self._open: list[Cut] = []
         self._started: float | None = None
-        self._probe: tuple[str | None, float] | None = None  # (job id, monotonic submit time)
+        self._probing: list[str] = []  # this cut's probes
+        self._probe_times: list[float] = []  # when each was submitted (monotonic)
 
     def busy(self) -> bool:
         """Cuts still to make or to heal."""
@@ -207,7 +212,7 @@ class Partitions:
         due = time.monotonic() - self._started >= self.pending[0].at if self.pending else False
         if self.pending and due and self._begin(self.pending[0], done, stalled):
             self.pending.pop(0)
-            self._probe = None
+            self._probing, self._probe_times = [], []
         now = time.time()
         for cut in list(self._open):
             for server, after in cut.plan.heals:
@@ -261,20 +266,22 @@ class Partitions:
 
     def _probe_holder(self, plan: CutPlan, free: list[int], holders: dict[int, list[str]]
                       ) -> list[int] | None:
-        """The free slot holding this plan's probe ([]: give up on the probe, take a busy
-        host; None: wait), submitting the probe on the first call."""
-        if self._probe is None:
-            seconds = dict(plan.heals)["PostgreSQL"] + PROBE_PAST_HEAL
-            job_id = self.submit_probe(seconds)
-            self._probe = (job_id, time.monotonic())
+        """The free slot holding one of this plan's probes ([]: give up on the probes, take a
+        busy host; None: wait), submitting probes as it goes."""
+        now = time.monotonic()
+        if len(self._probe_times) < PROBES_PER_CUT and (
+                not self._probe_times or now - self._probe_times[-1] >= PROBE_EVERY):
+            self._probe_times.append(now)
+            job_id = self.submit_probe(dict(plan.heals)["PostgreSQL"] + PROBE_PAST_HEAL)
             if job_id is not None:
+                self._probing.append(job_id)
                 self.probes.append(job_id)
-        job_id, submitted = self._probe
         for slot in free:
             incarnation = self.fleet.slots[slot]
-            if incarnation is not None and any(job_id in holders.get(pid, []) for pid in incarnation.pids):
+            held = [job for pid in incarnation.pids for job in holders.get(pid, [])] if incarnation else []
+            if any(job_id in held for job_id in self._probing):
                 return [slot]
-        return [] if job_id is None or time.monotonic() - submitted > PROBE_PATIENCE else None
+        return [] if now - self._probe_times[0] > PROBE_PATIENCE else None
 
     def _heal(self, cut: Cut, server: str) -> None:
         cut.dropped += self.links.heal(cut.namespace_index, server)

@@ -189,8 +189,8 @@ class ChaosReport:
             return []
         return [("partitions",
                  f"{len(self.cut_findings)} of {self.cuts_planned} planned cuts made: every packet "
-                 "between the host and the server dropped, both ways (tc u32 filters into a "
-                 "pfifo of limit 0 on both ends of the host's veth pair)"),
+                 "between the host and the server dropped, both ways (tc u32 filters on the "
+                 "bridge's end of the host's veth pair redirect them to a sink)"),
                 *(("", finding.note()) for finding in self.cut_findings)]
 
     def _composite_rows(self) -> list[tuple[str, str]]:
