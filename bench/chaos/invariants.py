@@ -156,7 +156,8 @@ def workers_and_beat_ride_out_restarts(r: ChaosReport) -> Verdict:
 def beat_rides_out_restarts(r: ChaosReport) -> Verdict:
     sent = r.beat_sweeps_after_last_restart
     return Verdict("beat rides out restarts", sent is None or sent > 0,
-                   f"{sent} sweeps sent after the last server restart")
+                   "no server restart in this run" if sent is None
+                   else f"{sent} sweeps sent after the last server restart")
 
 
 def every_workflow_ends_once(r: ChaosReport) -> Verdict:
