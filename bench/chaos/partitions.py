@@ -61,8 +61,12 @@ from tests.kit.stack import Stack
 PG_CUT_SECONDS = 35.0
 REDIS_CUT_SECONDS = 15.0
 WEB_CUT_SECONDS = 10.0
-# A cut host is not killed or stalled until this long after its last heal.
-PROTECT_AFTER_HEAL = 20.0
+# A cut host is not killed or stalled until this long after its last heal: time to show that it
+# claims again (the floor's idle claim comes within 10 s even if no wake-up reaches it).
+PROTECT_AFTER_HEAL = 45.0
+# The leases a cut host holds are read this long after the cut, when none of its finishes can
+# still be on its way (read at the cut, a job finishing that instant would count as held).
+HELD_READ_AFTER = 1.0
 # tc filter priorities, one per server, so a heal deletes only that server's filter.
 FILTER_PRIO = {"PostgreSQL": "10", "Redis": "11"}
 
@@ -164,6 +168,7 @@ class Cut:
     began: float
     healed: dict[str, float] = field(default_factory=dict)
     held: list[str] = field(default_factory=list)  # jobs its processes held leases on at the cut
+    held_read: bool = False
     log_offset_at_pg_heal: int | None = None
     submits_at_cut: tuple[int, int] = (0, 0)  # the web's: (attempted, accepted) so far
     submits_at_heal: tuple[int, int] = (0, 0)
@@ -215,6 +220,10 @@ class Partitions:
             self._probing, self._probe_times = [], []
         now = time.time()
         for cut in list(self._open):
+            if cut.incarnation is not None and not cut.held_read and now >= cut.began + HELD_READ_AFTER:
+                holders = self.lease_holders()
+                cut.held = [job for pid in cut.incarnation.pids for job in holders.get(pid, [])]
+                cut.held_read = True
             for server, after in cut.plan.heals:
                 if server not in cut.healed and now >= cut.began + after:
                     self._heal(cut, server)
@@ -252,10 +261,7 @@ class Partitions:
             assert incarnation is not None
             name = incarnation.name
         cut = Cut(plan, name, index, incarnation, time.time())
-        if incarnation is not None:
-            holders = self.lease_holders()
-            cut.held = [job for pid in incarnation.pids for job in holders.get(pid, [])]
-        else:
+        if incarnation is None:
             cut.submits_at_cut = self.submits()
         for server in plan.servers:
             self.links.cut(index, server)
@@ -457,7 +463,8 @@ class CutFinding:
             statuses = ", ".join(f"{n} {status}" for status, n in sorted(self.jobs_during.items()))
             return (f"{text}; {attempted} submits during the cut, {accepted} accepted (202): "
                     f"{statuses or 'none'} at the end")
-        text += f"; held {self.held} leases at the cut" + (" (a probe among them)" if self.held_probe else "")
+        text += (f"; held {self.held} leases a second into the cut"
+                 + (" (a probe among them)" if self.held_probe else ""))
         if "PostgreSQL" in self.servers:
             finishes, stopped, failures = self.stale
             text += (f", {self.taken_over} of them taken over (re-leased or swept) during it; "
