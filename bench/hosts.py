@@ -174,6 +174,12 @@ def remove_stale() -> None:
         if found and not _alive(int(found.group(1))):
             sh("ip", "link", "del", f"sjb{found.group(1)}", check=False)
             stale.add(found.group(1))
+    # The sink of the chaos run's cuts (bench/chaos/partitions.py): sjd<pid>a, a veth pair.
+    for line in sh("ip", "-o", "link", "show", "type", "veth").stdout.splitlines():
+        found = re.search(r"\bsjd(\d+)a[@:]", line)
+        if found and not _alive(int(found.group(1))):
+            sh("ip", "link", "del", f"sjd{found.group(1)}a", check=False)
+            stale.add(found.group(1))
     if stale:
         _log(f"removed what runs {', '.join(sorted(stale))} left behind")
 

@@ -60,6 +60,13 @@ class Settings(BaseSettings):
                           "password (default: the process's own URL; with "
                           "`SPACEJOBS_DB_POOLER=transaction` and this unset, no LISTEN: linger "
                           "is off and `wait` re-reads the job every 5 s)")
+    db_tcp_timeout: float = Field(
+        15, ge=0, description="seconds a PostgreSQL connection may go unanswered at the TCP level "
+                              "(data not acknowledged, or keepalive probes of an idle one) before "
+                              "it is dropped and opened again: a network cut becomes an error, "
+                              "not a statement hanging until the kernel gives up (~15 min) or "
+                              "retransmits after the heal (up to 2 min); 0: the kernel's "
+                              "defaults (TCP only: unix sockets ignore it)")
 
     # -- queue and worker ------------------------------------------------------------------
     queue: str = Field("spacejobs", description="the Celery queue of wake-ups (sweeps use "

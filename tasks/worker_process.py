@@ -20,7 +20,7 @@ import time
 import psycopg
 from celery import Celery
 
-from models.db.engine import make_engine
+from models.db.engine import make_engine, with_connection_options
 from models.db.roles import WORKER_ROLE, listen_url, role_url
 from models.jobs.leases import WorkerLeases
 from models.jobs.records import KindControl
@@ -112,7 +112,7 @@ class WorkerProcess:
             return False
         try:
             if self._listener is None:
-                self._listener = psycopg.connect(url, autocommit=True,
+                self._listener = psycopg.connect(with_connection_options(url), autocommit=True,
                                                  application_name=f"spacejobs-listen:{self.name}")
                 self._listener.execute(f"LISTEN {JOBS_CHANNEL}")
                 # A job committed between the claim that found the queue empty and this LISTEN

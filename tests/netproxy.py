@@ -21,12 +21,13 @@ def postgres_address(database_url: str) -> tuple[str, int] | str:
 def through(database_url: str, partition: Partition) -> str:
     """The same role and database, reached through ``partition``."""
     url = make_url(database_url)
-    return url.set(host="127.0.0.1", port=partition.port, query={}).render_as_string(hide_password=False)
+    return url.set(host=partition.bind, port=partition.port, query={}).render_as_string(hide_password=False)
 
 
 class Partition:
-    def __init__(self, target: tuple[str, int] | str) -> None:
+    def __init__(self, target: tuple[str, int] | str, bind: str = "127.0.0.1") -> None:
         self.target = target  # (host, port) or a unix socket path
+        self.bind = bind  # the address it listens on
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -36,7 +37,7 @@ class Partition:
     def open(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.bind, self.port))
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener

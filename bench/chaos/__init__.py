@@ -22,4 +22,8 @@ and, for jobs left waiting with their condition met, every two seconds while the
 never from the workers' reports; the
 worker and beat logs only add how many stale attempts the fence discarded and how many sweeps
 ran. The exit status is non-zero when an invariant fails.
+
+With ``--partitions`` (root only) the workers and the web run on network namespaces of their
+own, against a private cluster over TCP, and the servers are not restarted: hosts are cut from
+PostgreSQL, from Redis and from both by dropped packets instead (bench/chaos/partitions.py).
 """

@@ -42,6 +42,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the last jobs")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temp dir with every log")
+    parser.add_argument("--partitions", action="store_true",
+                        help="root only: workers and the web on network namespaces of their own, "
+                             "cut from PostgreSQL, Redis and both instead of the server restarts "
+                             "(bench/chaos/partitions.py)")
     args = parser.parse_args(argv)
     if (args.jobs < 1 or args.workers < 1 or args.orgs < 2 or args.stalls < 0
             or not 0 <= args.cancel_fraction <= 1 or not 0 <= args.workflow_cancel_fraction <= 1):
@@ -49,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "negative, --cancel-fraction and --workflow-cancel-fraction within 0..1")
     if args.workflows < 0 or args.waits < 0 or args.workflows + args.waits > 1:
         parser.error("--workflows and --waits are shares: not negative, together at most 1")
+    if args.partitions and args.workers < 2:
+        parser.error("--partitions needs at least 2 workers: one is cut while another takes over")
     if not 0 <= args.max_sleep <= 60:
         parser.error("--max-sleep must be within 0..60 (bench.sleep's limit)")
     return args
@@ -66,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             restart_redis=not args.no_redis_restart, outage=args.outage, stalls=args.stalls,
             organizations=args.orgs,
             rate=args.rate, seed=args.seed, timeout=args.timeout, keep_logs=args.keep_logs,
+            partitions=args.partitions,
         )
     except KeyboardInterrupt:
         log("interrupted; every process and directory of the run was removed")

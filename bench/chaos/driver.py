@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psutil
 import redis
@@ -27,6 +28,9 @@ from tests.kit.processes import (
     celery_worker_argv,
 )
 from tests.kit.stack import Stack
+
+if TYPE_CHECKING:
+    from bench.chaos.partitions import Partitions
 
 # When, as a fraction of the submissions made, each server is restarted: both fall inside the
 # submission window, so jobs are being submitted, run and cancelled across each outage.
@@ -97,9 +101,13 @@ class Incarnation(LoggedProcess):
 class Fleet:
     """The worker slots and beat. Only the chaos thread and the final cleanup touch them."""
 
-    def __init__(self, stack: Stack, *, workers: int, concurrency: int) -> None:
+    def __init__(self, stack: Stack, *, workers: int, concurrency: int,
+                 hosts: list[tuple[list[str], dict[str, str]]] | None = None) -> None:
         self.stack = stack
         self.env = stack.env()
+        # Per slot: the command prefix that runs it on its own "host" (``ip netns exec``) and
+        # the environment that points it at the servers from there (--partitions); none: here.
+        self.hosts = hosts or [([], self.env)] * workers
         self.concurrency = concurrency
         self.queue = stack.queue
         self.slots: list[Incarnation | None] = [None] * workers
@@ -109,8 +117,9 @@ class Fleet:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _spawn(self, name: str, argv: list[str], ready_text: str) -> Incarnation:
-        incarnation = Incarnation.start(name, argv, env=self.env, log_dir=self.stack.log_dir)
+    def _spawn(self, name: str, argv: list[str], ready_text: str,
+               env: dict[str, str] | None = None) -> Incarnation:
+        incarnation = Incarnation.start(name, argv, env=env or self.env, log_dir=self.stack.log_dir)
         assert isinstance(incarnation, Incarnation)
         incarnation.ready_text = ready_text
         self.history.append(incarnation)
@@ -122,9 +131,10 @@ class Fleet:
                 return None
             lives = sum(1 for i in self.history if i.name.startswith(f"w{slot}."))
             name = f"w{slot}.{lives}"
-            incarnation = self._spawn(name, celery_worker_argv(
+            prefix, env = self.hosts[slot]
+            incarnation = self._spawn(name, prefix + celery_worker_argv(
                 "tasks.celery_app", self.queue, f"{name}-{uuid.uuid4().hex[:6]}", self.concurrency),
-                WORKER_READY)
+                WORKER_READY, env)
             self.slots[slot] = incarnation
             return incarnation
 
@@ -204,11 +214,13 @@ class ChaosDriver(threading.Thread):
     once, each at a point of the submissions; never restarts a worker or beat because of a
     server restart."""
 
-    def __init__(self, fleet: Fleet, servers: PrivateServers, progress: Callable[[], float], *,
+    def __init__(self, fleet: Fleet, servers: PrivateServers | None, progress: Callable[[], float], *,
                  rng: random.Random, kill_every: float, max_kills: int | None, outage: float,
                  restart_redis: bool, restart_pg: bool, stalls: int,
-                 lease_holders: Callable[[], dict[int, list[str]]]) -> None:
+                 lease_holders: Callable[[], dict[int, list[str]]],
+                 partitions: Partitions | None = None) -> None:
         super().__init__(name="chaos-driver", daemon=True)
+        self.partitions = partitions
         self.fleet = fleet
         self.servers = servers
         self.progress = progress
@@ -238,6 +250,20 @@ class ChaosDriver(threading.Thread):
             self.error = exc
         finally:
             self._resume()
+            if self.partitions is not None:
+                self.partitions.heal_all()
+
+    def busy(self) -> bool:
+        """A server restart or a cut still to come or to heal: the run waits for it."""
+        return bool(self.pending) or (self.partitions is not None and self.partitions.busy())
+
+    def _spared(self) -> set[int]:
+        """Slots neither killed nor stalled: the stalled one, and cut hosts (--partitions)."""
+        spared = {i for i, inc in enumerate(self.fleet.slots)
+                  if self.stalled is not None and inc is self.stalled[0]}
+        if self.partitions is not None:
+            spared |= self.partitions.protected()
+        return spared
 
     def _loop(self) -> None:
         next_kill = time.monotonic() + self._interval()
@@ -255,6 +281,8 @@ class ChaosDriver(threading.Thread):
             if (self.stall_points and done >= self.stall_points[0] and self.stalled is None
                     and (self._stall(now) or done >= 1.0)):
                 self.stall_points.pop(0)
+            if self.partitions is not None:
+                self.partitions.tick(done, self.stalled[0] if self.stalled else None)
             if self.pending and done >= self.pending[0][1]:
                 self._restart(self.pending.pop(0)[0])
                 continue
@@ -263,9 +291,10 @@ class ChaosDriver(threading.Thread):
                 next_kill = max(next_kill, now + self._interval())
                 continue
             if now >= next_kill and (self.max_kills is None or self.kills < self.max_kills):
-                # A stalled worker is left alone: killing it would spare it the fence under test.
-                stalled = self.stalled[0] if self.stalled else None
-                ready = [i for i in self.fleet.ready_workers() if self.fleet.slots[i] is not stalled]
+                # A stalled or cut worker is left alone: killing it would spare it the fence
+                # under test.
+                spared = self._spared()
+                ready = [i for i in self.fleet.ready_workers() if i not in spared]
                 if ready:
                     slot = self.rng.choice(ready)
                     self.fleet.kill_and_replace(slot)
@@ -275,8 +304,10 @@ class ChaosDriver(threading.Thread):
     def _stall(self, now: float) -> bool:
         """Freeze a worker that holds a lease right now: an idle one would prove nothing."""
         holders = self.lease_holders()
+        spared = self._spared()
         busy = [inc for i in self.fleet.ready_workers()
-                if (inc := self.fleet.slots[i]) is not None and inc.pids & holders.keys()]
+                if i not in spared and (inc := self.fleet.slots[i]) is not None
+                and inc.pids & holders.keys()]
         if not busy:
             return False
         worker = self.rng.choice(busy)
@@ -298,6 +329,7 @@ class ChaosDriver(threading.Thread):
         return self.kill_every * self.rng.uniform(0.5, 1.5)
 
     def _restart(self, server: str) -> None:
+        assert self.servers is not None, "no restartable servers (--partitions runs on a cluster)"
         survivors = [self.fleet.slots[i] for i in self.fleet.ready_workers()]
         beat = self.fleet.beat
         dropped = None

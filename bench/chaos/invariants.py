@@ -156,7 +156,8 @@ def workers_and_beat_ride_out_restarts(r: ChaosReport) -> Verdict:
 def beat_rides_out_restarts(r: ChaosReport) -> Verdict:
     sent = r.beat_sweeps_after_last_restart
     return Verdict("beat rides out restarts", sent is None or sent > 0,
-                   f"{sent} sweeps sent after the last server restart")
+                   "no server restart in this run" if sent is None
+                   else f"{sent} sweeps sent after the last server restart")
 
 
 def every_workflow_ends_once(r: ChaosReport) -> Verdict:
@@ -225,5 +226,53 @@ INVARIANTS = (no_job_lost, every_accepted_job_terminal, no_job_finished_twice, n
               timers_never_early, signals_taken_once, run_completed)
 
 
+def every_cut_made(r: ChaosReport) -> Verdict:
+    return Verdict("every planned cut made", len(r.cut_findings) == r.cuts_planned,
+                   f"{len(r.cut_findings)} of {r.cuts_planned} cuts made and healed")
+
+
+def cut_hosts_work_again(r: ChaosReport) -> Verdict:
+    workers = [f for f in r.cut_findings if not f.is_web]
+    back = [f.first_claim_after for f in workers if f.first_claim_after is not None]
+    detail = (f"{len(back)} of {len(workers)} cut worker hosts claimed again after the heal, in the "
+              "process that was cut")
+    if back:
+        detail += f" (the slowest {max(back):.1f} s after)"
+    return Verdict("cut hosts work again after the heal", len(back) == len(workers), detail)
+
+
+def pg_cut_jobs_taken_over(r: ChaosReport) -> Verdict:
+    cut = [f for f in r.cut_findings if "PostgreSQL" in f.servers]
+    held = sum(f.held for f in cut)
+    taken = sum(f.taken_over for f in cut)
+    fenced = sum(sum(f.stale) for f in cut)
+    probed = [f for f in cut if f.held_probe]
+    return Verdict("a host cut from PostgreSQL loses its jobs to others, and its late writes to the fence",
+                   taken == held and bool(probed) and all(sum(f.stale) > 0 for f in probed),
+                   f"{len(cut)} cuts: {taken} of the {held} leases held at a cut taken over during it; "
+                   f"{len(probed)} cut holding a probe; {fenced} stale finishes, heartbeats or "
+                   "failures fenced after the heals")
+
+
+def redis_cut_hosts_keep_claiming(r: ChaosReport) -> Verdict:
+    cut = [f for f in r.cut_findings if not f.is_web and f.servers == ["Redis"]]
+    return Verdict("a worker cut from Redis alone keeps running jobs",
+                   all(f.claims_during > 0 for f in cut),
+                   ", ".join(f"{f.host}: {f.claims_during} claims while cut" for f in cut) or "no such cut")
+
+
+def web_cut_from_redis_accepts(r: ChaosReport) -> Verdict:
+    cut = [f for f in r.cut_findings if f.is_web]
+    ok = all(f.submits_during[1] > 0 and f.submits_during[0] == f.submits_during[1] for f in cut)
+    return Verdict("the web cut from Redis accepts every submit", bool(cut) and ok,
+                   ", ".join(f"{f.submits_during[1]} of {f.submits_during[0]} accepted while cut"
+                             for f in cut) or "no such cut")
+
+
+PARTITION_INVARIANTS = (every_cut_made, cut_hosts_work_again, pg_cut_jobs_taken_over,
+                        redis_cut_hosts_keep_claiming, web_cut_from_redis_accepts)
+
+
 def judge(report: ChaosReport) -> list[Verdict]:
-    return [invariant(report) for invariant in INVARIANTS]
+    extra = PARTITION_INVARIANTS if report.partitions else ()
+    return [invariant(report) for invariant in (*INVARIANTS, *extra)]

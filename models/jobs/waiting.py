@@ -16,6 +16,8 @@ from uuid import UUID
 
 import psycopg
 
+from models.db.engine import with_connection_options
+
 log = logging.getLogger("spacejobs.waiting")
 
 CHANNEL = "spacejobs_finished"
@@ -63,7 +65,7 @@ class FinishListener:
         failing = False
         while not self._closed.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True,
+                with psycopg.connect(with_connection_options(self._conninfo), autocommit=True,
                                      application_name="spacejobs-wait") as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._ready.set()

@@ -11,6 +11,7 @@ from bench.chaos.client import ClientTally
 from bench.chaos.composites import CompositeFindings, _judge_parent
 from bench.chaos.invariants import judge
 from bench.chaos.mix import Shape
+from bench.chaos.partitions import CutFinding
 from bench.chaos.report import ChaosReport
 
 STEPS = {"steps": [{"name": "a", "kind": "bench.sleep", "params": {}, "after": []},
@@ -92,3 +93,65 @@ def test_a_step_started_after_the_cancel_fails_and_the_report_says_so():
     assert not {v.name: v.ok for v in results}["no step starts after its workflow's cancel"]
     assert "FAIL no step starts after its workflow's cancel" in report.render(results)
     assert "(up to 0.004 s after)" in report.render(results)
+
+
+# -- --partitions: the cuts' verdicts (bench/chaos/partitions.py) -------------------------------
+
+def cut(servers: list[str], **fields: Any) -> CutFinding:
+    found = CutFinding(label="cut", host="w0.0", servers=servers,
+                       heals=[(server, 35.0) for server in servers], dropped=100, is_web=False,
+                       claims_during=0, claims_after=40, first_claim_after=0.5)
+    for name, value in fields.items():
+        setattr(found, name, value)
+    return found
+
+
+def partition_verdicts(*findings: CutFinding, planned: int | None = None) -> dict[str, bool]:
+    report = ChaosReport(partitions=True, cuts_planned=len(findings) if planned is None else planned,
+                         cut_findings=list(findings))
+    return {v.name: v.ok for v in judge(report)}
+
+
+PG_CUT = "a host cut from PostgreSQL loses its jobs to others, and its late writes to the fence"
+
+
+def good_cuts() -> list[CutFinding]:
+    return [cut(["PostgreSQL"], held=2, held_probe=True, taken_over=2, stale=(0, 1, 0)),
+            cut(["Redis"], claims_during=30),
+            cut(["Redis"], is_web=True, submits_during=(70, 70))]
+
+
+def test_cuts_that_did_what_they_should_pass():
+    assert all(partition_verdicts(*good_cuts()).values())
+
+
+def test_a_cut_host_that_never_claims_after_the_heal_fails():
+    cuts = good_cuts()
+    cuts[0].first_claim_after = None
+    assert not partition_verdicts(*cuts)["cut hosts work again after the heal"]
+
+
+def test_a_probe_attempt_that_no_fence_turned_down_fails():
+    cuts = good_cuts()
+    cuts[0].stale = (0, 0, 0)
+    assert not partition_verdicts(*cuts)[PG_CUT]
+    cuts = good_cuts()
+    cuts[0].taken_over = 1  # a lease held at the cut that nobody took over
+    assert not partition_verdicts(*cuts)[PG_CUT]
+
+
+def test_a_host_cut_from_redis_that_stops_claiming_fails():
+    cuts = good_cuts()
+    cuts[1].claims_during = 0
+    assert not partition_verdicts(*cuts)["a worker cut from Redis alone keeps running jobs"]
+
+
+def test_a_web_cut_from_redis_that_refuses_a_submit_fails():
+    cuts = good_cuts()
+    cuts[2].submits_during = (70, 69)
+    assert not partition_verdicts(*cuts)["the web cut from Redis accepts every submit"]
+
+
+def test_a_planned_cut_not_made_fails_and_runs_without_partitions_judge_no_cuts():
+    assert not partition_verdicts(*good_cuts(), planned=5)["every planned cut made"]
+    assert "every planned cut made" not in {v.name for v in judge(ChaosReport())}
