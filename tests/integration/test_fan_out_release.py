@@ -137,14 +137,18 @@ def test_a_cancelled_parent_releases_nothing_more(db: Stack):
 
 
 def test_children_made_before_the_fan_out_count_as_its_first_places(db: Stack):
-    """A parent that made its first children one by one (the schema's spawn_children(), as
-    workers did before the database ran fan-outs) and is claimed again, after the upgrade, by a
-    worker that starts a fan-out."""
+    """A parent that made its first children one by one (as workers did before revision 0033
+    moved fan-outs into the database: the rows written here as that function wrote them) and is
+    claimed again, after the upgrade, by a worker that starts a fan-out."""
     parent = leased_parent(db)
-    with transaction(db.worker_db) as conn:
-        conn.execute(text("SELECT spawn_children(:p, :t, :k, ARRAY[0, 1],"
-                          " ARRAY['{\"n\": 0}', '{\"n\": 1}']::jsonb[], 3, 30)"),
-                     {"p": parent.id, "t": parent.lease_token, "k": PART.name})
+    with db.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts,"
+            "                  lease_seconds, parent_id, child_index)"
+            " SELECT p.organization_id, p.requested_by, :k, jsonb_build_object('n', n), 3, 30,"
+            "        p.id, n"
+            " FROM jobs p, generate_series(0, 1) AS n WHERE p.id = :p"),
+            {"p": parent.id, "k": PART.name})
     end_child(db, children(db, parent)[0]["id"])
     with transaction(db.worker_db) as conn:
         state = store.start_fan_out(conn, parent, PART, [{"n": n} for n in range(4)],

@@ -118,8 +118,9 @@ GRANT EXECUTE ON FUNCTION fan_out_state(uuid, uuid) TO space_worker;
 -- The parent's fan-out, for the worker holding its lease: its items (place = position in
 -- p_params) and the first children released, in one transaction. A fan-out already started
 -- (by an earlier attempt of the parent) is left as it is. Children the parent made before,
--- one by one (spawn_children(): always the first places), count as released. Returns the
--- fan-out, or no row when the lease is no longer the caller's or a cancel was asked for.
+-- one by one (workers did so before revision 0033: always the first places), count as
+-- released. Returns the fan-out, or no row when the lease is no longer the caller's or a
+-- cancel was asked for.
 CREATE FUNCTION start_fan_out(p_parent uuid, p_token uuid, p_kind text, p_params jsonb[],
                               p_max_parallel integer, p_max_attempts integer,
                               p_lease_seconds integer)
@@ -297,7 +298,7 @@ GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 -- arrays; p_after: each step's places as a JSON array), at most p_max_parallel unfinished at a
 -- time (NULL: no bound), and the steps ready at once, in one
 -- transaction. A workflow already started is left as it is; steps the parent made before,
--- one by one (spawn_children()), count as released. Returns the workflow, or no row when the
+-- one by one (before revision 0033), count as released. Returns the workflow, or no row when the
 -- lease is no longer the caller's or a cancel was asked for.
 CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
                                p_kinds text[], p_params jsonb[], p_after jsonb[],
@@ -337,39 +338,6 @@ REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[]
                                       integer[], integer[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
                                          integer[], integer[]) TO space_worker;
-
--- Children, for the worker holding the PARENT's lease: they belong to the parent's organization
--- and requester (taken from the parent's row, never from the caller), are born queued like any
--- job, and the places already taken are skipped. Returns how many were created.
-CREATE FUNCTION spawn_children(p_parent uuid, p_token uuid, p_kind text, p_indexes integer[],
-                               p_params jsonb[], p_max_attempts integer, p_lease_seconds integer)
-RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    parent jobs;
-    created integer;
-BEGIN
-    SELECT * INTO parent FROM jobs j
-    WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased';
-    IF NOT FOUND THEN
-        -- The lease is no longer the caller's (a newer attempt spawns, not this one), or a
-        -- cancel was asked for: nothing new starts under a parent that is stopping.
-        RETURN 0;
-    END IF;
-    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                      request_id, parent_id, child_index)
-    SELECT parent.organization_id, parent.requested_by, p_kind, c.params,
-           least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
-           parent.request_id, parent.id, c.place
-    FROM unnest(p_indexes, p_params) AS c (place, params)
-    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
-    GET DIAGNOSTICS created = ROW_COUNT;
-    RETURN created;
-END $$;
-REVOKE ALL ON FUNCTION spawn_children(uuid, uuid, text, integer[], jsonb[], integer, integer)
-    FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION spawn_children(uuid, uuid, text, integer[], jsonb[], integer, integer)
-    TO space_worker;
 
 -- The children of a parent whose lease the caller holds, in place order, with their results:
 -- a parent reads what its own children produced, in its own organization, and nothing else.
