@@ -136,6 +136,10 @@ def test_without_otel_variables_nothing_is_set_up(bare_stack: Stack,
     for name in ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    # The worker process's wiring, as a worker of this stack has it (with embedded servers the
+    # test process itself has no DATABASE_URL).
+    monkeypatch.setenv("DATABASE_URL", bare_stack.admin_url)
+    monkeypatch.setenv("REDIS_URL", bare_stack.redis_url)
     settings = reload_settings()
     try:
         bare_stack.make_app()
