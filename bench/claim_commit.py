@@ -3,8 +3,9 @@
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python -m bench.claim_commit [--claims 3000]
 
-Times ``WorkerLeases.finish_and_claim([], claim=1)`` (a transaction that only claims: it
-commits with ``synchronous_commit = off``) against the same transaction made durable,
+Times a transaction that only claims (one job, as the worker role, the claim statement
+``WorkerLeases.finish_and_claim([], claim=1)`` runs) committed as the workers commit it
+(``durable=False``: ``synchronous_commit = off``) against the same transaction made durable,
 interleaved one by one so that a busy moment of the machine falls on both alike. The
 difference is what one WAL flush costs on this server's disk: on fast local storage it is
 within noise, on network storage it is most of a claim's time.
@@ -13,39 +14,20 @@ within noise, on network storage it is most of a claim's time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import models.jobs.leases as leases_module
 from bench.harness import percentile
 from models.db.transaction import transaction
 from models.jobs import store
-from models.jobs.leases import WorkerLeases
 from models.kinds import get_kind, load_kinds
 from tests.kit.servers import find_or_start
 from tests.kit.stack import running_stack
 
 ORGANIZATIONS = 4  # each under its quota of active jobs
-
-
-@contextlib.contextmanager
-def forced(durable: bool) -> Iterator[None]:
-    """The leases' transactions made ``durable`` (or not) whatever they finish."""
-    def opened(engine: Any, **options: Any) -> Any:
-        options["durable"] = durable
-        return transaction(engine, **options)
-
-    leases_module.transaction = opened  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        leases_module.transaction = transaction
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,14 +48,14 @@ def main(argv: list[str] | None = None) -> int:
                 for index in range(args.claims):
                     org, user = tenants[index % ORGANIZATIONS]
                     store.submit(conn, organization_id=org, requested_by=user, kind=noop, params={})
-            leases = WorkerLeases(stack.worker_db, "claim-commit-bench")
             seconds: dict[bool, list[float]] = {True: [], False: []}
             for index in range(args.claims):
                 durable = index % 2 == 0
-                with forced(durable):
-                    began = time.perf_counter()
-                    leases.finish_and_claim([], claim=1)
-                    seconds[durable].append(time.perf_counter() - began)
+                began = time.perf_counter()
+                with transaction(stack.worker_db, actor="worker:claim-commit-bench",
+                                 durable=durable) as conn:
+                    store.claim_batch(conn, "claim-commit-bench", limit=1, controls=[])
+                seconds[durable].append(time.perf_counter() - began)
             for durable, values in seconds.items():
                 ms = [1000 * value for value in values]
                 print(f"claim-only transaction, {'durable' if durable else 'no flush wait':<13}:"

@@ -118,8 +118,9 @@ class Ends:
         if status == Status.QUEUED:
             self.signals.publish_wake(str(job.id))
             return Outcome.RESUMED
-        log.info("job waits for %s", _what(request), extra=job.log_context)
-        self.spans.event(job, "spacejobs.wait", {"spacejobs.wait.for": _WAIT_FOR[_what(request)]})
+        waits_for = _what(request)
+        log.info("job waits for %s", waits_for, extra=job.log_context)
+        self.spans.event(job, "spacejobs.wait", {"spacejobs.wait.for": waits_for})
         return Outcome.WAITING
 
     def lease_lost(self, job: LeasedJob) -> Outcome:
@@ -127,13 +128,11 @@ class Ends:
         return Outcome.LEASE_LOST
 
 
-#: what a wait is for, as a span's event says it: a word of ours, never the signal's name
-_WAIT_FOR = {"its children": "children", "a signal": "signal", "a moment": "moment"}
-
-
 def _what(request: WaitRequested) -> str:
+    """What a wait is for, as its log line and span event say it: a word of ours, never the
+    signal's name (the kind's own words)."""
     if request.children is not None:
-        return "its children"
+        return "children"
     if request.signal is not None:
-        return "a signal"  # its name may be the kind's own words; the log line keeps to codes
-    return "a moment"
+        return "signal"
+    return "moment"
