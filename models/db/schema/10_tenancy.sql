@@ -120,14 +120,18 @@ CREATE INDEX web_sessions_user_idx ON web_sessions (user_id);
 CREATE FUNCTION api_principal(p_token_hash bytea, p_organization_id uuid)
 RETURNS TABLE (user_id uuid, email text, name text, is_operator boolean,
                organization_id uuid, organization_name text, organization_state text, role text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: a SECURITY DEFINER SQL function is never inlined and plans its query
+    -- again at every call; PL/pgSQL keeps the plan for the session (revision 0036).
+    RETURN QUERY
     SELECT u.id, u.email, u.name, u.is_operator, o.id, o.name, o.state, m.role
     FROM api_tokens t
     JOIN users u ON u.id = t.user_id
     LEFT JOIN memberships m ON m.user_id = u.id AND m.organization_id = p_organization_id
     LEFT JOIN organizations o ON o.id = m.organization_id
-    WHERE t.token_hash = p_token_hash AND t.revoked_at IS NULL
-$$;
+    WHERE t.token_hash = p_token_hash AND t.revoked_at IS NULL;
+END $$;
 REVOKE ALL ON FUNCTION api_principal(bytea, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION api_principal(bytea, uuid) TO space_app;
 

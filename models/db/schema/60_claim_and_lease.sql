@@ -11,7 +11,10 @@
 -- Each (organization, requester) pair is locked once, however many of its jobs are in the batch.
 CREATE FUNCTION lease_standing(p_ids uuid[], p_tokens uuid[])
 RETURNS TABLE (job_id uuid, role text, organization_state text)
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    -- PL/pgSQL for its plan, kept for the session (see api_principal(), revision 0036).
+    RETURN QUERY
     WITH held AS (
         SELECT j.id, j.organization_id, j.requested_by
         FROM unnest(p_ids, p_tokens) AS l (id, token)
@@ -21,13 +24,14 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     ), standing AS (
         SELECT m.organization_id, m.user_id, m.role, o.state
         FROM memberships m JOIN organizations o ON o.id = m.organization_id
-        WHERE (m.organization_id, m.user_id) IN (SELECT organization_id, requested_by FROM held)
+        WHERE (m.organization_id, m.user_id) IN (SELECT h.organization_id, h.requested_by
+                                                 FROM held h)
         FOR SHARE OF m, o
     )
     SELECT h.id, s.role, s.state
     FROM held h
-    JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by
-$$;
+    JOIN standing s ON s.organization_id = h.organization_id AND s.user_id = h.requested_by;
+END $$;
 REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
 
