@@ -144,7 +144,9 @@ def _verdict(ok: bool) -> str:
 
 
 def targets(results: Results, args: argparse.Namespace) -> list[str]:
-    """Issue 8's targets, each from the medians of this one run."""
+    """Issue 8's targets and issue 18's, each from the medians of this one run. Issue 18 keeps
+    three of issue 8's (web 2c, latency 3a/3b, drain 1a/1b: no regression) and sets two of its
+    own against PgQueuer (18c enqueue, 18d bulk)."""
     def title(peer: str) -> str:
         return results.titles.get(peer, NAMES.get(peer, peer))
 
@@ -183,6 +185,8 @@ def targets(results: Results, args: argparse.Namespace) -> list[str]:
              absolute("2c", "web POST through gunicorn under wrk", "web", 1_000),
              latency("3a", "p50", 1),
              latency("3b", "p95", 2),
+             ratio("18c", "enqueue (Python API, one process)", "enqueue", "pgqueuer", 0.8),
+             ratio("18d", "bulk submit, 1,000 per call", "bulk", "pgqueuer", 0.5),
              *framework(results)]
     if not args.scale:
         return [*lines, "target 4a-4c (claim cost, 16-process drain, worker RSS): not measured"
@@ -373,7 +377,8 @@ def measure_all(args: argparse.Namespace, admin_url: str, redis_url: str) -> int
     _say(f"\nmedians of {args.reps} repetition(s)")
     for line in summary(results, list(peers)):
         _say(line)
-    _say("\ntargets (issues 8 and 11), from the medians above")
+    _say("\ntargets (issues 8, 11 and 18; issue 18's are 1a, 1b, 2c, 3a, 3b, 18c and 18d), from"
+         " the medians above")
     for line in targets(results, args):
         _say(line)
     _say(f"\nload      : {_load()} at end (1 / 5 / 15 min)")

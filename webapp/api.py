@@ -23,7 +23,14 @@ from models.tenancy import projects as tenant_projects
 from models.tenancy.access import find_membership
 from models.tenancy.accounts import memberships_of
 from models.tenancy.projects import Projects
-from webapp.auth import current_user, engine, org_transaction, parse_id, still_authorized
+from webapp.auth import (
+    current_user,
+    engine,
+    org_transaction,
+    parse_id,
+    still_authorized,
+    user_transaction,
+)
 from webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
 from webapp.jobs import job_api, list_page
 from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
@@ -101,8 +108,8 @@ def openapi_document() -> ResponseReturnValue:
 @api.get("/me")
 @api_limit
 def me() -> ResponseReturnValue:
-    user = current_user()
-    with transaction(engine(), user_id=user.id) as conn:
+    # one transaction, opened by the statement that authenticates the token
+    with user_transaction() as (conn, user):
         memberships = memberships_of(conn, user.id)
     return jsonify({
         "user": {"id": str(user.id), "email": user.email, "name": user.name},

@@ -200,17 +200,39 @@ def org_transaction(org: str, user: User | None = None) -> Iterator[tuple[Connec
     org_id = parse_id(org)
     token = bearer_token() if user is None and "user" not in g else None
     if token is not None:
-        # One statement authenticates the token, finds the membership and scopes the
-        # transaction to what it found (models.tenancy.accounts.principal).
-        with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
-            if found is not None:
-                remember(found[0], "token")
-                yield conn, current_member(found[1])
-        if found is None:
-            count_failure()  # once the connection is back in the pool
-            raise Unauthorized()
+        with _token_transaction(token, org_id) as (conn, (_, membership)):
+            yield conn, current_member(membership)
         return
     user = user or current_user()
     with transaction(engine(), organization_id=org_id, user_id=user.id,
                      actor=f"user:{user.id}") as conn:
         yield conn, require_membership(conn, org_id, user.id)
+
+
+@contextmanager
+def user_transaction() -> Iterator[tuple[Connection, User]]:
+    """A transaction scoped to the token's user alone (their own memberships are in scope),
+    opened by the statement that authenticates them; 401 otherwise."""
+    token = bearer_token() if "user" not in g else None
+    if token is not None:
+        with _token_transaction(token, None) as (conn, (user, _)):
+            yield conn, user
+        return
+    user = current_user()
+    with transaction(engine(), user_id=user.id, actor=f"user:{user.id}") as conn:
+        yield conn, user
+
+
+@contextmanager
+def _token_transaction(token: str, org_id: uuid.UUID | None
+                       ) -> Iterator[tuple[Connection, tuple[User, Membership | None]]]:
+    """One statement authenticates the token, finds the membership in ``org_id`` (if named)
+    and scopes the transaction to what it found (models.tenancy.accounts.principal); 401 for
+    a token that is unknown or revoked."""
+    with opened(engine(), lambda conn: principal(conn, token, org_id)) as (conn, found):
+        if found is not None:
+            remember(found[0], "token")
+            yield conn, found
+    if found is None:
+        count_failure()  # once the connection is back in the pool
+        raise Unauthorized()

@@ -47,3 +47,10 @@ def test_quick_run_measures_every_system_and_prints_the_targets(servers: Servers
                      output, re.MULTILINE), output[-6000:]
     if "pgqueuer" in peers:
         assert re.search(r"^target 1a drain .*(PASS|FALL SHORT)$", output, re.MULTILINE), output[-6000:]
+        assert re.search(r"^target 18c enqueue .* ≥ 0.8\S PgQueuer [^:]+: [\d.]+\S \(.* jobs/s\)"
+                         r" (PASS|FALL SHORT)$", output, re.MULTILINE), output[-6000:]
+        assert re.search(r"^target 18d bulk .* ≥ 0.5\S PgQueuer [^:]+: [\d.]+\S \(.* jobs/s\)"
+                         r" (PASS|FALL SHORT)$", output, re.MULTILINE), output[-6000:]
+    else:  # issue 18's own targets are against PgQueuer: the run says what it could not compare
+        assert re.search(r"^target 18c enqueue .*: not measured \(PgQueuer enqueue\)$", output,
+                         re.MULTILINE), output[-6000:]
