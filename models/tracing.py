@@ -103,11 +103,6 @@ def configure(settings: Settings, service_name: str) -> bool:
     return True
 
 
-def active() -> bool:
-    """Whether this process traces (configure() set it up)."""
-    return _tracer is not None
-
-
 def tracer() -> trace.Tracer | None:
     """This process's tracer, None when tracing is off."""
     return _tracer
