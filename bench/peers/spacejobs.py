@@ -318,7 +318,7 @@ class SpaceJobsPeer(Peer):
                            SPACEJOBS_ORG_SUBMIT_RATE_LIMIT=UNLIMITED))
         base = f"http://127.0.0.1:{port}"
         try:
-            self._wait("the web answering", lambda: _answers(base + "/api/v1/me"), timeout=60)
+            self._wait("the web answering", lambda: web_answers(base + "/api/v1/me"), timeout=60)
             # The warm-up's rows belong to an organization of their own and are not counted.
             warm, measured = self.stack.tenant("bench-web-warm"), self.stack.tenant("bench-web")
             try:
@@ -405,7 +405,8 @@ class SpaceJobsPeer(Peer):
                 servers.close()  # the template database; servers from the environment stay up
 
 
-def _answers(url: str) -> bool:
+def web_answers(url: str) -> bool:
+    """Whether a web process answers ``url`` at all (a 401 or a 404 says it is serving)."""
     try:
         urllib.request.urlopen(url, timeout=1).close()
     except urllib.error.HTTPError:

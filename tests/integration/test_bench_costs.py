@@ -1,7 +1,8 @@
-"""Smoke runs of the two cost benchmarks, tiny, on the session's servers: each prints its
-figures. ``bench.submit_cost`` queues more than one organization's default quota over its
-rounds (it went unrun and broke on that once); ``bench.claim_commit`` times both kinds of
-claim commit. The figures are not judged here: a tiny run on a shared machine means nothing."""
+"""Smoke runs of the cost benchmarks, tiny, on the session's servers: each prints its figures.
+``bench.submit_cost`` queues more than one organization's default quota over its rounds (it
+went unrun and broke on that once); ``bench.claim_commit`` times both kinds of claim commit;
+``bench.web_ceiling`` drives each of its URLs through a real `spacejobs web` with wrk. The
+figures are not judged here: a tiny run on a shared machine means nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 from tests.kit.processes import REPO_ROOT
+from tests.kit.programs import find_program
 from tests.kit.servers import Servers
 
 MS = r"[\d.]+ \(min [\d.]+, max [\d.]+\)"
@@ -37,3 +39,17 @@ def test_claim_commit_times_both_commits(servers: Servers) -> None:
     for way in ("durable      ", "no flush wait"):
         assert re.search(rf"^claim-only transaction, {way}: p50 [\d.]+ ms, p95 [\d.]+ ms "
                          rf"\(100 claims\)$", out, re.MULTILINE), out
+
+
+def test_web_ceiling_answers_each_url_as_it_should(servers: Servers) -> None:
+    find_program("wrk", needed_by="bench.web_ceiling")
+    out = run(servers, "bench.web_ceiling", "--seconds", "1", "--connections", "4")
+    answered = r"requests/s  \(([\d,]+) answered, ([\d,]+) not 2xx, socket errors none\)$"
+    lines = {label: re.search(rf"^{re.escape(label)} +[\d,]+ {answered}", out, re.MULTILINE)
+             for label in ("a URL that does not exist (404)", "GET /api/v1/me", "GET …/projects",
+                           "POST …/jobs")}
+    assert all(lines.values()), out
+    for label, found in lines.items():
+        assert found is not None and found[1] != "0", out
+        # the 404 line is all 404s; every other URL answers 2xx only (no limit refused it)
+        assert (found[2] == found[1]) if "404" in label else found[2] == "0", out
