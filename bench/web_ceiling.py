@@ -22,17 +22,14 @@ printed beside them (the 404s are the point of the first line).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
 from bench.harness import post_script, run_wrk
 from bench.peers import load_peer
-from bench.peers.spacejobs import UNLIMITED, web_answers
+from bench.peers.spacejobs import UNLIMITED
 from bench.servers import add_embedded_option, measured_on
-from tests.kit.processes import free_port
-from tests.kit.waiting import wait_until
 
 LIMITS = ("SPACEJOBS_SUBMIT_RATE_LIMIT", "SPACEJOBS_ORG_SUBMIT_RATE_LIMIT",
           "SPACEJOBS_API_RATE_LIMIT", "SPACEJOBS_POLL_RATE_LIMIT")
@@ -57,12 +54,7 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
     peer = load_peer("spacejobs").prepare(admin_url, redis_url, "ceiling" + uuid.uuid4().hex[:6])
     try:
         stack, tenant = peer.stack, peer.tenant
-        port = free_port()
-        web = stack.processes.start(
-            f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
-                            "--workers", str(args.workers)],
-            stack.env(**dict.fromkeys(LIMITS, UNLIMITED)))
-        base = f"http://127.0.0.1:{port}"
+        web, base = stack.start_web(workers=args.workers, **dict.fromkeys(LIMITS, UNLIMITED))
         scripts = Path(tempfile.mkdtemp(prefix="sj-ceiling-"))
         get = scripts / "get.lua"
         get.write_text(f'wrk.headers["Authorization"] = "Bearer {tenant.member.token}"\n')
@@ -72,8 +64,6 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
                 ("GET /api/v1/me", f"{base}/api/v1/me", get),
                 ("GET …/projects", f"{org}/projects", get),
                 ("POST …/jobs", f"{org}/jobs", post)]
-        wait_until(lambda: stack.processes.check_alive() or web_answers(f"{base}/nothing"),
-                   timeout=60, what="the web answering")
         for label, url, script in urls:
             run_wrk(url, script, seconds=1, connections=args.connections)  # warm-up
             report = run_wrk(url, script, seconds=args.seconds, connections=args.connections)

@@ -15,10 +15,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,7 +46,7 @@ from models.kinds import load_kinds
 from models.settings import reload_settings
 from tasks.wakeups import guard_key
 from tests.kit import broker
-from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv, free_port
+from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv
 from tests.kit.seeding import Tenant
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
@@ -310,15 +307,10 @@ class SpaceJobsPeer(Peer):
         if not have_wrk():
             raise PeerError(f"the web figure {WRK_MISSING}")
         self._clear()
-        port = free_port()
-        web = self.stack.processes.start(
-            f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
-                            "--workers", str(processes)],
-            self.stack.env(SPACEJOBS_SUBMIT_RATE_LIMIT=UNLIMITED,
-                           SPACEJOBS_ORG_SUBMIT_RATE_LIMIT=UNLIMITED))
-        base = f"http://127.0.0.1:{port}"
+        web, base = self.stack.start_web(workers=processes,
+                                         SPACEJOBS_SUBMIT_RATE_LIMIT=UNLIMITED,
+                                         SPACEJOBS_ORG_SUBMIT_RATE_LIMIT=UNLIMITED)
         try:
-            self._wait("the web answering", lambda: web_answers(base + "/api/v1/me"), timeout=60)
             # The warm-up's rows belong to an organization of their own and are not counted.
             warm, measured = self.stack.tenant("bench-web-warm"), self.stack.tenant("bench-web")
             try:
@@ -405,12 +397,3 @@ class SpaceJobsPeer(Peer):
                 servers.close()  # the template database; servers from the environment stay up
 
 
-def web_answers(url: str) -> bool:
-    """Whether a web process answers ``url`` at all (a 401 or a 404 says it is serving)."""
-    try:
-        urllib.request.urlopen(url, timeout=1).close()
-    except urllib.error.HTTPError:
-        return True  # 401 without a token: the app is serving
-    except OSError:
-        return False
-    return True

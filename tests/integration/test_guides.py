@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.kit.processes import REPO_ROOT, free_port
+from tests.kit.processes import REPO_ROOT
 from tests.kit.stack import Stack
 
 EXAMPLES = Path(REPO_ROOT) / "docs" / "examples"
@@ -34,19 +33,7 @@ def web(bare_stack: Stack, kind_env: dict[str, str]) -> Iterator[str]:
     """`spacejobs web` and one worker, both with the example kind, on the module's stack."""
     worker = bare_stack.start_worker(PYTHONPATH=kind_env["PYTHONPATH"],
                                      SPACEJOBS_EXTRA_KIND_MODULES=kind_env["SPACEJOBS_EXTRA_KIND_MODULES"])
-    port = free_port()
-    proc = bare_stack.processes.start(
-        "web", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers", "1"], kind_env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            requests.get(url + "/api/v1/openapi.json", timeout=1)
-            break
-        except requests.ConnectionError:
-            if time.monotonic() > deadline or proc.popen.poll() is not None:
-                raise AssertionError(proc.output()[-3000:]) from None
-            time.sleep(0.2)
+    proc, url = bare_stack.start_web(env=kind_env)
     yield url
     bare_stack.retire(proc, worker)
 

@@ -4,16 +4,13 @@ with its fixed pool of threads."""
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from tests.kit.processes import free_port
 from tests.kit.stack import Stack
-from tests.kit.waiting import wait_until
 
 THREADS = 16
 
@@ -22,24 +19,9 @@ THREADS = 16
 def web(bare_stack: Stack):
     """`spacejobs web`, one process of 16 threads, with rate limits out of the way: only the
     stream caps stand between the attacker and the threads."""
-    port = free_port()
-    proc = bare_stack.processes.start(
-        "web", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers", "1"],
-        bare_stack.env(SPACEJOBS_WEB_THREADS=str(THREADS), SPACEJOBS_EVENTS_MAX_SECONDS="60",
-                       SPACEJOBS_API_RATE_LIMIT="100000 per minute",
-                       SPACEJOBS_RATE_LIMIT_FAIL="open"))
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            requests.get(url + "/api/v1/me", timeout=1)
-            return True
-        except requests.ConnectionError:
-            if proc.popen.poll() is not None:
-                raise AssertionError(proc.output()[-3000:]) from None
-            return False
-
-    wait_until(answers, 30, lambda: "the web answering\n" + proc.output()[-3000:], interval=0.2)
+    proc, url = bare_stack.start_web(
+        SPACEJOBS_WEB_THREADS=str(THREADS), SPACEJOBS_EVENTS_MAX_SECONDS="60",
+        SPACEJOBS_API_RATE_LIMIT="100000 per minute", SPACEJOBS_RATE_LIMIT_FAIL="open")
     yield url
     bare_stack.retire(proc)
 

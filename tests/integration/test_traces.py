@@ -5,7 +5,6 @@ span. And with no OTEL_* variable, nothing is set up at all."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +20,6 @@ from tasks.tracing import NO_SPANS
 from tasks.worker_process import WorkerProcess
 from tests.kinds import SECRET_MARKER
 from tests.kit import otlp
-from tests.kit.processes import free_port
 from tests.kit.stack import Stack
 from tests.kit.waiting import wait_until
 
@@ -39,22 +37,8 @@ def traced_web(bare_stack: Stack, collector: otlp.Collector) -> Iterator[str]:
     """`spacejobs web`, a worker and beat, each exporting to the collector."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
            "SPACEJOBS_RATE_LIMIT_FAIL": "open"}
-    port = free_port()
-    web = bare_stack.processes.start(
-        "web", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers", "1"],
-        bare_stack.env(**env))
+    web, url = bare_stack.start_web(**env)
     worker, beat = bare_stack.start_worker(**env), bare_stack.start_beat(**env)
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            requests.get(url + "/api/v1/me", timeout=1)
-            return True
-        except requests.ConnectionError:
-            web.check_alive()
-            return False
-
-    wait_until(answers, 30, lambda: "the web answering\n" + web.output()[-3000:], interval=0.2)
     yield url
     bare_stack.retire(web, worker, beat)
 

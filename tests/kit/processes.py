@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +166,18 @@ class ProcessSet:
         finally:
             for proc in self.running:
                 proc.signal_group(signal.SIGCONT)
+
+
+def answers_http(url: str) -> bool:
+    """Whether a server answers ``url`` at all: any HTTP answer, a 401 or a 404 too, says it
+    is serving; a refused or silent connection says it is not (yet)."""
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def free_port() -> int:

@@ -36,8 +36,10 @@ from tests.kit.processes import (
     WORKER_READY,
     LoggedProcess,
     ProcessSet,
+    answers_http,
     celery_beat_argv,
     celery_worker_argv,
+    free_port,
 )
 from tests.kit.servers import Servers
 from tests.kit.waiting import wait_until
@@ -125,6 +127,21 @@ class Stack:
     def worker_argv(self, name: str, concurrency: int, *, queue: str | None = None) -> list[str]:
         """The command of a worker on this stack's queues (or on ``queue``'s)."""
         return celery_worker_argv("tasks.celery_app", queue or self.queue, name, concurrency)
+
+    def start_web(self, *, workers: int = 1, env: Mapping[str, str] | None = None,
+                  timeout: float = 60, **extra_env: str) -> tuple[LoggedProcess, str]:
+        """`spacejobs web` serving this stack on a free port, once it answers: the process and
+        its base URL. ``extra_env`` is added to the stack's environment; ``env``, when given,
+        is the whole environment instead (a test with kinds of its own)."""
+        port = free_port()
+        web = self.processes.start(
+            f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
+                            "--workers", str(workers)],
+            dict(env) if env is not None else self.env(**extra_env))
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: web.check_alive() or answers_http(url + "/api/v1/openapi.json"),
+                   timeout, lambda: "the web answering\n" + web.output()[-3000:], interval=0.2)
+        return web, url
 
     def start_beat(self, **extra_env: str) -> LoggedProcess:
         name = f"beat{len(self.processes)}"
