@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from uuid import UUID
 
 from models.errors import UnknownKind
@@ -50,6 +51,26 @@ class Ring:
 
     def __init__(self) -> None:
         self.after = UUID(int=0)
+
+
+class WindowAlarm:
+    """The wake-up this process asked for at a rate limit's next window: one per window, not
+    one per claim that found it full (jobs held back by a limit are due, yet no wake-up is
+    coming for them until the window lets one start)."""
+
+    #: the broker's countdown lands a little late rather than early: a claim a moment before
+    #: the window opens would find it still full
+    MARGIN = 0.05
+
+    def __init__(self) -> None:
+        self.set_for: datetime | None = None
+
+    def ring_at(self, opens_at: datetime, publish: Callable[..., object]) -> None:
+        now = datetime.now(UTC)
+        if self.set_for is not None and now < self.set_for <= opens_at:
+            return  # one is set for then or sooner
+        self.set_for = opens_at
+        publish(None, countdown=max(0.0, (opens_at - now).total_seconds()) + self.MARGIN)
 
 
 class BatchSize:
@@ -95,6 +116,7 @@ class Runner:
     tuning: Tuning
     stats: Stats = field(default_factory=Stats)
     ring: Ring = field(default_factory=Ring)
+    window: WindowAlarm = field(default_factory=WindowAlarm)
     clock: Callable[[], float] = time.monotonic
     #: each attempt's span (tasks/tracing.py); nothing at all when tracing is off
     spans: NoSpans = NO_SPANS
@@ -185,6 +207,8 @@ class Drain:
         ports.keeper.hold(report.leased)
         self.runner.spans.claimed(report.leased)
         self.more_due = report.more_due
+        if report.window_opens_at is not None:
+            self.runner.window.ring_at(report.window_opens_at, self.signals.publish_wake)
         if want:
             ring.after = report.next_organization
         self.held.extend(report.leased)

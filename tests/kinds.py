@@ -264,3 +264,9 @@ def traced(ctx: JobContext, params: TracedParams) -> dict[str, Any]:
     if ctx.job.attempt == 1:
         raise RuntimeError(f"the first attempt fails on {params.note}")
     return {"length": length, "note": params.note}
+
+
+@job_kind("test.rated", org_states={"active"}, rate_limit="3 per 2 seconds")
+def rated(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """A kind that declares a rate limit: at most 3 start in any 2 s in one organization."""
+    return {"attempt": ctx.job.attempt}

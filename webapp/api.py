@@ -77,6 +77,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "updated_at": _iso(job.updated_at),
         "cancel_requested_at": _iso(job.cancel_requested_at),
         "waiting_for": waiting_for(job),
+        "sequence_key": job.sequence_key,
         "links": {
             "self": link("api.get_job"),
             "result": link("api.get_job_result"),
@@ -164,12 +165,16 @@ def submit_job(org: str) -> ResponseReturnValue:
         submitted = job_api().submit(
             conn, body.kind, body.params, organization_id=membership.organization_id,
             requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
-            run_after=body.run_after, priority=body.priority, request_id=g.request_id)
-    job, created = submitted.job, submitted.created
-    response = jsonify(job_json(job))
+            run_after=body.run_after, priority=body.priority, request_id=g.request_id,
+            sequence_key=body.sequence_key, debounce_seconds=body.debounce_seconds)
+    job = submitted.job
+    answer = job_json(job)
+    if submitted.debounced:
+        answer["debounced"] = True
+    response = jsonify(answer)
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", org=org, job_id=str(job.id))
-    if not created:
+    if not submitted.created and not submitted.debounced:
         response.headers["Idempotent-Replayed"] = "true"
     return response
 
@@ -182,7 +187,8 @@ def submit_jobs(org: str) -> ResponseReturnValue:
         check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
         jobs = job_api().submit_many(conn, [
-            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after, j.priority)
+            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after, j.priority,
+                               j.sequence_key)
             for j in body.jobs], organization_id=membership.organization_id,
             requested_by=g.user.id, request_id=g.request_id)
     return jsonify({"jobs": [job_json(job) for job in jobs]}), 202

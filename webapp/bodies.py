@@ -34,16 +34,30 @@ class StrictBody(BaseModel):
 BodyT = TypeVar("BodyT", bound=StrictBody)
 
 
-class SubmitJob(StrictBody):
+class BatchJob(StrictBody):
+    """One job of a batch."""
+
     kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     params: dict[str, Any] | None = None
     dedup_key: Key | None = None
     run_after: Moment | None = None
     priority: Annotated[int, Field(ge=service.MIN_PRIORITY, le=service.MAX_PRIORITY, strict=True)] = 0
+    #: jobs of the organization with the same key run one at a time, in submit order
+    sequence_key: Annotated[str, StringConstraints(min_length=1,
+                                                   max_length=service.MAX_SEQUENCE_KEY)] | None = None
+
+
+class SubmitJob(BatchJob):
+    """One job."""
+
+    #: with dedup_key: while the key's job is queued and has not started, replace its params
+    #: and start it this many seconds from now (202, the same id, "debounced": true)
+    debounce_seconds: Annotated[int, Field(ge=1, le=service.MAX_DEBOUNCE_SECONDS,
+                                           strict=True)] | None = None
 
 
 class SubmitBatch(StrictBody):
-    jobs: Annotated[list[SubmitJob], Field(min_length=1, max_length=service.MAX_BATCH)]
+    jobs: Annotated[list[BatchJob], Field(min_length=1, max_length=service.MAX_BATCH)]
 
 
 class CreateProject(StrictBody):

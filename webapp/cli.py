@@ -30,6 +30,7 @@ from models.db.engine import make_engine
 from models.db.roles import WORKER_ROLE, admin_url, role_url
 from models.db.transaction import owner_transaction
 from models.errors import DomainError
+from models.kinds import RateLimit
 from models.logs import configure_logging
 from models.ops import liveness, retention
 from models.settings import get_settings, reload_settings
@@ -229,8 +230,27 @@ def orgs_set_state(org: str, state: str) -> None:
 @click.argument("org")
 @click.argument("weight", type=int)
 def orgs_set_weight(org: str, weight: int) -> None:
-    """Set ORG's share of each claim when several organizations have work (1-100, default 1)."""
+    """Set ORG's weight (1-100, default 1): when several organizations have work, their shares of
+    the workers' busy time follow their weights."""
     _run(lambda c: accounts.set_claim_weight(c, accounts.resolve_organization(c, org), weight))
+
+
+@orgs.command("set-rate-limit")
+@click.argument("org")
+@click.argument("kind")
+@click.argument("limit")
+def orgs_set_rate_limit(org: str, kind: str, limit: str) -> None:
+    """At most LIMIT of KIND's jobs start in ORG in any window: "N per S seconds" (or "N per
+    minute", "N per hour"); `default` removes the override, and the kind's own limit, if it
+    declares one, applies again. Jobs beyond it stay queued, in order, until the window allows."""
+    if limit == "default":
+        rate = None
+    else:
+        try:
+            rate = RateLimit.parse(limit)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="LIMIT") from None
+    _run(lambda c: accounts.set_rate_limit(c, accounts.resolve_organization(c, org), kind, rate))
 
 
 @orgs.command("set-quota")

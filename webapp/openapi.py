@@ -86,6 +86,10 @@ class Job(Answer):
     updated_at: datetime
     cancel_requested_at: datetime | None
     waiting_for: WaitingFor | None
+    #: the sequence it runs in (one at a time, in submit order), if any
+    sequence_key: str | None
+    #: only in a submit's answer, when a queued job of the dedup_key took the params
+    debounced: bool = False
     links: JobLinks
 
 
@@ -321,7 +325,8 @@ def _build(app: Flask) -> dict[str, Any]:
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
     # The kinds a submit takes (each with its own params: unknown fields are invalid_params);
     # child-only kinds are not among them, nor named anywhere else in the document.
-    schemas["$defs"]["SubmitJob"]["properties"]["kind"]["enum"] = submittable_kinds()
+    for body in ("SubmitJob", "BatchJob"):
+        schemas["$defs"][body]["properties"]["kind"]["enum"] = submittable_kinds()
     rules = {rule.endpoint: rule for rule in app.url_map.iter_rules()
              if rule.endpoint.startswith("api.")}
     described = {op.endpoint for op in OPERATIONS}

@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
 from models.jobs.records import ALL_STATUSES
-from models.kinds import load_kinds
+from models.kinds import RateLimit, load_kinds
 from models.ops import actions, dashboard
 from models.ops.metrics import render as render_metrics
 from models.tenancy.accounts import User
@@ -199,6 +199,25 @@ def api_kind(kind: str, action: str) -> ResponseReturnValue:
     else:
         raise NotFound()
     return _done({"kind": kind, "action": action}, url_for("ops.overview_page"))
+
+
+@bp.post("/ops/api/rate-limits")
+@operator_only
+@api_limit
+def api_rate_limit() -> ResponseReturnValue:
+    """At most ``limit`` ("N per S seconds") of ``kind``'s jobs start in the organization
+    ``organization_id``; "default" (or no limit) goes back to the kind's own."""
+    body = request.form if request.form else (request.get_json(silent=True) or {})
+    org, kind = str(body.get("organization_id") or ""), str(body.get("kind") or "")
+    raw = str(body.get("limit") or "default").strip()
+    try:
+        limit = None if raw == "default" else RateLimit.parse(raw)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc).capitalize() + ".", fields=["limit"]) from None
+    actions.set_rate_limit(engine(), parse_id(org), kind, limit, operator_id=g.user.id,
+                           request_id=g.request_id)
+    return _done({"organization_id": org, "kind": kind, "limit": str(limit) if limit else None},
+                 url_for("ops.overview_page"))
 
 
 # ----------------------------------------------------------------------------- metrics

@@ -53,6 +53,8 @@ class FinishReport:
     more_due: bool = False
     #: where the next claim's turn among the organizations starts
     next_organization: UUID = store.NO_ORGANIZATION
+    #: the soonest a full rate-limit window lets a job the claim held back start
+    window_opens_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class WorkerLeases:
                                            after_organization=after_organization)
                 report.leased, report.more_due = leased, leased.more_due
                 report.next_organization = leased.next_organization
+                report.window_opens_at = leased.window_opens_at
         return report
 
     def traceparents(self, job_ids: Sequence[UUID]) -> dict[UUID, str]:

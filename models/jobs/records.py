@@ -65,6 +65,8 @@ class Job:
     wait_until: datetime | None = None
     wait_signal: str | None = None
     wait_children: int | None = None
+    #: the sequence it runs in, one at a time in submit order within its organization
+    sequence_key: str | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -80,7 +82,7 @@ class Job:
 
 _JOB_FIELDS = dataclasses.fields(Job)
 #: read where a statement selects them (the reads of one job or a page), None elsewhere
-_WAIT_FIELDS = ("wait_until", "wait_signal", "wait_children")
+_WAIT_FIELDS = ("wait_until", "wait_signal", "wait_children", "sequence_key")
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ log = logging.getLogger("spacejobs.jobs")
 MAX_BATCH = 1000
 #: a job's priority among its organization's due jobs (the jobs.priority CHECK says the same)
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
+#: a sequence's key (the jobs.sequence_key CHECK says the same) and the longest debounce
+MAX_SEQUENCE_KEY, MAX_DEBOUNCE_SECONDS = 200, 86_400
 #: a page of an organization's jobs holds at most this many
 MAX_PAGE = 200
 #: a signal's name (the job_signals CHECK says the same) and the most its payload may hold
@@ -87,7 +89,10 @@ Wake = Callable[[str | None], object]
 @dataclass(frozen=True)
 class Submitted:
     job: Job
-    created: bool  # False: an Idempotency-Key replay answered with the first job
+    created: bool  # False: an Idempotency-Key replay answered with the first job, or a debounce
+    #: True: a queued job of the dedup_key that had not started took the params (and moved its
+    #: start); ``job`` is that job
+    debounced: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class JobRequest:
     dedup_key: str | None = None
     run_after: datetime | None = None
     priority: int = 0
+    sequence_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,24 +178,33 @@ class Jobs:
         run_after: datetime | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        sequence_key: str | None = None,
+        debounce_seconds: int | None = None,
     ) -> Submitted:
         """Queue one job in the caller's transaction; the wake-up goes out after COMMIT.
 
         ``run_after``: not before this moment. ``priority``: from -10 to 10, higher first among
-        the organization's due jobs (organizations still take turns).
+        the organization's due jobs (organizations still take turns). ``sequence_key``: jobs of
+        the organization with the same key run one at a time, in submit order, each once the
+        one before it ended. ``debounce_seconds`` (with ``dedup_key``): while a job of the key is
+        queued and has not started, this submit replaces its params and moves its start to
+        ``debounce_seconds`` from now (``Submitted.debounced``); otherwise a new job starts that
+        long from now.
         """
         job_kind = get_kind(kind)
-        valid = _validated(job_kind, params, dedup_key, priority)
-        job, created = store.submit(
+        valid = _validated(job_kind, params, dedup_key, priority, sequence_key)
+        _check_debounce(debounce_seconds, dedup_key)
+        job, outcome = store.submit(
             conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
             params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
-            request_id=request_id, run_after=run_after, priority=priority)
-        if created:
+            request_id=request_id, run_after=run_after, priority=priority,
+            sequence_key=sequence_key, debounce_seconds=debounce_seconds)
+        if outcome == "created":
             self._wake_after_commit(conn, str(job.id))
-        log.info("job submitted" if created else "job submit replayed",
+        log.info(_SUBMIT_LOGS[outcome],
                  extra={"request_id": request_id, "job_id": str(job.id), "kind": job.kind,
                         "organization_id": str(job.organization_id), "attempt": 0})
-        return Submitted(job, created)
+        return Submitted(job, outcome == "created", debounced=outcome == "debounced")
 
     def submit_workflow(
         self,
@@ -231,7 +246,8 @@ class Jobs:
         for index, item in enumerate(requests):
             try:
                 job_kind = get_kind(item.kind)
-                valid = _validated(job_kind, item.params, item.dedup_key, item.priority)
+                valid = _validated(job_kind, item.params, item.dedup_key, item.priority,
+                                   item.sequence_key)
             except DomainError as error:
                 error.details["index"] = index
                 raise
@@ -240,7 +256,7 @@ class Jobs:
                 if earlier != index:
                     raise DuplicateJob("The batch holds the same job twice.", index=index)
             new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after,
-                                         item.priority))
+                                         item.priority, item.sequence_key))
         # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
         savepoint = conn.begin_nested()
         written = store.submit_many(conn, new_jobs, organization_id=organization_id,
@@ -470,15 +486,35 @@ class Jobs:
             after_commit(conn, lambda: publish(job_id))
 
 
+_SUBMIT_LOGS = {"created": "job submitted", "replayed": "job submit replayed",
+                "debounced": "job submit debounced"}
+
+
 def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None,
-               priority: int = 0) -> dict[str, Any]:
+               priority: int = 0, sequence_key: str | None = None) -> dict[str, Any]:
     if not (isinstance(priority, int) and MIN_PRIORITY <= priority <= MAX_PRIORITY):
         raise InvalidRequest(f"The priority is a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}.",
                              fields=["priority"])
+    if sequence_key is not None and not (isinstance(sequence_key, str)
+                                         and 1 <= len(sequence_key) <= MAX_SEQUENCE_KEY):
+        raise InvalidRequest(f"A sequence key is 1 to {MAX_SEQUENCE_KEY} characters.",
+                             fields=["sequence_key"])
     if dedup_key is not None and not job_kind.rules.dedupable:
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
     result: dict[str, Any] = job_kind.parse_params(params).model_dump(mode="json")
     return result
+
+
+def _check_debounce(debounce_seconds: int | None, dedup_key: str | None) -> None:
+    if debounce_seconds is None:
+        return
+    if not (isinstance(debounce_seconds, int) and not isinstance(debounce_seconds, bool)
+            and 1 <= debounce_seconds <= MAX_DEBOUNCE_SECONDS):
+        raise InvalidRequest(f"debounce_seconds is a whole number from 1 to {MAX_DEBOUNCE_SECONDS}.",
+                             fields=["debounce_seconds"])
+    if dedup_key is None:
+        raise InvalidRequest("A debounce needs a dedup_key: it names the job a later submit replaces.",
+                             fields=["dedup_key"])
 
 
 def required_role_of(roles: dict[str, str], conn: Connection, job_id: UUID) -> str:

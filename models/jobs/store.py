@@ -30,6 +30,7 @@ from models.errors import (
     TooManyJobs,
 )
 from models.jobs.records import RUNNING, Job, KindControl, LeasedJob, Status
+from models.kinds.registry import registered_kinds
 from models.kinds.rules import KindRules
 from models.settings import get_settings
 from models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
@@ -54,9 +55,13 @@ def submit(
     run_after: datetime | None = None,
     retry_of: UUID | None = None,
     priority: int = 0,
-) -> tuple[Job, bool]:
+    sequence_key: str | None = None,
+    debounce_seconds: int | None = None,
+) -> tuple[Job, str]:
     """Insert a queued job, after checking the requester's current standing against the kind's
-    rules. Returns ``(job, created)``; ``created`` is False for an Idempotency-Key replay.
+    rules. Returns ``(job, outcome)``: ``created``; ``replayed`` for an Idempotency-Key replay;
+    ``debounced`` when, with ``debounce_seconds`` and ``dedup_key``, a queued job of the key that
+    never started took these params and now starts ``debounce_seconds`` from now.
 
     Raises the domain error that says why the requester may not (NotFound for a non-member,
     as for any other organization), TooManyJobs when the organization's quota of active jobs
@@ -71,17 +76,18 @@ def submit(
         "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
         "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
         "priority": priority, "traceparent": tracing.current_traceparent(),
+        "sequence_key": sequence_key, "debounce_seconds": debounce_seconds,
     }).mappings().one()
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)
     if row["outcome"] == "over_quota":
         _raise_over_quota(row)
-    if row["outcome"] == "created":
-        return Job.from_row(row), True
+    if row["outcome"] in ("created", "debounced"):
+        return Job.from_row(row), row["outcome"]
     if row["outcome"] == "replayed":
         if row["kind"] != kind.name or row["params"] != params:
             raise IdempotencyKeyReused()
-        return Job.from_row(row), False
+        return Job.from_row(row), "replayed"
     raise DuplicateJob(job_id=str(row["id"]) if row["id"] else None)
 
 
@@ -94,6 +100,7 @@ class NewJob:
     dedup_key: str | None = None
     run_after: datetime | None = None
     priority: int = 0
+    sequence_key: str | None = None
 
 
 def submit_many(
@@ -120,6 +127,7 @@ def submit_many(
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
         "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
         "priorities": [j.priority for j in jobs], "traceparent": tracing.current_traceparent(),
+        "sequence_keys": [j.sequence_key for j in jobs],
     }).mappings().all()
     if rows and rows[0]["outcome"] == "refused":
         # The database checked the strictest rules of the batch at once: name the first job
@@ -280,6 +288,10 @@ def claim_batch(
     kind already leased anywhere (held in a batch or running): a batch never exceeds a limit.
     ``controls`` lets a caller reuse recently read controls (the runner re-reads them every
     second) instead of one more query per claim.
+
+    Rate limits (a kind's declared ``rate_limit``, the operators' per organization) and
+    sequences are applied by claim_jobs() itself; ``window_opens_at`` says when a full window
+    next lets a job it held back start.
     """
     if controls is None:
         controls = claim_controls(conn)
@@ -287,19 +299,24 @@ def claim_batch(
     limited = {c.kind: c.concurrency_limit for c in controls
                if not c.paused and c.concurrency_limit is not None}
     leased = Claimed()
+    windows: list[datetime] = []
     for kind, cap in limited.items():
         if len(leased) >= limit:
             break
         conn.execute(Q["lock_kind"], {"kind": kind})
         room = cap - conn.execute(Q["count_running"], {"kind": kind}).scalar_one()
         if room > 0:
-            leased += _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind,
-                             after_organization=after_organization)
+            some = _claim(conn, worker, limit=min(room, limit - len(leased)), only_kind=kind,
+                          after_organization=after_organization)
+            leased += some
+            windows += [some.window_opens_at] if some.window_opens_at else []
     if len(leased) < limit:
         rest = _claim(conn, worker, limit=limit - len(leased), skip=paused + list(limited),
                       after_organization=after_organization)
         leased += rest
         leased.more_due, leased.next_organization = rest.more_due, rest.next_organization
+        windows += [rest.window_opens_at] if rest.window_opens_at else []
+    leased.window_opens_at = min(windows, default=None)
     return leased
 
 
@@ -314,13 +331,25 @@ class Claimed(list[LeasedJob]):
 
     more_due: bool = False
     next_organization: UUID = UUID(int=0)
+    #: the soonest a full rate-limit window lets one of the jobs it held back start
+    window_opens_at: datetime | None = None
+
+
+def _declared_rate_limits() -> tuple[list[str], list[int], list[int]]:
+    """The rate limits this process's kinds declare, as claim_jobs() takes them."""
+    limits = [(name, kind.rules.rate_limit) for name, kind in sorted(registered_kinds().items())
+              if kind.rules.rate_limit is not None]
+    return ([name for name, _ in limits], [lim.max_starts for _, lim in limits if lim is not None],
+            [lim.per_seconds for _, lim in limits if lim is not None])
 
 
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
            only_kind: str | None = None, after_organization: UUID) -> Claimed:
+    rate_kinds, rate_max, rate_seconds = _declared_rate_limits()
     answer = conn.execute(Q["claim_batch"], {
         "worker": worker, "limit": limit, "skip_kinds": skip or [], "only_kind": only_kind,
-        "after_organization": after_organization}).all()
+        "after_organization": after_organization, "rate_kinds": rate_kinds,
+        "rate_max": rate_max, "rate_seconds": rate_seconds}).all()
     rows = [row for row in answer if row.id is not None]  # an empty claim answers one row
     claimed = Claimed(
         LeasedJob(id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
@@ -329,6 +358,8 @@ def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None 
                   lease_seconds=row.lease_seconds, request_id=row.request_id)
         for row in rows)
     claimed.more_due = any(row.more_due for row in answer)
+    claimed.window_opens_at = min((row.window_opens_at for row in answer
+                                   if row.window_opens_at is not None), default=None)
     claimed.next_organization = next_in_ring(after_organization,
                                              {job.organization_id for job in claimed})
     return claimed

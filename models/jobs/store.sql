@@ -19,7 +19,9 @@ SELECT * FROM submit_job(
     p_idempotency_key => :idempotency_key, p_request_id => :request_id,
     p_run_after => CAST(:run_after AS timestamptz), p_retry_of => CAST(:retry_of AS uuid),
     p_org_quota => CAST(:org_quota AS integer), p_kind_quota => CAST(:kind_quota AS integer),
-    p_priority => CAST(:priority AS integer), p_traceparent => CAST(:traceparent AS text))
+    p_priority => CAST(:priority AS integer), p_traceparent => CAST(:traceparent AS text),
+    p_sequence_key => CAST(:sequence_key AS text),
+    p_debounce_seconds => CAST(:debounce_seconds AS integer))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
@@ -35,7 +37,8 @@ SELECT * FROM submit_jobs(
     p_run_afters => CAST(:run_afters AS timestamptz[]),
     p_org_quota => CAST(:org_quota AS integer), p_kind_quotas => CAST(:kind_quotas AS integer[]),
     p_priorities => CAST(:priorities AS integer[]),
-    p_traceparent => CAST(:traceparent AS text))
+    p_traceparent => CAST(:traceparent AS text),
+    p_sequence_keys => CAST(:sequence_keys AS text[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
@@ -55,7 +58,8 @@ SELECT id, traceparent FROM jobs WHERE id = ANY (CAST(:ids AS uuid[])) AND trace
 -- jobs_lease_expiry_idx, SKIP LOCKED so concurrent claimers pass each other). A function,
 -- because it is the one place a worker reads a job's params: only its own leases'.
 SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:only_kind AS text),
-                         CAST(:after_organization AS uuid))
+                         CAST(:after_organization AS uuid), CAST(:rate_kinds AS text[]),
+                         CAST(:rate_max AS integer[]), CAST(:rate_seconds AS integer[]))
 
 -- extend_leases --
 -- Heartbeat, one statement for every lease a worker process holds. A row missing from the
@@ -269,13 +273,13 @@ SELECT organization_id, status, requested_by, kind, params FROM jobs WHERE id = 
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children FROM jobs WHERE id = :id
+       wait_until, wait_signal, wait_children, sequence_key FROM jobs WHERE id = :id
 
 -- get_result --
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result,
-       wait_until, wait_signal, wait_children,
+       wait_until, wait_signal, wait_children, sequence_key,
        result_ref FROM jobs WHERE id = :id
 
 -- list_for_org --
@@ -283,7 +287,7 @@ SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, 
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children FROM jobs
+       wait_until, wait_signal, wait_children, sequence_key FROM jobs
 WHERE organization_id = :organization_id
   AND (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
@@ -298,7 +302,7 @@ LIMIT :limit
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children FROM jobs
+       wait_until, wait_signal, wait_children, sequence_key FROM jobs
 WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id

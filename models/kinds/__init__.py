@@ -16,7 +16,7 @@ from models.kinds.registry import (
     required_role,
     submittable_kinds,
 )
-from models.kinds.rules import JobKind, KindRules, NoParams, Params
+from models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
 
-__all__ = ["JobKind", "KindRules", "NoParams", "Params", "get_any_kind", "get_kind", "job_kind",
+__all__ = ["JobKind", "KindRules", "NoParams", "Params", "RateLimit", "get_any_kind", "get_kind", "job_kind",
            "kind_roles", "load_kinds", "registered_kinds", "required_role", "submittable_kinds"]

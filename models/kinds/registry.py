@@ -16,7 +16,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from models.errors import UnknownKind
-from models.kinds.rules import JobKind, KindRules, NoParams, Params
+from models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
 from models.settings import get_settings
 from models.tenancy.access import ORG_STATES, ROLE_RANK
 
@@ -42,6 +42,7 @@ def job_kind(
     schedule: str | None = None,
     quota: int | None = None,
     child_only: bool = False,
+    rate_limit: str | None = None,
 ) -> Callable[[RunFunction], RunFunction]:
     """Register a job kind. The decorated function is ``run(ctx, params) -> result``.
 
@@ -53,6 +54,10 @@ def job_kind(
     ``quota``: the most active (queued or running) jobs of this kind one organization may have,
     beside the organization's own cap; operators override it per organization
     (``spacejobs orgs set-quota ORG N --kind KIND``).
+    ``rate_limit``: at most this many of the kind's jobs start in one organization in any
+    window, ``"10 per minute"`` or ``"50 per 10 seconds"``; the rest stay queued, in order, until
+    the window lets them start. Operators override it per organization
+    (``spacejobs orgs set-rate-limit ORG KIND "N per S seconds"``).
     ``child_only``: a part of a fan-out, created only by its parent's ``ctx.fan_out``. Its
     params are what the parent's code made, not what a member typed, and its result is the
     parent's to collect, so no submit (API, batch, pages, models.jobs.service, periodic jobs,
@@ -84,6 +89,7 @@ def job_kind(
         schedule=schedule,
         quota=quota,
         child_only=child_only,
+        rate_limit=RateLimit.parse(rate_limit) if rate_limit is not None else None,
     )
 
     def register(run: RunFunction) -> RunFunction:

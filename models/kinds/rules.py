@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,40 @@ class Params(BaseModel):
 
 class NoParams(Params):
     pass
+
+
+#: the bounds the database holds a rate limit to (job_rate_limits' CHECKs)
+MAX_STARTS_LIMIT, MAX_WINDOW_SECONDS = 10_000, 86_400
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86_400}
+_RATE = re.compile(r"\s*(\d+)\s+per\s+(?:(\d+)\s+)?(second|minute|hour|day)s?\s*")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``max_starts`` jobs start in any ``per_seconds`` (a sliding window), per
+    organization and kind."""
+
+    max_starts: int
+    per_seconds: int
+
+    @classmethod
+    def parse(cls, text: str) -> RateLimit:
+        """``"10 per minute"``, ``"50 per 10 seconds"``, ``"1000 per 2 hours"``; ValueError
+        with what is wrong otherwise."""
+        found = _RATE.fullmatch(text)
+        if not found:
+            raise ValueError('a rate limit reads "N per minute" or "N per S seconds" '
+                             "(second, minute, hour or day)")
+        count, units = int(found[1]), int(found[2] or 1)
+        limit = cls(count, units * _UNIT_SECONDS[found[3]])
+        if not 1 <= limit.max_starts <= MAX_STARTS_LIMIT:
+            raise ValueError(f"a rate limit lets 1 to {MAX_STARTS_LIMIT:,} jobs start per window")
+        if not 1 <= limit.per_seconds <= MAX_WINDOW_SECONDS:
+            raise ValueError("a rate limit's window is 1 second to 1 day")
+        return limit
+
+    def __str__(self) -> str:
+        return f"{self.max_starts} per {self.per_seconds} seconds"
 
 
 @dataclass(frozen=True)
@@ -46,6 +81,9 @@ class KindRules:
     #: only a parent's fan-out creates jobs of this kind (models/jobs/fanout.py); every submit
     #: refuses it as an unknown kind
     child_only: bool = False
+    #: at most this many jobs of the kind start per window in one organization (None: no limit
+    #: unless an operator sets one, ``spacejobs orgs set-rate-limit``)
+    rate_limit: RateLimit | None = None
 
     @property
     def lease_seconds(self) -> int:

@@ -1,4 +1,5 @@
-"""What operators do to kinds: pause and resume one, limit its concurrency; and the operator
+"""What operators do to kinds: pause and resume one, limit its concurrency, limit its starts in
+one organization (a rate limit); and the operator
 audit log every operator action writes in its own transaction (an operator's cancel or retry of
 a job is a job operation: models.jobs.service.Jobs)."""
 
@@ -13,7 +14,7 @@ from sqlalchemy import Connection, Engine
 from models.db.queries import queries_beside
 from models.db.transaction import transaction
 from models.errors import InvalidRequest
-from models.kinds import get_any_kind
+from models.kinds import RateLimit, get_any_kind
 
 Q = queries_beside(__file__)
 
@@ -25,6 +26,18 @@ def audit(conn: Connection, operator_id: UUID, action: str, target: str,
     """One line of the operator audit log, in the caller's transaction."""
     conn.execute(Q["audit"], {"operator": operator_id, "action": action, "target": target,
                               "detail": json.dumps(detail), "request_id": request_id})
+
+
+def set_rate_limit(app_db: Engine, organization_id: UUID, kind: str, limit: RateLimit | None, *,
+                   operator_id: UUID, request_id: str | None = None) -> None:
+    """At most ``limit`` of ``kind``'s jobs start in the organization (None: back to the kind's
+    own limit, if it declares one). Written to the operator audit log in the same statement."""
+    get_any_kind(kind)
+    with transaction(app_db, actor=f"operator:{operator_id}") as conn:
+        conn.execute(Q["set_rate_limit"], {
+            "operator": operator_id, "organization_id": organization_id, "kind": kind,
+            "max_starts": limit.max_starts if limit else None,
+            "per_seconds": limit.per_seconds if limit else None, "request_id": request_id})
 
 
 def set_kind_control(app_db: Engine, kind: str, *, operator_id: UUID, paused: bool | None = None,

@@ -16,3 +16,8 @@ WHERE kind = :kind
 -- set_concurrency_limit --
 UPDATE kind_settings SET concurrency_limit = :limit, updated_at = now(), updated_by = :operator
 WHERE kind = :kind
+
+-- set_rate_limit --
+-- Checks that :operator is an operator and writes the operator audit line itself (set_rate_limit()
+-- in the schema): the web role has no grant on job_rate_limits.
+SELECT set_rate_limit(:operator, :organization_id, :kind, :max_starts, :per_seconds, :request_id)

@@ -72,6 +72,7 @@ def dashboard(conn: Connection, *, offline_after: float) -> dict[str, Any]:
     data["expired"] = list_jobs(conn, expired_only=True, limit=100)
     data["failed"] = list_jobs(conn, status="failed", limit=20)
     data["workers"] = workers(conn, offline_after=offline_after)
+    data["rate_limits"] = _rows(conn, "rate_limits")
     return data
 
 

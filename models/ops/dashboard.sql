@@ -104,3 +104,11 @@ ORDER BY a.at DESC LIMIT :limit
 
 -- job_organization --
 SELECT organization_id FROM jobs WHERE id = :id
+
+-- rate_limits --
+-- The operators' rate limits per organization and kind, and each organization's claim weight
+-- (its share of busy time); a kind's own declared limit is in its code, not here.
+SELECT r.organization_id, o.name AS organization, r.kind, r.max_starts, r.per_seconds,
+       o.claim_weight, r.updated_at
+FROM job_rate_limits r JOIN organizations o ON o.id = r.organization_id
+ORDER BY o.name, r.kind

@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from models.db.queries import queries_beside
 from models.errors import InvalidRequest, NotFound
+from models.kinds.rules import RateLimit
 from models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
 
 Q = queries_beside(__file__)
@@ -130,6 +131,18 @@ def set_quota(conn: Connection, organization_id: UUID, max_active: int | None,
         raise InvalidRequest("That is not a kind's name.")
     params = {"org": organization_id, "kind": kind or "", "max_active": max_active}
     conn.execute(Q["clear_quota" if max_active is None else "set_quota"], params)
+
+
+def set_rate_limit(conn: Connection, organization_id: UUID, kind: str,
+                   limit: RateLimit | None) -> None:
+    """At most ``limit`` of ``kind``'s jobs start in the organization in any window; None goes
+    back to the kind's own limit (or none). Jobs beyond it stay queued until the window allows."""
+    if not KIND_NAME.fullmatch(kind):
+        raise InvalidRequest("That is not a kind's name.")
+    params = {"org": organization_id, "kind": kind,
+              "max_starts": limit.max_starts if limit else None,
+              "per_seconds": limit.per_seconds if limit else None}
+    conn.execute(Q["clear_rate_limit" if limit is None else "set_rate_limit"], params)
 
 
 def create_token(conn: Connection, user_id: UUID) -> str:

@@ -48,6 +48,16 @@ ON CONFLICT (organization_id, kind) DO UPDATE SET max_active = excluded.max_acti
 -- clear_quota --
 DELETE FROM job_quotas WHERE organization_id = :org AND kind = :kind
 
+-- set_rate_limit --
+-- An operator's rate limit for one kind in the organization; claim_jobs() in the schema reads it.
+INSERT INTO job_rate_limits (organization_id, kind, max_starts, per_seconds)
+VALUES (:org, :kind, :max_starts, :per_seconds)
+ON CONFLICT (organization_id, kind) DO UPDATE
+SET max_starts = excluded.max_starts, per_seconds = excluded.per_seconds, updated_at = now()
+
+-- clear_rate_limit --
+DELETE FROM job_rate_limits WHERE organization_id = :org AND kind = :kind
+
 -- create_token --
 -- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.
 INSERT INTO api_tokens (user_id, token_hash) VALUES (:user, :hash)

@@ -33,7 +33,7 @@ def new_job(stack: Stack, kind: str = "bench.noop", **kw) -> tuple[uuid.UUID, Jo
     with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
         job, created = store.submit(conn, organization_id=org, requested_by=user.id,
                                    kind=get_kind(kind).rules, params=kw.pop("params", {}), **kw)
-    assert created
+    assert created == "created"
     return org, job
 
 
@@ -252,16 +252,29 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
     # The claim is claim_jobs()'s one statement: plan it as written in the schema, with values.
     schema = "".join(path.read_text() for path in schema_files())
     body = schema[schema.index("CREATE FUNCTION claim_jobs("):]
-    statement = body[body.index("RETURN QUERY") + len("RETURN QUERY"):body.index(";\n    IF NOT FOUND")]
-    for name, value in {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",
-                        "p_only_kind": "NULL::text",
-                        "p_after_organization": "'00000000-0000-0000-0000-000000000000'::uuid"}.items():
+    main = body.index("RETURN QUERY\n    WITH RECURSIVE")
+    statement = body[main + len("RETURN QUERY"):body.index(";\n    GET DIAGNOSTICS", main)]
+    values = {"p_worker": "'explain'", "p_limit": "50", "p_skip_kinds": "'{}'::text[]",
+              "p_only_kind": "NULL::text",
+              "p_after_organization": "'00000000-0000-0000-0000-000000000000'::uuid",
+              "taken": "0", "p_rate_kinds": "'{}'::text[]"}
+    for name, value in values.items():
         statement = statement.replace(name, value)
+    # a rate-limited (organization, kind)'s jobs, the first statement of its loop
+    limited = body[body.index("RETURN QUERY\n            WITH picked") + len("RETURN QUERY"):]
+    limited = limited[:limited.index(";\n")]
+    for name, value in {"p_worker": "'explain'", "limited_kind": "'bench.noop'", "room": "5",
+                        "= org": f"= '{org}'::uuid"}.items():
+        limited = limited.replace(name, value)
     with stack_db.admin() as conn:
         plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + statement)))
+        limited_plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + limited)))
         conn.rollback()
     assert "jobs_fair_claim_idx" in plan and "jobs_lease_expiry_idx" in plan, plan
+    assert "jobs_org_running_idx" in plan and "jobs_sequence_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+    assert "jobs_kind_claim_idx" in limited_plan and "Seq Scan on jobs" not in limited_plan, \
+        limited_plan
 
 
 def test_two_sweepers_take_disjoint_expired_leases_without_waiting(stack_db: Stack):

@@ -74,7 +74,7 @@ def submit(app: Engine, org: uuid.UUID, user: uuid.UUID, kind: str = "bench.noop
     with transaction(app, organization_id=org, user_id=user, actor="test") as conn:
         job, created = store.submit(conn, organization_id=org, requested_by=user, kind=get_kind(kind).rules,
                                    params={})
-    assert created
+    assert created == "created"
     return str(job.id)
 
 

@@ -15,9 +15,10 @@ CREATE TABLE org_audit (
     actor_id         uuid,
     -- how, in job_events.actor's words: 'user:<id>', 'operator:<id>', 'cli', …
     actor            text NOT NULL,
-    action           text NOT NULL CHECK (action IN (
+    action           text NOT NULL CONSTRAINT org_audit_action_check CHECK (action IN (
                          'job.submit', 'job.cancel', 'job.download', 'member.add',
-                         'member.role_change', 'member.remove', 'organization.state_change')),
+                         'member.role_change', 'member.remove', 'organization.state_change',
+                         'job.debounce')),
     -- The target: a job or a member. No foreign keys: an entry outlives the job (retention)
     -- and the user.
     job_id           uuid,

@@ -55,14 +55,29 @@ CREATE TABLE jobs (
     -- version 00 only, the one format we write. A child inherits its parent's (70_fan_out.sql).
     traceparent          text CONSTRAINT jobs_traceparent_w3c
                          CHECK (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'),
+    -- Flow control (revision 0037, docs/concepts/flow-control.md). A sequence: jobs of the
+    -- organization with the same key run one at a time in the order of their places (taken
+    -- from job_sequence_positions under the key's lock at submit).
+    sequence_key         text CONSTRAINT jobs_sequence_key_length
+                         CHECK (length(sequence_key) BETWEEN 1 AND 200),
+    sequence_position    bigint,
+    -- A debounced job: while queued and never started, a submit of its dedup_key replaces its
+    -- params and starts it this many seconds later (submit_job()).
+    debounce_seconds     integer CONSTRAINT jobs_debounce_seconds_range
+                         CHECK (debounce_seconds BETWEEN 1 AND 86400),
     CONSTRAINT jobs_child_has_a_parent CHECK ((parent_id IS NULL) = (child_index IS NULL)),
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
            (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
     -- A waiting job waits for something, and only a waiting job does.
     CONSTRAINT jobs_waiting_waits_for_something CHECK ((status = 'waiting') =
-           (wait_until IS NOT NULL OR wait_signal IS NOT NULL OR wait_children IS NOT NULL))
+           (wait_until IS NOT NULL OR wait_signal IS NOT NULL OR wait_children IS NOT NULL)),
+    CONSTRAINT jobs_sequence_has_a_place CHECK ((sequence_key IS NULL) = (sequence_position IS NULL)),
+    CONSTRAINT jobs_debounce_has_a_key CHECK (debounce_seconds IS NULL OR dedup_key IS NOT NULL)
 );
+
+-- The places of jobs in their sequences: taken under the sequence's lock (submit_job()).
+CREATE SEQUENCE job_sequence_positions AS bigint;
 
 -- The claim reads only these partial indexes, so its cost follows the number of ACTIVE jobs,
 -- not the millions of finished rows behind them.
@@ -85,9 +100,25 @@ CREATE INDEX jobs_result_retention_idx ON jobs (finished_at)
     WHERE result IS NOT NULL AND result_expired_at IS NULL;
 -- The orphan sweep's check of rows against the store (results_without_files): stored results only.
 CREATE INDEX jobs_result_ref_idx ON jobs (finished_at) WHERE result_ref IS NOT NULL;
--- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance.
+-- At most one ACTIVE job per (organization, kind, dedup_key), across every web instance. A
+-- debounced key is not an active duplicate: while its job is queued and never started, a
+-- submit of the key updates that job (jobs_debounce_idx), and after that it makes a new one.
 CREATE UNIQUE INDEX jobs_dedup_active_idx ON jobs (organization_id, kind, dedup_key)
-    WHERE dedup_key IS NOT NULL AND status IN ('queued', 'leased', 'cancel_requested', 'waiting');
+    WHERE dedup_key IS NOT NULL AND debounce_seconds IS NULL
+      AND status IN ('queued', 'leased', 'cancel_requested', 'waiting');
+CREATE UNIQUE INDEX jobs_debounce_idx ON jobs (organization_id, kind, dedup_key)
+    WHERE debounce_seconds IS NOT NULL AND status = 'queued' AND attempts = 0;
+-- claim_jobs: a sequence's unfinished jobs by place (an earlier one holds the later back).
+CREATE INDEX jobs_sequence_idx ON jobs (organization_id, sequence_key, sequence_position)
+    WHERE sequence_key IS NOT NULL
+      AND status IN ('queued', 'leased', 'cancel_requested', 'waiting');
+-- claim_jobs: how many jobs an organization runs now (its fair share by time).
+CREATE INDEX jobs_org_running_idx ON jobs (organization_id)
+    WHERE status IN ('leased', 'cancel_requested');
+-- claim_jobs: a rate-limited kind's organizations with queued jobs, and their jobs in order.
+CREATE INDEX jobs_kind_claim_idx ON jobs (kind, organization_id, priority DESC, run_after,
+                                          created_at)
+    WHERE status = 'queued';
 -- Replays of a submit with the same Idempotency-Key by the same user find the first job.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -102,6 +133,29 @@ CREATE TABLE job_quotas (
     kind             text NOT NULL CHECK (kind = '' OR kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
     max_active       integer NOT NULL CHECK (max_active >= 0),
     updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, kind)
+);
+
+-- Operators' rate limits: at most max_starts jobs of the kind start in the organization in any
+-- per_seconds. Without a row the kind's own (a declared rate_limit) applies, or none. Written by
+-- the owner (the CLI's `orgs set-rate-limit`) and by set_rate_limit() (the operators'
+-- dashboard); read by claim_jobs() as the owner and by the operators' dashboard.
+CREATE TABLE job_rate_limits (
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    kind             text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
+    max_starts       integer NOT NULL CHECK (max_starts BETWEEN 1 AND 10000),
+    per_seconds      integer NOT NULL CHECK (per_seconds BETWEEN 1 AND 86400),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, kind)
+);
+
+-- The recent starts of each rate-limited (organization, kind): the window's worth, newest
+-- first, at most the limit. Its row lock is what claimers of the pair take turns on
+-- (claim_jobs()). The owner's alone.
+CREATE TABLE rate_limit_windows (
+    organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    kind             text NOT NULL,
+    starts           timestamptz[] NOT NULL DEFAULT '{}',
     PRIMARY KEY (organization_id, kind)
 );
 
@@ -197,6 +251,17 @@ ALTER TABLE active_job_counts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE active_job_counts FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON active_job_counts TO space_owner USING (true) WITH CHECK (true);
 
+-- job_rate_limits: the owner writes (and set_rate_limit()); operators read.
+ALTER TABLE job_rate_limits ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_rate_limits FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_rate_limits TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY operator_read ON job_rate_limits FOR SELECT TO space_operator USING (true);
+
+-- rate_limit_windows: the owner's alone (claim_jobs() reads and writes it as the owner).
+ALTER TABLE rate_limit_windows ENABLE ROW LEVEL SECURITY;
+ALTER TABLE rate_limit_windows FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON rate_limit_windows TO space_owner USING (true) WITH CHECK (true);
+
 -- =============================================================================================
 -- Grants
 -- =============================================================================================
@@ -248,3 +313,8 @@ GRANT UPDATE (wait_until, wait_signal, wait_children) ON jobs TO space_worker;
 -- Only the worker reads a job's trace context, to parent its attempts' spans; the submit
 -- functions and the children's trigger write it, as the owner.
 GRANT SELECT (traceparent) ON jobs TO space_worker;
+
+-- Every role sees a job's sequence and debounce; only the submit functions write them.
+GRANT SELECT (sequence_key, sequence_position, debounce_seconds) ON jobs
+    TO space_app, space_worker, space_operator;
+GRANT SELECT ON job_rate_limits TO space_operator;

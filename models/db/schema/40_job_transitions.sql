@@ -17,8 +17,12 @@ BEGIN
         RAISE EXCEPTION 'job % is % and can no longer change', OLD.id, OLD.status
             USING ERRCODE = 'check_violation';
     END IF;
-    IF NEW.organization_id <> OLD.organization_id OR NEW.requested_by <> OLD.requested_by
-       OR NEW.kind <> OLD.kind OR NEW.params <> OLD.params THEN
+    IF NEW.organization_id <> OLD.organization_id OR NEW.kind <> OLD.kind
+       OR ((NEW.requested_by <> OLD.requested_by OR NEW.params <> OLD.params)
+           -- a debounce (submit_job()): a queued job that never started takes the params of
+           -- a later submit of its key, and its submitter
+           AND NOT (OLD.debounce_seconds IS NOT NULL AND OLD.status = 'queued'
+                    AND NEW.status = 'queued' AND OLD.attempts = 0 AND NEW.attempts = 0)) THEN
         RAISE EXCEPTION 'job % snapshot is immutable', OLD.id USING ERRCODE = 'check_violation';
     END IF;
     IF NEW.status <> OLD.status AND NOT (

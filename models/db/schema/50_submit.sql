@@ -166,7 +166,9 @@ $$;
 -- positional again.
 --
 -- outcome: 'created', 'replayed' (an Idempotency-Key seen before: the first job is answered,
--- whatever the quota), 'duplicate' (an active job has the dedup_key: its id is answered),
+-- whatever the quota), 'debounced' (p_debounce_seconds: a queued, never started job with the
+-- dedup_key took these params and starts p_debounce_seconds from now; it is answered),
+-- 'duplicate' (an active job has the dedup_key: its id is answered),
 -- 'over_quota' (nothing written; quota_kind and quota_limit say which cap), or 'refused' (the
 -- requester's role and the organization's state are answered, NULL for a non-member, so the
 -- caller can say why in its own words).
@@ -177,7 +179,8 @@ CREATE FUNCTION submit_job(
     p_request_id text DEFAULT NULL, p_run_after timestamptz DEFAULT NULL,
     p_retry_of uuid DEFAULT NULL, p_org_quota integer DEFAULT NULL,
     p_kind_quota integer DEFAULT NULL, p_priority integer DEFAULT NULL,
-    p_traceparent text DEFAULT NULL)
+    p_traceparent text DEFAULT NULL, p_sequence_key text DEFAULT NULL,
+    p_debounce_seconds integer DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -185,7 +188,7 @@ RETURNS TABLE (
     run_after timestamptz, created_at timestamptz, updated_at timestamptz,
     started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
     leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb,
-    quota_kind text, quota_limit integer)
+    quota_kind text, quota_limit integer, sequence_key text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     -- before the FOR SHARE below, which takes a transaction id without writing a job
@@ -204,8 +207,47 @@ BEGIN
             NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
             NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
             NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, NULL, NULL::integer;
+            NULL::jsonb, NULL, NULL::integer, NULL;
         RETURN;
+    END IF;
+
+    IF p_sequence_key IS NOT NULL THEN
+        -- One submit of a sequence at a time, each taking its place after the last one's
+        -- commit: were two in flight, the later place could commit first, run, and then the
+        -- earlier one start beside it (the claim sees only what has committed).
+        PERFORM pg_advisory_xact_lock(hashtext('spacejobs.sequence:' || p_organization_id::text
+                                               || ':' || p_sequence_key));
+    END IF;
+    IF p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL THEN
+        -- The queued, never started job with this key takes the new params and moves its
+        -- start. Debounces of one key take turns (the lock, until commit), so each sees the
+        -- job the one before made; a claim that leases the job first (its row lock, then a
+        -- status this no longer matches) leaves nothing to update, and a new job is made.
+        PERFORM pg_advisory_xact_lock(hashtext('spacejobs.debounce:' || p_organization_id::text
+                                               || ':' || p_kind || ':' || p_dedup_key));
+        UPDATE jobs j
+        SET params = p_params, requested_by = p_requested_by,
+            run_after = now() + p_debounce_seconds * interval '1 second',
+            debounce_seconds = p_debounce_seconds, request_id = p_request_id
+        WHERE j.organization_id = p_organization_id AND j.kind = p_kind
+          AND j.dedup_key = p_dedup_key AND j.debounce_seconds IS NOT NULL
+          AND j.status = 'queued' AND j.attempts = 0
+        RETURNING * INTO made;
+        IF made.id IS NOT NULL THEN
+            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
+                                   request_id)
+            VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
+                    coalesce(app_actor(), 'user:' || p_requested_by), 'job.debounce', made.id,
+                    jsonb_build_object('kind', p_kind), p_request_id);
+            RETURN QUERY SELECT 'debounced', standing.role, standing.state, made.id,
+                made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
+                made.max_attempts, made.progress, made.error_code, made.error_message,
+                made.dedup_key, made.run_after, made.created_at, made.updated_at,
+                made.started_at, made.finished_at, made.cancel_requested_at, made.leased_by,
+                made.lease_until, made.result_expired_at, made.params, NULL, NULL::integer,
+                made.sequence_key;
+            RETURN;
+        END IF;
     END IF;
 
     -- A replay answers the first job even at the cap: it asks for nothing new.
@@ -223,21 +265,28 @@ BEGIN
                 NULL::uuid, NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
                 NULL, NULL, NULL, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
                 NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz,
-                NULL::timestamptz, NULL::jsonb, refusal.refused_kind, refusal.cap;
+                NULL::timestamptz, NULL::jsonb, refusal.refused_kind, refusal.cap, NULL;
             RETURN;
         END IF;
 
         INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts,
                           lease_seconds, dedup_key, idempotency_key, request_id, run_after,
-                          retry_of, priority, traceparent)
+                          retry_of, priority, traceparent, sequence_key, sequence_position,
+                          debounce_seconds)
         VALUES (p_organization_id, p_requested_by, p_kind, p_params,
                 least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
-                p_dedup_key, p_idempotency_key, p_request_id, coalesce(p_run_after, now()),
+                p_dedup_key, p_idempotency_key, p_request_id,
+                CASE WHEN p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL
+                     THEN greatest(coalesce(p_run_after, now()),
+                                   now() + p_debounce_seconds * interval '1 second')
+                     ELSE coalesce(p_run_after, now()) END,
                 -- an operator's retry-as-new-job points back at the job it retries, in its org
                 (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
                                             AND r.organization_id = p_organization_id),
                 -- out of range is the column CHECK's refusal, never a silent clamp
-                coalesce(p_priority, 0), p_traceparent)
+                coalesce(p_priority, 0), p_traceparent, p_sequence_key,
+                CASE WHEN p_sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END,
+                CASE WHEN p_dedup_key IS NOT NULL THEN p_debounce_seconds END)
         ON CONFLICT DO NOTHING
         RETURNING * INTO made;
         IF made.id IS NOT NULL THEN
@@ -254,7 +303,8 @@ BEGIN
                 made.max_attempts, made.progress, made.error_code, made.error_message,
                 made.dedup_key, made.run_after, made.created_at, made.updated_at,
                 made.started_at, made.finished_at, made.cancel_requested_at, made.leased_by,
-                made.lease_until, made.result_expired_at, made.params, NULL, NULL::integer;
+                made.lease_until, made.result_expired_at, made.params, NULL, NULL::integer,
+                made.sequence_key;
             RETURN;
         END IF;
 
@@ -268,7 +318,8 @@ BEGIN
     IF made.id IS NULL THEN
         SELECT * INTO made FROM jobs j
         WHERE j.organization_id = p_organization_id AND j.kind = p_kind
-          AND j.dedup_key = p_dedup_key AND j.status IN ('queued', 'leased', 'cancel_requested');
+          AND j.dedup_key = p_dedup_key AND j.status IN ('queued', 'leased', 'cancel_requested')
+          AND (j.debounce_seconds IS NULL) = (p_debounce_seconds IS NULL);
         -- The conflicting job may have ended in between: then there is nothing to name, and
         -- the caller may simply submit again.
     END IF;
@@ -280,13 +331,15 @@ BEGIN
         made.max_attempts, made.progress, made.error_code, made.error_message,
         made.dedup_key, made.run_after, made.created_at, made.updated_at, made.started_at,
         made.finished_at, made.cancel_requested_at, made.leased_by, made.lease_until,
-        made.result_expired_at, made.params, NULL, NULL::integer;
+        made.result_expired_at, made.params, NULL, NULL::integer, made.sequence_key;
 END $$;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                  text, text, timestamptz, uuid, integer, integer, integer, text)
+                                  text, text, timestamptz, uuid, integer, integer, integer, text, text,
+                                  integer)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
-                                     text, text, timestamptz, uuid, integer, integer, integer, text)
+                                     text, text, timestamptz, uuid, integer, integer, integer, text, text,
+                                     integer)
     TO space_app, space_worker;
 
 -- The bulk submit: many jobs of the organization in one statement, ids made by the caller so
@@ -298,13 +351,14 @@ GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, 
 -- Called by name too (store.sql), without defaults but the last: its one caller passes every
 -- argument, and defaults would need the optional p_request_id moved behind the required
 -- arrays, a new signature for no caller's gain. p_traceparent (revision 0034) is the batch's
--- one trace context, optional so that the previous release's web still calls it.
+-- one trace context, optional so that the previous release's web still calls it; so are
+-- p_sequence_keys (revision 0037), each job's own, taking places in the batch's order.
 CREATE FUNCTION submit_jobs(
     p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
     p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
     p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
     p_org_quota integer, p_kind_quotas integer[], p_priorities integer[],
-    p_traceparent text DEFAULT NULL)
+    p_traceparent text DEFAULT NULL, p_sequence_keys text[] DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -312,11 +366,12 @@ RETURNS TABLE (
     run_after timestamptz, created_at timestamptz, updated_at timestamptz,
     started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
     leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb,
-    quota_kind text, quota_limit integer)
+    quota_kind text, quota_limit integer, sequence_key text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     standing record;
     refusal record;
+    sequence_lock integer;
 BEGIN
     SELECT m.role, o.state INTO standing
     FROM memberships m JOIN organizations o ON o.id = m.organization_id
@@ -328,7 +383,7 @@ BEGIN
             NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
             NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
             NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, NULL, NULL::integer;
+            NULL::jsonb, NULL, NULL::integer, NULL;
         RETURN;
     END IF;
     SELECT * INTO refusal
@@ -338,22 +393,35 @@ BEGIN
             NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
             NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
             NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, refusal.refused_kind, refusal.cap;
+            NULL::jsonb, refusal.refused_kind, refusal.cap, NULL;
         RETURN;
     END IF;
+    -- The batch's sequences, one lock each in one order (see submit_job()).
+    FOR sequence_lock IN
+        SELECT DISTINCT hashtext('spacejobs.sequence:' || p_organization_id::text || ':' || k.key)
+        FROM unnest(p_sequence_keys) AS k (key) WHERE k.key IS NOT NULL ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(sequence_lock);
+    END LOOP;
     RETURN QUERY
     WITH made AS (
         INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
                                lease_seconds, dedup_key, request_id, run_after, priority,
-                               traceparent)
+                               traceparent, sequence_key, sequence_position)
         SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
                least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
                n.dedup_key, p_request_id, coalesce(n.run_after, now()), coalesce(n.priority, 0),
-               p_traceparent
-        FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds, p_dedup_keys,
-                    p_run_afters, p_priorities) AS n (id, kind, params, max_attempts,
-                                                      lease_seconds, dedup_key, run_after,
-                                                      priority)
+               p_traceparent, n.sequence_key,
+               -- taken row by row in the batch's order (the subquery's), so places follow it
+               CASE WHEN n.sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END
+        FROM (SELECT u.* FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds,
+                                     p_dedup_keys, p_run_afters, p_priorities,
+                                     coalesce(p_sequence_keys,
+                                              array_fill(NULL::text,
+                                                         ARRAY[cardinality(p_ids)])))
+                  WITH ORDINALITY AS u (id, kind, params, max_attempts, lease_seconds,
+                                        dedup_key, run_after, priority, sequence_key, ord)
+              ORDER BY u.ord) AS n
         ON CONFLICT DO NOTHING
         RETURNING j.*
     ), audited AS (
@@ -370,14 +438,14 @@ BEGIN
         made.progress, made.error_code, made.error_message, made.dedup_key, made.run_after,
         made.created_at, made.updated_at, made.started_at, made.finished_at,
         made.cancel_requested_at, made.leased_by, made.lease_until, made.result_expired_at,
-        made.params, NULL, NULL::integer
+        made.params, NULL, NULL::integer, made.sequence_key
     FROM made;
 END $$;
 REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                    integer[], integer[], text[], timestamptz[], integer, integer[],
-                                   integer[], text)
+                                   integer[], text, text[])
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[], integer,
-                                      integer[], integer[], text)
+                                      integer[], integer[], text, text[])
     TO space_app, space_worker;

@@ -35,17 +35,34 @@ END $$;
 REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
 
--- The claim: up to p_limit due jobs in ONE statement, each with its own fresh random lease token,
--- fair between organizations: they are taken in turn around a ring (the caller remembers where
--- its last claim stopped), each a share of the batch in proportion to its weight, and within an
--- organization higher priority first. Every step reads an index (jobs_fair_claim_idx; leases
--- that ran out, jobs_lease_expiry_idx); SKIP LOCKED lets concurrent claimers pass each other.
--- A function, because it is the one place a worker reads params: those of the jobs it leases.
+-- The claim: up to p_limit due jobs in ONE call, each with its own fresh random lease token.
+--
+-- First the kinds whose starts are rate limited (p_rate_kinds: the limits the caller's kinds
+-- declare; job_rate_limits: the operators' per organization), organization by organization:
+-- each (organization, kind) pair's window row in rate_limit_windows is locked (SKIP LOCKED:
+-- another claimer serving that pair is passed by, never waited for), its recent starts
+-- counted, and at most what the window leaves is leased; the new starts are recorded before
+-- the lock goes with the commit. Exact across every claimer: see "Rate limits" in
+-- docs/concepts/flow-control.md for why no window ever holds more than the limit.
+--
+-- Then everything else, fair between organizations by time: organizations are taken around a
+-- ring (the caller remembers where its last claim stopped), each a share of the batch in
+-- proportion to its weight, and the batch goes first to whoever runs the fewest jobs per unit
+-- of weight right now (running jobs are slot-seconds accruing: counting them, not the jobs
+-- started, is what makes a 2-minute report weigh more than a 50 ms export). Within an
+-- organization higher priority first; a job of a sequence only once the one before it ended.
+-- Every step reads an index (jobs_fair_claim_idx, jobs_kind_claim_idx, jobs_org_running_idx,
+-- jobs_sequence_idx: a job of a sequence waits while an earlier place of its key is unfinished;
+-- leases that ran out, jobs_lease_expiry_idx); SKIP LOCKED lets concurrent
+-- claimers pass each other. A function, because it is the one place a worker reads params:
+-- those of the jobs it leases.
 CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text,
-                           p_after_organization uuid)
+                           p_after_organization uuid, p_rate_kinds text[] DEFAULT '{}',
+                           p_rate_max integer[] DEFAULT '{}',
+                           p_rate_seconds integer[] DEFAULT '{}')
 RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
                attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
-               request_id text, more_due boolean)
+               request_id text, more_due boolean, window_opens_at timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 -- JIT compiled this short statement on every call once the queue was large (revision 0016).
 -- Every read below has an index made for it, so no sequential or bitmap scan, and a plan of
@@ -53,7 +70,129 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 -- claim behind 1,000,000 finished rows took 80 ms instead of 1 (revision 0023).
 SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    nil CONSTANT uuid := '00000000-0000-0000-0000-000000000000';
+    limited text[];
+    limited_kind text;
+    org uuid;
+    wrapped boolean;
+    max_starts integer;
+    per_seconds integer;
+    recent timestamptz[];
+    checked_at timestamptz;
+    room integer;
+    got integer;
+    taken integer := 0;
+    next_window timestamptz;
 BEGIN
+    -- The rate-limited kinds this claim may take: declared by a kind, or limited by an operator
+    -- for some organization (its other organizations' jobs of that kind are left to the fair
+    -- claim below).
+    limited := ARRAY(SELECT DISTINCT l.k FROM (SELECT unnest(p_rate_kinds)
+                                               UNION SELECT r.kind FROM job_rate_limits r) AS l (k)
+                     WHERE l.k <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR l.k = p_only_kind)
+                     ORDER BY l.k);
+    FOREACH limited_kind IN ARRAY limited LOOP
+        EXIT WHEN taken >= p_limit;
+        -- The kind's organizations with queued jobs, from just after p_after_organization round
+        -- to it again: one probe of jobs_kind_claim_idx each.
+        org := p_after_organization;
+        wrapped := false;
+        LOOP
+            EXIT WHEN taken >= p_limit;
+            SELECT q.organization_id INTO org FROM jobs q
+            WHERE q.status = 'queued' AND q.kind = limited_kind AND q.organization_id > org
+            ORDER BY q.kind, q.organization_id LIMIT 1;
+            IF NOT FOUND OR (wrapped AND org > p_after_organization) THEN
+                EXIT WHEN wrapped;
+                wrapped := true;
+                org := nil;
+                CONTINUE;
+            END IF;
+            -- The limit: the operators' for this organization, else the kind's own, else none.
+            SELECT r.max_starts, r.per_seconds INTO max_starts, per_seconds
+            FROM job_rate_limits r WHERE r.organization_id = org AND r.kind = limited_kind;
+            IF NOT FOUND THEN
+                SELECT d.m, d.s INTO max_starts, per_seconds
+                FROM unnest(p_rate_kinds, p_rate_max, p_rate_seconds) AS d (k, m, s)
+                WHERE d.k = limited_kind;
+            END IF;
+            CONTINUE WHEN max_starts IS NULL;  -- not limited here: the fair claim below takes it
+            room := p_limit - taken;
+            IF max_starts IS NOT NULL THEN
+                SELECT w.starts INTO recent FROM rate_limit_windows w
+                WHERE w.organization_id = org AND w.kind = limited_kind FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    -- No row yet (the pair's first start), or another claimer holds it.
+                    INSERT INTO rate_limit_windows (organization_id, kind)
+                    VALUES (org, limited_kind) ON CONFLICT DO NOTHING;
+                    SELECT w.starts INTO recent FROM rate_limit_windows w
+                    WHERE w.organization_id = org AND w.kind = limited_kind
+                    FOR UPDATE SKIP LOCKED;
+                    CONTINUE WHEN NOT FOUND;
+                END IF;
+                -- After the lock: every start another claimer recorded has committed.
+                checked_at := clock_timestamp();
+                room := least(room, max_starts - (
+                    SELECT count(*)::integer FROM unnest(recent) AS s (at)
+                    WHERE s.at > checked_at - per_seconds * interval '1 second'));
+                IF room <= 0 THEN
+                    -- Full: the window lets one more start when its oldest start leaves it.
+                    -- The caller wakes a claimer then (a wake-up with a countdown).
+                    next_window := least(next_window, (
+                        SELECT min(s.at) FROM unnest(recent) AS s (at)
+                        WHERE s.at > checked_at - per_seconds * interval '1 second')
+                        + per_seconds * interval '1 second');
+                END IF;
+            END IF;
+            CONTINUE WHEN room <= 0;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.ctid FROM jobs q
+                WHERE q.kind = limited_kind AND q.organization_id = org AND q.status = 'queued'
+                  AND q.run_after <= now()
+                  AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+                ORDER BY q.kind, q.organization_id, q.priority DESC, q.run_after, q.created_at
+                LIMIT room
+                FOR UPDATE OF q SKIP LOCKED
+            )
+            UPDATE jobs j
+            SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
+                lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+                attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+            WHERE j.ctid = ANY (ARRAY(SELECT picked.ctid FROM picked))
+            RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
+                      j.max_attempts, j.lease_token, j.lease_seconds, j.request_id, false,
+                      NULL::timestamptz;
+            GET DIAGNOSTICS got = ROW_COUNT;
+            taken := taken + got;
+            IF got > 0 AND max_starts IS NOT NULL THEN
+                -- Stamped after the leases (so no later than any of them, their events
+                -- included); only the window's worth, at most the limit, is kept.
+                UPDATE rate_limit_windows w
+                SET starts = ARRAY(SELECT s.at FROM unnest(w.starts || array_fill(
+                                       clock_timestamp(), ARRAY[got])) AS s (at)
+                                   WHERE s.at > clock_timestamp() - per_seconds * interval '1 second'
+                                   ORDER BY s.at DESC LIMIT max_starts)
+                WHERE w.organization_id = org AND w.kind = limited_kind;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF next_window IS NOT NULL THEN
+        -- One row with no job: when a full window next lets a job start.
+        RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
+                            NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
+                            false, next_window;
+    END IF;
+    IF taken >= p_limit THEN
+        RETURN;
+    END IF;
+
     RETURN QUERY
     WITH RECURSIVE
     -- The ring of organizations with queued jobs, from just after p_after_organization round to
@@ -88,46 +227,65 @@ BEGIN
         ORDER BY r.position
         LIMIT greatest(p_limit, 32)
     ), shares AS (
-        -- Each organization's share of the batch, in proportion to its weight (at least one).
+        -- Each organization's share of the batch, in proportion to its weight (at least one),
+        -- the jobs it runs now, and the kinds rate limited there (taken above).
         SELECT r.org, r.position, o.claim_weight AS weight,
-               ceil(p_limit * o.claim_weight::numeric / sum(o.claim_weight) OVER ())::integer
-                   AS share
+               p_rate_kinds || ARRAY(SELECT l.kind FROM job_rate_limits l
+                                     WHERE l.organization_id = r.org) AS rate_limited,
+               ceil((p_limit - taken) * o.claim_weight::numeric
+                    / sum(o.claim_weight) OVER ())::integer AS share,
+               (SELECT count(*) FROM jobs b
+                WHERE b.organization_id = r.org AND b.status IN ('leased', 'cancel_requested'))
+                   AS running
         FROM ring r JOIN organizations o ON o.id = r.org
     ), queued AS (
-        SELECT s.position, s.weight, c.ctid, c.priority, c.run_after, c.created_at
+        SELECT s.position, s.weight, s.running, c.ctid, c.priority, c.run_after, c.created_at
         FROM shares s CROSS JOIN LATERAL (
             SELECT q.ctid, q.priority, q.run_after, q.created_at FROM jobs q
             WHERE q.organization_id = s.org AND q.status = 'queued' AND q.run_after <= now()
-              AND q.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+              AND q.kind <> ALL (p_skip_kinds) AND q.kind <> ALL (s.rate_limited)
+              AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+              AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
             ORDER BY q.priority DESC, q.run_after, q.created_at
             LIMIT s.share
             FOR UPDATE OF q SKIP LOCKED
         ) AS c
     ), interleaved AS (
-        -- Round by round: each organization's next job(s), a weight of 2 taking two per round.
+        -- Slot by slot, each to the organization that would then run the fewest jobs per unit
+        -- of weight (ties: the ring's order).
         SELECT i.ctid FROM (
             SELECT q.ctid, q.position,
-                   row_number() OVER (PARTITION BY q.position
-                                      ORDER BY q.priority DESC, q.run_after, q.created_at)
+                   (q.running + row_number() OVER (PARTITION BY q.position
+                                                   ORDER BY q.priority DESC, q.run_after,
+                                                            q.created_at))
                        ::numeric / q.weight AS round
             FROM queued q
         ) AS i
         ORDER BY i.round, i.position
-        LIMIT p_limit
+        LIMIT p_limit - taken
     ), expired AS (
         -- A lease that ran out while attempts remain is claimable at once (the sweeper would
         -- otherwise requeue it a little later); cancel_requested is not: an expired cancel
-        -- request ends cancelled, never retried.
+        -- request ends cancelled, never retried. A rate-limited kind's waits for the sweeper,
+        -- which puts it back in the queue, where its window counts it.
         SELECT e.ctid FROM jobs e
         WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
-          AND e.kind <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR e.kind = p_only_kind)
+          AND e.kind <> ALL (p_skip_kinds) AND e.kind <> ALL (p_rate_kinds)
+          AND NOT EXISTS (SELECT 1 FROM job_rate_limits l
+                          WHERE l.organization_id = e.organization_id AND l.kind = e.kind)
+          AND (p_only_kind IS NULL OR e.kind = p_only_kind)
         ORDER BY e.lease_until
-        LIMIT p_limit
+        LIMIT p_limit - taken
         FOR UPDATE SKIP LOCKED
     ), chosen AS (
         SELECT c.ctid FROM (SELECT x.ctid FROM expired x UNION ALL SELECT y.ctid FROM interleaved y)
             AS c
-        LIMIT p_limit
+        LIMIT p_limit - taken
     )
     UPDATE jobs j
     SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
@@ -142,17 +300,34 @@ BEGIN
               -- tells another process, since wake-ups are coalesced
               (SELECT count(*) > p_limit FROM (
                   SELECT 1 FROM jobs m WHERE m.status = 'queued' AND m.run_after <= now()
-                  LIMIT p_limit + 1) AS due);
-    IF NOT FOUND THEN
+                  ORDER BY m.run_after LIMIT p_limit + 1) AS due),
+              NULL::timestamptz;
+    GET DIAGNOSTICS got = ROW_COUNT;
+    IF got = 0 AND taken = 0 THEN
         -- Nothing taken: one row with no job says whether jobs were due all the same (locked
         -- by concurrent claimers for a moment), so the caller may try again instead of idling.
+        -- Jobs held back by a rate limit or a sequence are not: they are not claimable yet.
         RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
                             NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
                             EXISTS (SELECT 1 FROM jobs m
                                     WHERE m.status = 'queued' AND m.run_after <= now()
                                       AND m.kind <> ALL (p_skip_kinds)
-                                      AND (p_only_kind IS NULL OR m.kind = p_only_kind));
+                                      AND m.kind <> ALL (p_rate_kinds)
+                                      AND NOT EXISTS (
+                                          SELECT 1 FROM job_rate_limits l
+                                          WHERE l.organization_id = m.organization_id
+                                            AND l.kind = m.kind)
+                                      AND (p_only_kind IS NULL OR m.kind = p_only_kind)
+                                      AND (m.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = m.organization_id
+                        AND p.sequence_key = m.sequence_key
+                        AND p.sequence_position < m.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))),
+                            next_window;
     END IF;
 END $$;
-REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid) TO space_worker;
+REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid, text[], integer[], integer[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid, text[], integer[], integer[])
+    TO space_worker;
