@@ -53,3 +53,13 @@ def test_web_ceiling_answers_each_url_as_it_should(servers: Servers) -> None:
         assert found is not None and found[1] != "0", out
         # the 404 line is all 404s; every other URL answers 2xx only (no limit refused it)
         assert (found[2] == found[1]) if "404" in label else found[2] == "0", out
+
+
+def test_flow_control_benchmark_prints_each_target(servers: Servers) -> None:
+    out = run(servers, "bench.flow_control", "--window", "1", "--claimers", "2", "--slots", "2",
+              "--fair-seconds", "4", "--finished", "2000", "--rounds", "5", "--keys", "10",
+              "--per-key", "4")
+    for target in ("19a", "19b", "19c", "19d", "19e", "19f", "19g", "19h"):
+        assert re.search(rf"^target {target} .*(PASS|FALL SHORT)$", out, re.M), out
+    # the one figure a tiny run can still judge: no window ever holds more than its limit
+    assert re.search(r"^target 19a .* PASS$", out, re.M), out
