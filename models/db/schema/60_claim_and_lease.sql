@@ -80,6 +80,9 @@ DECLARE
     per_seconds integer;
     recent timestamptz[];
     checked_at timestamptz;
+    started integer;
+    oldest timestamptz;
+    locked boolean;
     room integer;
     got integer;
     taken integer := 0;
@@ -119,7 +122,26 @@ BEGIN
             END IF;
             CONTINUE WHEN max_starts IS NULL;  -- not limited here: the fair claim below takes it
             room := p_limit - taken;
-            IF max_starts IS NOT NULL THEN
+            -- The window is read twice: first without a lock (a window full in this snapshot
+            -- is full now: its row only gains starts, and those it drops have left every later
+            -- window too, so the claimers of a full window pass by without writing a row lock
+            -- each), then under its row's lock, which is what makes the count exact.
+            SELECT w.starts INTO recent FROM rate_limit_windows w
+            WHERE w.organization_id = org AND w.kind = limited_kind;
+            locked := false;
+            LOOP
+                -- After the lock, every start another claimer recorded has committed.
+                checked_at := clock_timestamp();
+                SELECT count(*)::integer, min(s.at) INTO started, oldest
+                FROM unnest(recent) AS s (at)
+                WHERE s.at > checked_at - per_seconds * interval '1 second';
+                IF started >= max_starts THEN
+                    -- Full: the window lets one more start when its oldest start leaves it.
+                    -- The caller wakes a claimer then (a wake-up with a countdown).
+                    next_window := least(next_window, oldest + per_seconds * interval '1 second');
+                    EXIT;
+                END IF;
+                EXIT WHEN locked;
                 SELECT w.starts INTO recent FROM rate_limit_windows w
                 WHERE w.organization_id = org AND w.kind = limited_kind FOR UPDATE SKIP LOCKED;
                 IF NOT FOUND THEN
@@ -129,22 +151,12 @@ BEGIN
                     SELECT w.starts INTO recent FROM rate_limit_windows w
                     WHERE w.organization_id = org AND w.kind = limited_kind
                     FOR UPDATE SKIP LOCKED;
-                    CONTINUE WHEN NOT FOUND;
+                    EXIT WHEN NOT FOUND;  -- that claimer serves the pair
                 END IF;
-                -- After the lock: every start another claimer recorded has committed.
-                checked_at := clock_timestamp();
-                room := least(room, max_starts - (
-                    SELECT count(*)::integer FROM unnest(recent) AS s (at)
-                    WHERE s.at > checked_at - per_seconds * interval '1 second'));
-                IF room <= 0 THEN
-                    -- Full: the window lets one more start when its oldest start leaves it.
-                    -- The caller wakes a claimer then (a wake-up with a countdown).
-                    next_window := least(next_window, (
-                        SELECT min(s.at) FROM unnest(recent) AS s (at)
-                        WHERE s.at > checked_at - per_seconds * interval '1 second')
-                        + per_seconds * interval '1 second');
-                END IF;
-            END IF;
+                locked := true;
+            END LOOP;
+            CONTINUE WHEN NOT locked OR started >= max_starts;
+            room := least(room, max_starts - started);
             CONTINUE WHEN room <= 0;
             RETURN QUERY
             WITH picked AS (
@@ -171,7 +183,7 @@ BEGIN
                       NULL::timestamptz;
             GET DIAGNOSTICS got = ROW_COUNT;
             taken := taken + got;
-            IF got > 0 AND max_starts IS NOT NULL THEN
+            IF got > 0 THEN
                 -- Stamped after the leases (so no later than any of them, their events
                 -- included); only the window's worth, at most the limit, is kept.
                 UPDATE rate_limit_windows w
@@ -257,16 +269,18 @@ BEGIN
         ) AS c
     ), interleaved AS (
         -- Slot by slot, each to the organization that would then run the fewest jobs per unit
-        -- of weight (ties: the ring's order).
+        -- of weight; on a tie, to the one that runs fewer per unit of weight now (else an
+        -- organization whose short jobs end often would meet every tie, and lose it), then
+        -- the ring's order.
         SELECT i.ctid FROM (
-            SELECT q.ctid, q.position,
+            SELECT q.ctid, q.position, q.running::numeric / q.weight AS load,
                    (q.running + row_number() OVER (PARTITION BY q.position
                                                    ORDER BY q.priority DESC, q.run_after,
                                                             q.created_at))
                        ::numeric / q.weight AS round
             FROM queued q
         ) AS i
-        ORDER BY i.round, i.position
+        ORDER BY i.round, i.load, i.position
         LIMIT p_limit - taken
     ), expired AS (
         -- A lease that ran out while attempts remain is claimable at once (the sweeper would
