@@ -184,7 +184,7 @@ BEGIN
             GET DIAGNOSTICS got = ROW_COUNT;
             taken := taken + got;
             IF got > 0 THEN
-                -- Stamped after the leases (so no later than any of them, their events
+                -- Stamped after the leases (so no earlier than any of them, their events
                 -- included); only the window's worth, at most the limit, is kept.
                 UPDATE rate_limit_windows w
                 SET starts = ARRAY(SELECT s.at FROM unnest(w.starts || array_fill(
