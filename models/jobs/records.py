@@ -70,8 +70,8 @@ class Job:
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
-        values = {f.name: row[f.name] for f in _JOB_FIELDS if f.name not in _WAIT_FIELDS}
-        values.update({name: row.get(name) for name in _WAIT_FIELDS})
+        values = {f.name: row[f.name] for f in _JOB_FIELDS if f.name not in _OPTIONAL_FIELDS}
+        values.update({name: row.get(name) for name in _OPTIONAL_FIELDS})
         values["status"] = Status(values["status"])
         return cls(**values)
 
@@ -82,7 +82,7 @@ class Job:
 
 _JOB_FIELDS = dataclasses.fields(Job)
 #: read where a statement selects them (the reads of one job or a page), None elsewhere
-_WAIT_FIELDS = ("wait_until", "wait_signal", "wait_children", "sequence_key")
+_OPTIONAL_FIELDS = ("wait_until", "wait_signal", "wait_children", "sequence_key")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ caller decides the transaction (and its tenant scope); the transition trigger wr
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -336,11 +337,20 @@ class Claimed(list[LeasedJob]):
 
 
 def _declared_rate_limits() -> tuple[list[str], list[int], list[int]]:
-    """The rate limits this process's kinds declare, as claim_jobs() takes them."""
-    limits = [(name, kind.rules.rate_limit) for name, kind in sorted(registered_kinds().items())
-              if kind.rules.rate_limit is not None]
-    return ([name for name, _ in limits], [lim.max_starts for _, lim in limits if lim is not None],
-            [lim.per_seconds for _, lim in limits if lim is not None])
+    """The rate limits this process's kinds declare, as claim_jobs() takes them: read from the
+    registry once per set of kinds (kinds register at import), not at every claim."""
+    return _rate_limits_of(len(registered_kinds()))
+
+
+@functools.lru_cache(maxsize=4)
+def _rate_limits_of(_kind_count: int) -> tuple[list[str], list[int], list[int]]:
+    names, starts, windows = [], [], []
+    for name, kind in sorted(registered_kinds().items()):
+        if kind.rules.rate_limit is not None:
+            names.append(name)
+            starts.append(kind.rules.rate_limit.max_starts)
+            windows.append(kind.rules.rate_limit.per_seconds)
+    return names, starts, windows
 
 
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,

@@ -142,7 +142,7 @@ def set_rate_limit(conn: Connection, organization_id: UUID, kind: str,
     params = {"org": organization_id, "kind": kind,
               "max_starts": limit.max_starts if limit else None,
               "per_seconds": limit.per_seconds if limit else None}
-    conn.execute(Q["clear_rate_limit" if limit is None else "set_rate_limit"], params)
+    conn.execute(Q["set_rate_limit"], params)
 
 
 def create_token(conn: Connection, user_id: UUID) -> str:

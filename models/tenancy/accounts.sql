@@ -49,14 +49,9 @@ ON CONFLICT (organization_id, kind) DO UPDATE SET max_active = excluded.max_acti
 DELETE FROM job_quotas WHERE organization_id = :org AND kind = :kind
 
 -- set_rate_limit --
--- An operator's rate limit for one kind in the organization; claim_jobs() in the schema reads it.
-INSERT INTO job_rate_limits (organization_id, kind, max_starts, per_seconds)
-VALUES (:org, :kind, :max_starts, :per_seconds)
-ON CONFLICT (organization_id, kind) DO UPDATE
-SET max_starts = excluded.max_starts, per_seconds = excluded.per_seconds, updated_at = now()
-
--- clear_rate_limit --
-DELETE FROM job_rate_limits WHERE organization_id = :org AND kind = :kind
+-- An operator's rate limit for one kind in the organization, or none (NULL), as the owner
+-- (put_rate_limit() in the schema, which the dashboard's set_rate_limit() calls too).
+SELECT put_rate_limit(:org, :kind, CAST(:max_starts AS integer), CAST(:per_seconds AS integer))
 
 -- create_token --
 -- Only a SHA-256 of the token is stored: the token itself is shown once, at creation.

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from models.db.transaction import transaction
 from models.jobs import store
+from models.jobs.records import KindControl
 from models.kinds import RateLimit
 from models.tenancy import accounts
 from tests.conftest import submit
@@ -400,3 +402,52 @@ def test_the_cli_sets_and_removes_a_rate_limit(bare_stack: Stack):
     with stack.admin() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_rate_limits WHERE organization_id = :o"),
                             {"o": org}).scalar_one() == 0
+
+
+# -- attacks, as the real roles --------------------------------------------------------------
+
+
+def test_the_web_role_cannot_set_a_rate_limit_without_naming_an_operator(stack: Stack):
+    """space_app may call set_rate_limit() (the dashboard does); naming a member instead of an
+    operator is refused, and it can write job_rate_limits no other way."""
+    org = stack.org()
+    member = stack.user(org, role="owner")
+    for sql in ("SELECT set_rate_limit(:user, :org, 'bench.noop', 1000, 1, NULL)",
+                "SELECT put_rate_limit(:org, 'bench.noop', 1000, 1)",
+                "INSERT INTO job_rate_limits (organization_id, kind, max_starts, per_seconds)"
+                " VALUES (:org, 'bench.noop', 1000, 1)"):
+        with pytest.raises(DBAPIError) as failure, \
+                transaction(stack.app_db, organization_id=org, user_id=member.id) as conn:
+            conn.execute(text(sql), {"user": member.id, "org": org})
+        assert "permission denied" in str(failure.value.orig) \
+            or "only an operator" in str(failure.value.orig)
+    with stack.admin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_rate_limits WHERE organization_id = :o"),
+                            {"o": org}).scalar_one() == 0
+
+
+def test_a_debounced_job_that_started_keeps_its_params(stack: Stack, client):
+    """The transition trigger lets a debounce change params only while the job is queued and
+    never started: not once leased, even as the owner."""
+    org = stack.org()
+    owner = stack.user(org, role="owner")
+    job_id = post(client, org, owner, {"kind": "bench.sleep", "params": {"seconds": 5},
+                                       "dedup_key": "held", "debounce_seconds": 1}).get_json()["id"]
+    stack.wait_for(job_id, "leased", timeout=20)
+    with pytest.raises(DBAPIError) as failure, stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET params = '{\"seconds\": 0}' WHERE id = :id"),
+                     {"id": job_id})
+    assert "snapshot is immutable" in str(failure.value.orig)
+    assert stack.job_row(job_id)["params"]["seconds"] == 5
+
+
+def test_a_paused_kind_is_not_claimed_through_its_rate_limit(bare_stack: Stack):
+    stack = bare_stack
+    empty(stack)
+    org = stack.org()
+    flood(stack, org, stack.user(org).id, 5)
+    set_rate_limit(stack, org, "bench.noop", "10 per 60 seconds")
+    paused = [KindControl("bench.noop", True, None)]
+    with transaction(stack.worker_db, actor="worker:flow") as conn:
+        assert len(store.claim_batch(conn, "flow", limit=5, controls=paused)) == 0
+    assert len(claim(stack, 5)) == 5

@@ -746,17 +746,13 @@ GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], te
                                       integer[], integer[], text, text[])
     TO space_app, space_worker;
 
--- An operator's rate limit for one kind in one organization, from the dashboard (which runs as
--- space_app, like the other operator actions): p_max_starts NULL goes back to the kind's own.
--- It checks that the caller names an operator, and writes the operator audit line in the same
--- transaction. The CLI writes job_rate_limits as the owner.
-CREATE FUNCTION set_rate_limit(p_operator_id uuid, p_organization_id uuid, p_kind text,
-                               p_max_starts integer, p_per_seconds integer, p_request_id text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+-- The one writer of job_rate_limits: the limit of one kind in one organization, or (p_max_starts
+-- NULL) none, so the kind's own applies again. The owner's alone: the CLI calls it as the owner,
+-- the dashboard through set_rate_limit().
+CREATE FUNCTION put_rate_limit(p_organization_id uuid, p_kind text, p_max_starts integer,
+                               p_per_seconds integer)
+RETURNS void LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM users u WHERE u.id = p_operator_id AND u.is_operator) THEN
-        RAISE EXCEPTION 'only an operator sets rate limits' USING ERRCODE = 'insufficient_privilege';
-    END IF;
     IF p_max_starts IS NULL THEN
         DELETE FROM job_rate_limits r
         WHERE r.organization_id = p_organization_id AND r.kind = p_kind;
@@ -767,6 +763,20 @@ BEGIN
         SET max_starts = excluded.max_starts, per_seconds = excluded.per_seconds,
             updated_at = now();
     END IF;
+END $$;
+REVOKE ALL ON FUNCTION put_rate_limit(uuid, text, integer, integer) FROM PUBLIC;
+
+-- An operator's rate limit from the dashboard (which runs as space_app, like the other operator
+-- actions): it checks that the caller names an operator, and writes the operator audit line in
+-- the same transaction.
+CREATE FUNCTION set_rate_limit(p_operator_id uuid, p_organization_id uuid, p_kind text,
+                               p_max_starts integer, p_per_seconds integer, p_request_id text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM users u WHERE u.id = p_operator_id AND u.is_operator) THEN
+        RAISE EXCEPTION 'only an operator sets rate limits' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM put_rate_limit(p_organization_id, p_kind, p_max_starts, p_per_seconds);
     INSERT INTO operator_audit (operator_id, action, target, detail, request_id)
     VALUES (p_operator_id, 'rate_limit', p_organization_id::text,
             jsonb_build_object('kind', p_kind, 'max_starts', p_max_starts,
