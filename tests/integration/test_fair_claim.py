@@ -155,3 +155,28 @@ def test_the_claim_reads_jobs_only_through_its_indexes_even_when_statistics_misl
                                 " NULL, NULL)")
     assert "Index Only Scan using jobs_fair_claim_idx" in plans, plans
     assert not re.findall(r"(Seq Scan|Bitmap Heap Scan) on jobs", plans), plans
+
+
+def test_an_organization_whose_jobs_are_all_held_back_takes_no_share(empty_queue: Stack):
+    stack = empty_queue
+    later, later_user = tenant(stack)
+    held, held_user = tenant(stack)
+    ready, ready_user = tenant(stack)
+    flood(stack, later, later_user, 50)
+    flood(stack, held, held_user, 50)
+    flood(stack, ready, ready_user, 50)
+    with stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET run_after = now() + interval '1 hour'"
+                          " WHERE organization_id = :org"), {"org": later})
+        # Every job of this one waits behind the first of one sequence, which is running.
+        conn.execute(text(
+            "UPDATE jobs SET sequence_key = 'one', sequence_position = nextval('job_sequence_positions')"
+            " WHERE organization_id = :org"), {"org": held})
+        conn.execute(text(
+            "UPDATE jobs SET status = 'leased', lease_token = gen_random_uuid(), attempts = 1,"
+            " leased_by = 'elsewhere', lease_until = now() + interval '1 minute'"
+            " WHERE id = (SELECT id FROM jobs WHERE organization_id = :org"
+            "             ORDER BY sequence_position LIMIT 1)"), {"org": held})
+    taken = claim(stack, 9)
+    # A third of the batch each would leave six slots empty: the batch is the ready one's.
+    assert Counter(job.organization_id for job in taken) == {ready: 9}

@@ -238,18 +238,41 @@ BEGIN
         ) AS r
         ORDER BY r.position
         LIMIT greatest(p_limit, 32)
-    ), shares AS (
-        -- Each organization's share of the batch, in proportion to its weight (at least one),
-        -- the jobs it runs now, and the kinds rate limited there (taken above).
-        SELECT r.org, r.position, o.claim_weight AS weight,
-               p_rate_kinds || ARRAY(SELECT l.kind FROM job_rate_limits l
-                                     WHERE l.organization_id = r.org) AS rate_limited,
-               ceil((p_limit - taken) * o.claim_weight::numeric
-                    / sum(o.claim_weight) OVER ())::integer AS share,
-               (SELECT count(*) FROM jobs b
-                WHERE b.organization_id = r.org AND b.status IN ('leased', 'cancel_requested'))
-                   AS running
+    ), open_orgs AS (
+        -- The ring's organizations with a job this claim may take: one whose queued jobs are
+        -- all held back (a full rate limit, a sequence, a later start) takes no share, else
+        -- its empty share would leave the others' jobs for another claim. One index probe
+        -- for an organization with work, no lock (the share below locks).
+        SELECT r.org, r.position, o.claim_weight AS weight, l.rate_limited
         FROM ring r JOIN organizations o ON o.id = r.org
+        CROSS JOIN LATERAL (
+            SELECT p_rate_kinds || ARRAY(SELECT k.kind FROM job_rate_limits k
+                                         WHERE k.organization_id = r.org) AS rate_limited
+        ) AS l
+        -- A scalar sub-select with LIMIT 1 in the index's order (jobs_fair_claim_idx), not
+        -- EXISTS: EXISTS became a join with every queued job of the ring.
+        WHERE (SELECT true FROM jobs q
+               WHERE q.organization_id = r.org AND q.status = 'queued' AND q.run_after <= now()
+                 AND q.kind <> ALL (p_skip_kinds) AND q.kind <> ALL (l.rate_limited)
+                 AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+                 AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+               ORDER BY q.priority DESC, q.run_after, q.created_at
+               LIMIT 1)
+    ), shares AS (
+        -- Each open organization's share of the batch, in proportion to its weight (at least
+        -- one), the jobs it runs now, and the kinds rate limited there (taken above).
+        SELECT o.org, o.position, o.weight, o.rate_limited,
+               ceil((p_limit - taken) * o.weight::numeric / sum(o.weight) OVER ())::integer
+                   AS share,
+               (SELECT count(*) FROM jobs b
+                WHERE b.organization_id = o.org AND b.status IN ('leased', 'cancel_requested'))
+                   AS running
+        FROM open_orgs o
     ), queued AS (
         SELECT s.position, s.weight, s.running, c.ctid, c.priority, c.run_after, c.created_at
         FROM shares s CROSS JOIN LATERAL (

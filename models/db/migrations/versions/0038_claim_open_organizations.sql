@@ -1,0 +1,317 @@
+-- Revision 0038: an organization whose queued jobs are all held back takes no share of a claim.
+--
+-- claim_jobs() split each batch among the ring's organizations with queued jobs, by weight. An
+-- organization whose jobs were all held back (its rate limit full, its sequences busy, its jobs
+-- due later) still took its share and filled none of it, so a claim beside it took half a batch
+-- (bench.flow_control, target 19b: 0.72x of the other organization's drain alone). The ring's
+-- organizations are now probed for one job the claim may take, without a lock, and only those
+-- share the batch. Same arguments, same answers otherwise.
+
+CREATE OR REPLACE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text,
+                           p_after_organization uuid, p_rate_kinds text[] DEFAULT '{}',
+                           p_rate_max integer[] DEFAULT '{}',
+                           p_rate_seconds integer[] DEFAULT '{}')
+RETURNS TABLE (id uuid, organization_id uuid, requested_by uuid, kind text, params jsonb,
+               attempts integer, max_attempts integer, lease_token uuid, lease_seconds integer,
+               request_id text, more_due boolean, window_opens_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+-- JIT compiled this short statement on every call once the queue was large (revision 0016).
+-- Every read below has an index made for it, so no sequential or bitmap scan, and a plan of
+-- those indexes does not depend on the statistics: one generic plan a session. Without this a
+-- claim behind 1,000,000 finished rows took 80 ms instead of 1 (revision 0023).
+SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    nil CONSTANT uuid := '00000000-0000-0000-0000-000000000000';
+    limited text[];
+    limited_kind text;
+    org uuid;
+    wrapped boolean;
+    max_starts integer;
+    per_seconds integer;
+    recent timestamptz[];
+    checked_at timestamptz;
+    started integer;
+    oldest timestamptz;
+    locked boolean;
+    room integer;
+    got integer;
+    taken integer := 0;
+    next_window timestamptz;
+BEGIN
+    -- The rate-limited kinds this claim may take: declared by a kind, or limited by an operator
+    -- for some organization (its other organizations' jobs of that kind are left to the fair
+    -- claim below).
+    limited := ARRAY(SELECT DISTINCT l.k FROM (SELECT unnest(p_rate_kinds)
+                                               UNION SELECT r.kind FROM job_rate_limits r) AS l (k)
+                     WHERE l.k <> ALL (p_skip_kinds) AND (p_only_kind IS NULL OR l.k = p_only_kind)
+                     ORDER BY l.k);
+    FOREACH limited_kind IN ARRAY limited LOOP
+        EXIT WHEN taken >= p_limit;
+        -- The kind's organizations with queued jobs, from just after p_after_organization round
+        -- to it again: one probe of jobs_kind_claim_idx each.
+        org := p_after_organization;
+        wrapped := false;
+        LOOP
+            EXIT WHEN taken >= p_limit;
+            SELECT q.organization_id INTO org FROM jobs q
+            WHERE q.status = 'queued' AND q.kind = limited_kind AND q.organization_id > org
+            ORDER BY q.kind, q.organization_id LIMIT 1;
+            IF NOT FOUND OR (wrapped AND org > p_after_organization) THEN
+                EXIT WHEN wrapped;
+                wrapped := true;
+                org := nil;
+                CONTINUE;
+            END IF;
+            -- The limit: the operators' for this organization, else the kind's own, else none.
+            SELECT r.max_starts, r.per_seconds INTO max_starts, per_seconds
+            FROM job_rate_limits r WHERE r.organization_id = org AND r.kind = limited_kind;
+            IF NOT FOUND THEN
+                SELECT d.m, d.s INTO max_starts, per_seconds
+                FROM unnest(p_rate_kinds, p_rate_max, p_rate_seconds) AS d (k, m, s)
+                WHERE d.k = limited_kind;
+            END IF;
+            CONTINUE WHEN max_starts IS NULL;  -- not limited here: the fair claim below takes it
+            room := p_limit - taken;
+            -- The window is read twice: first without a lock (a window full in this snapshot
+            -- is full now: its row only gains starts, and those it drops have left every later
+            -- window too, so the claimers of a full window pass by without writing a row lock
+            -- each), then under its row's lock, which is what makes the count exact.
+            SELECT w.starts INTO recent FROM rate_limit_windows w
+            WHERE w.organization_id = org AND w.kind = limited_kind;
+            locked := false;
+            LOOP
+                -- After the lock, every start another claimer recorded has committed.
+                checked_at := clock_timestamp();
+                SELECT count(*)::integer, min(s.at) INTO started, oldest
+                FROM unnest(recent) AS s (at)
+                WHERE s.at > checked_at - per_seconds * interval '1 second';
+                IF started >= max_starts THEN
+                    -- Full: the window lets one more start when its oldest start leaves it.
+                    -- The caller wakes a claimer then (a wake-up with a countdown).
+                    next_window := least(next_window, oldest + per_seconds * interval '1 second');
+                    EXIT;
+                END IF;
+                EXIT WHEN locked;
+                SELECT w.starts INTO recent FROM rate_limit_windows w
+                WHERE w.organization_id = org AND w.kind = limited_kind FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    -- No row yet (the pair's first start), or another claimer holds it.
+                    INSERT INTO rate_limit_windows (organization_id, kind)
+                    VALUES (org, limited_kind) ON CONFLICT DO NOTHING;
+                    SELECT w.starts INTO recent FROM rate_limit_windows w
+                    WHERE w.organization_id = org AND w.kind = limited_kind
+                    FOR UPDATE SKIP LOCKED;
+                    EXIT WHEN NOT FOUND;  -- that claimer serves the pair
+                END IF;
+                locked := true;
+            END LOOP;
+            CONTINUE WHEN NOT locked OR started >= max_starts;
+            room := least(room, max_starts - started);
+            CONTINUE WHEN room <= 0;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT q.ctid FROM jobs q
+                WHERE q.kind = limited_kind AND q.organization_id = org AND q.status = 'queued'
+                  AND q.run_after <= now()
+                  AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+                ORDER BY q.kind, q.organization_id, q.priority DESC, q.run_after, q.created_at
+                LIMIT room
+                FOR UPDATE OF q SKIP LOCKED
+            )
+            UPDATE jobs j
+            SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
+                lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+                attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+            WHERE j.ctid = ANY (ARRAY(SELECT picked.ctid FROM picked))
+            RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
+                      j.max_attempts, j.lease_token, j.lease_seconds, j.request_id, false,
+                      NULL::timestamptz;
+            GET DIAGNOSTICS got = ROW_COUNT;
+            taken := taken + got;
+            IF got > 0 THEN
+                -- Stamped after the leases (so no earlier than any of them, their events
+                -- included); only the window's worth, at most the limit, is kept.
+                UPDATE rate_limit_windows w
+                SET starts = ARRAY(SELECT s.at FROM unnest(w.starts || array_fill(
+                                       clock_timestamp(), ARRAY[got])) AS s (at)
+                                   WHERE s.at > clock_timestamp() - per_seconds * interval '1 second'
+                                   ORDER BY s.at DESC LIMIT max_starts)
+                WHERE w.organization_id = org AND w.kind = limited_kind;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF next_window IS NOT NULL THEN
+        -- One row with no job: when a full window next lets a job start.
+        RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
+                            NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
+                            false, next_window;
+    END IF;
+    IF taken >= p_limit THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH RECURSIVE
+    -- The ring of organizations with queued jobs, from just after p_after_organization round to
+    -- it again: a loose index scan, one probe per organization. At least 32 of them even for a
+    -- small batch, so that concurrent claimers whose first organizations' jobs are locked by
+    -- each other (SKIP LOCKED) still find the next ones'.
+    after_cursor (org, n) AS (
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > p_after_organization
+                ORDER BY q.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > a.org
+                ORDER BY q.organization_id LIMIT 1), a.n + 1
+        FROM after_cursor a WHERE a.org IS NOT NULL AND a.n < greatest(p_limit, 32)
+    ), from_start (org, n) AS (
+        SELECT (SELECT q.organization_id FROM jobs q WHERE q.status = 'queued'
+                ORDER BY q.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT q.organization_id FROM jobs q
+                WHERE q.status = 'queued' AND q.organization_id > f.org
+                ORDER BY q.organization_id LIMIT 1), f.n + 1
+        FROM from_start f
+        WHERE f.org IS NOT NULL AND f.org < p_after_organization AND f.n < greatest(p_limit, 32)
+    ), ring AS (
+        SELECT r.org, r.position FROM (
+            SELECT a.org, a.n AS position FROM after_cursor a WHERE a.org IS NOT NULL
+            UNION ALL
+            SELECT f.org, greatest(p_limit, 32) + f.n FROM from_start f
+            WHERE f.org IS NOT NULL AND f.org <= p_after_organization
+        ) AS r
+        ORDER BY r.position
+        LIMIT greatest(p_limit, 32)
+    ), open_orgs AS (
+        -- The ring's organizations with a job this claim may take: one whose queued jobs are
+        -- all held back (a full rate limit, a sequence, a later start) takes no share, else
+        -- its empty share would leave the others' jobs for another claim. One index probe
+        -- for an organization with work, no lock (the share below locks).
+        SELECT r.org, r.position, o.claim_weight AS weight, l.rate_limited
+        FROM ring r JOIN organizations o ON o.id = r.org
+        CROSS JOIN LATERAL (
+            SELECT p_rate_kinds || ARRAY(SELECT k.kind FROM job_rate_limits k
+                                         WHERE k.organization_id = r.org) AS rate_limited
+        ) AS l
+        -- A scalar sub-select with LIMIT 1 in the index's order (jobs_fair_claim_idx), not
+        -- EXISTS: EXISTS became a join with every queued job of the ring.
+        WHERE (SELECT true FROM jobs q
+               WHERE q.organization_id = r.org AND q.status = 'queued' AND q.run_after <= now()
+                 AND q.kind <> ALL (p_skip_kinds) AND q.kind <> ALL (l.rate_limited)
+                 AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+                 AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+               ORDER BY q.priority DESC, q.run_after, q.created_at
+               LIMIT 1)
+    ), shares AS (
+        -- Each open organization's share of the batch, in proportion to its weight (at least
+        -- one), the jobs it runs now, and the kinds rate limited there (taken above).
+        SELECT o.org, o.position, o.weight, o.rate_limited,
+               ceil((p_limit - taken) * o.weight::numeric / sum(o.weight) OVER ())::integer
+                   AS share,
+               (SELECT count(*) FROM jobs b
+                WHERE b.organization_id = o.org AND b.status IN ('leased', 'cancel_requested'))
+                   AS running
+        FROM open_orgs o
+    ), queued AS (
+        SELECT s.position, s.weight, s.running, c.ctid, c.priority, c.run_after, c.created_at
+        FROM shares s CROSS JOIN LATERAL (
+            SELECT q.ctid, q.priority, q.run_after, q.created_at FROM jobs q
+            WHERE q.organization_id = s.org AND q.status = 'queued' AND q.run_after <= now()
+              AND q.kind <> ALL (p_skip_kinds) AND q.kind <> ALL (s.rate_limited)
+              AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+              AND (q.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = q.organization_id
+                        AND p.sequence_key = q.sequence_key
+                        AND p.sequence_position < q.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+            ORDER BY q.priority DESC, q.run_after, q.created_at
+            LIMIT s.share
+            FOR UPDATE OF q SKIP LOCKED
+        ) AS c
+    ), interleaved AS (
+        -- Slot by slot, each to the organization that would then run the fewest jobs per unit
+        -- of weight; on a tie, to the one that runs fewer per unit of weight now (else an
+        -- organization whose short jobs end often would meet every tie, and lose it), then
+        -- the ring's order.
+        SELECT i.ctid FROM (
+            SELECT q.ctid, q.position, q.running::numeric / q.weight AS load,
+                   (q.running + row_number() OVER (PARTITION BY q.position
+                                                   ORDER BY q.priority DESC, q.run_after,
+                                                            q.created_at))
+                       ::numeric / q.weight AS round
+            FROM queued q
+        ) AS i
+        ORDER BY i.round, i.load, i.position
+        LIMIT p_limit - taken
+    ), expired AS (
+        -- A lease that ran out while attempts remain is claimable at once (the sweeper would
+        -- otherwise requeue it a little later); cancel_requested is not: an expired cancel
+        -- request ends cancelled, never retried. A rate-limited kind's waits for the sweeper,
+        -- which puts it back in the queue, where its window counts it.
+        SELECT e.ctid FROM jobs e
+        WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
+          AND e.kind <> ALL (p_skip_kinds) AND e.kind <> ALL (p_rate_kinds)
+          AND NOT EXISTS (SELECT 1 FROM job_rate_limits l
+                          WHERE l.organization_id = e.organization_id AND l.kind = e.kind)
+          AND (p_only_kind IS NULL OR e.kind = p_only_kind)
+        ORDER BY e.lease_until
+        LIMIT p_limit - taken
+        FOR UPDATE SKIP LOCKED
+    ), chosen AS (
+        SELECT c.ctid FROM (SELECT x.ctid FROM expired x UNION ALL SELECT y.ctid FROM interleaved y)
+            AS c
+        LIMIT p_limit - taken
+    )
+    UPDATE jobs j
+    SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
+        lease_until = clock_timestamp() + j.lease_seconds * interval '1 second',
+        attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+    -- By the row versions the CTEs locked (FOR UPDATE: nobody else can move them before this
+    -- UPDATE), a TID scan: no second probe of jobs_pkey per job (revision 0017).
+    WHERE j.ctid = ANY (ARRAY(SELECT chosen.ctid FROM chosen))
+    RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
+              j.max_attempts, j.lease_token, j.lease_seconds, j.request_id,
+              -- whether more was due than this claim took (as of its start): the claimer then
+              -- tells another process, since wake-ups are coalesced
+              (SELECT count(*) > p_limit FROM (
+                  SELECT 1 FROM jobs m WHERE m.status = 'queued' AND m.run_after <= now()
+                  ORDER BY m.run_after LIMIT p_limit + 1) AS due),
+              NULL::timestamptz;
+    GET DIAGNOSTICS got = ROW_COUNT;
+    IF got = 0 AND taken = 0 THEN
+        -- Nothing taken: one row with no job says whether jobs were due all the same (locked
+        -- by concurrent claimers for a moment), so the caller may try again instead of idling.
+        -- Jobs held back by a rate limit or a sequence are not: they are not claimable yet.
+        RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
+                            NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
+                            EXISTS (SELECT 1 FROM jobs m
+                                    WHERE m.status = 'queued' AND m.run_after <= now()
+                                      AND m.kind <> ALL (p_skip_kinds)
+                                      AND m.kind <> ALL (p_rate_kinds)
+                                      AND NOT EXISTS (
+                                          SELECT 1 FROM job_rate_limits l
+                                          WHERE l.organization_id = m.organization_id
+                                            AND l.kind = m.kind)
+                                      AND (p_only_kind IS NULL OR m.kind = p_only_kind)
+                                      AND (m.sequence_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs p
+                      WHERE p.organization_id = m.organization_id
+                        AND p.sequence_key = m.sequence_key
+                        AND p.sequence_position < m.sequence_position
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))),
+                            next_window;
+    END IF;
+END $$;
