@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from models.kinds import load_kinds
 from models.settings import reload_settings
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.seeding import TestUser
@@ -36,6 +37,9 @@ os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
 # Never the developer's own results directory: each stack has its own (Stack.results_dir).
 os.environ["SPACEJOBS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="spacejobs-test-results-")
 reload_settings()
+# This process's kinds, as any process of ours loads them at its start: a test calling the
+# Python API directly must not depend on an earlier test having built the web app.
+load_kinds()
 
 
 @pytest.fixture(scope="session")

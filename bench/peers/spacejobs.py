@@ -87,9 +87,10 @@ class SpaceJobsPeer(Peer):
         "one `celery -A tasks.celery_app worker --pool prefork -c P` (what `spacejobs worker"
         " --concurrency P` runs, less mingle and gossip; P pool processes under one consumer), every"
         " SPACEJOBS_* default (claim batch up to 100, drain limit 1000, linger 1 s, wake-ups coalesced"
-        " over 1 s), no beat; producer: models.jobs.service.submit / submit_many as space_app, one"
-        " transaction per call, wake-up after COMMIT; web: `spacejobs web --workers 2` (gunicorn"
-        " gthread, 16 threads) with its submit rate limits lifted")
+        " over 1 s), no beat; producer: models.jobs.service.enqueue (one statement, its own"
+        " transaction) / submit_many (one transaction per call) as space_app, wake-up after"
+        " COMMIT; web: `spacejobs web --workers 2` (gunicorn gthread, 16 threads) with its submit"
+        " rate limits lifted")
 
     stack: Stack | None = None
     servers: Servers | None = None
@@ -124,9 +125,8 @@ class SpaceJobsPeer(Peer):
         broker.redis_client(self.stack.redis_url).delete(guard_key(self.stack.queue))
 
     def _submit_one(self, tenant: Tenant) -> None:
-        with self.stack.app_db.begin() as conn:
-            self.jobs.submit(conn, KIND, organization_id=tenant.organization_id,
-                           requested_by=tenant.user_id)
+        self.jobs.enqueue(KIND, organization_id=tenant.organization_id,
+                          requested_by=tenant.user_id)
 
     def _submit_many(self, tenant: Tenant, n: int, batch: int) -> None:
         for offset in range(0, n, batch):
@@ -168,7 +168,7 @@ class SpaceJobsPeer(Peer):
 
     def enqueue_rate(self, n: int) -> Figure:
         return self._timed_enqueue(n, lambda: [self._submit_one(self.tenant) for _ in range(n)],
-                                   "service.submit() one per transaction + wake-up")
+                                   "service.enqueue(): one statement, its own transaction, + wake-up")
 
     def bulk_enqueue_rate(self, n: int, batch: int = 1000) -> Figure:
         return self._timed_enqueue(n, lambda: self._submit_many(self.tenant, n, batch),
@@ -237,7 +237,7 @@ class SpaceJobsPeer(Peer):
                               f"{1000 * percentile(values, 95):.1f} ms"
                               for hop, values in hops.items())
         return latency_figure([finished for finished, _ in found],
-                              f"service.submit() at {count / elapsed:.1f}/s achieved, 1 worker -c"
+                              f"service.enqueue() at {count / elapsed:.1f}/s achieved, 1 worker -c"
                               f" {processes}, created_at -> completion event (job_events); hops:"
                               f" {breakdown}")
 

@@ -39,17 +39,22 @@ class AfterCommitConnection(psycopg.Connection):
     def commit(self) -> None:
         super().commit()
         callbacks, self.after_commit = self.after_commit, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                # The transaction is committed; a failed follow-up (a wake-up the broker did not
-                # take) is covered by the sweeper and must not look like a failed commit.
-                log.exception("an after-commit callback failed")
+        run_after_commit(callbacks)
 
     def rollback(self) -> None:
         self.after_commit = []
         super().rollback()
+
+
+def run_after_commit(callbacks: list[Callable[[], object]]) -> None:
+    """Run what waited for a commit that has happened, each on its own."""
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            # The transaction is committed; a failed follow-up (a wake-up the broker did not
+            # take) is covered by the sweeper and must not look like a failed commit.
+            log.exception("an after-commit callback failed")
 
 
 def connection_options() -> dict[str, int]:

@@ -15,7 +15,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection
+from models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection, run_after_commit
 from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
 
@@ -118,7 +118,7 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, AfterCommitConnection):
         raise TypeError("after_commit needs a connection from models.db.engine.make_engine()")
-    if conn.in_transaction():
-        dbapi.after_commit.append(callback)
+    if dbapi.autocommit:
+        run_after_commit([callback])  # each statement commits by itself: this one has
     else:
-        callback()  # autocommit: the statement is already committed
+        dbapi.after_commit.append(callback)

@@ -140,6 +140,8 @@ class Jobs:
     def __init__(self, engine: Engine, *, wake: Wake | None = None,
                  operator_engine: Engine | None = None) -> None:
         self.engine = engine
+        # enqueue()'s: each statement its own transaction (the same pool, no BEGIN or COMMIT)
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._wake = wake
         self._operator_engine = operator_engine
         self._finishes: waiting.FinishListener | waiting.Unheard | None = None
@@ -205,6 +207,32 @@ class Jobs:
                  extra={"request_id": request_id, "job_id": str(job.id), "kind": job.kind,
                         "organization_id": str(job.organization_id), "attempt": 0})
         return Submitted(job, outcome == "created", debounced=outcome == "debounced")
+
+    def enqueue(
+        self,
+        kind: str,
+        params: dict[str, Any] | None = None,
+        *,
+        organization_id: UUID,
+        requested_by: UUID,
+        dedup_key: str | None = None,
+        idempotency_key: str | None = None,
+        run_after: datetime | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+        sequence_key: str | None = None,
+        debounce_seconds: int | None = None,
+    ) -> Submitted:
+        """Queue one job in a transaction of its own and send its wake-up; returns once the job
+        is committed. The same checks and rows as :meth:`submit`, in one statement and one round
+        trip to PostgreSQL (no BEGIN, no COMMIT of its own): for a caller with nothing else to
+        commit with the job. Arguments as for :meth:`submit`."""
+        with self._autocommit.connect() as conn:
+            return self.submit(conn, kind, params, organization_id=organization_id,
+                               requested_by=requested_by, dedup_key=dedup_key,
+                               idempotency_key=idempotency_key, run_after=run_after,
+                               priority=priority, request_id=request_id,
+                               sequence_key=sequence_key, debounce_seconds=debounce_seconds)
 
     def submit_workflow(
         self,

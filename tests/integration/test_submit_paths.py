@@ -11,7 +11,7 @@ import zipfile
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from models.db.engine import make_engine
 from models.errors import (
@@ -52,6 +52,51 @@ def test_a_rollback_after_submit_leaves_no_row_and_sends_nothing(stack: Stack, a
         Jobs(conn.engine, wake=seen.append).submit(conn, "bench.noop", {}, organization_id=org,
                                                    requested_by=anna.id)
         raise RuntimeError("the caller changes its mind")
+    assert seen == [] and stack.count_jobs(org) == 0
+
+
+def test_enqueue_commits_one_job_in_one_statement_then_wakes(stack: Stack, app_db):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    seen: list[tuple[str | None, int]] = []
+    statements: list[tuple[str, bool]] = []
+
+    def wake(job_id: str | None) -> None:
+        seen.append((job_id, stack.count_jobs(org)))
+
+    def executed(conn, _cursor, statement, _params, _context, _many) -> None:
+        statements.append((statement, conn.connection.dbapi_connection.autocommit))
+
+    jobs = Jobs(app_db, wake=wake)
+    event.listen(app_db, "before_cursor_execute", executed)
+    try:
+        submitted = jobs.enqueue("bench.noop", {}, organization_id=org, requested_by=anna.id)
+    finally:
+        event.remove(app_db, "before_cursor_execute", executed)
+    # The submit alone, as a transaction of its own (no BEGIN or COMMIT round trips), and the
+    # wake-up once another connection sees the row.
+    assert [autocommit for _, autocommit in statements] == [True]
+    assert "submit_job" in statements[0][0]
+    assert submitted.created and seen == [(str(submitted.job.id), 1)]
+    stack.wait_for(submitted.job.id, "completed")
+
+    # The pooled connection goes back to transactions: a rollback still discards a submit.
+    with pytest.raises(RuntimeError), app_db.begin() as conn:
+        jobs.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
+        raise RuntimeError("the caller changes its mind")
+    assert stack.count_jobs(org) == 1 and len(seen) == 1
+
+
+def test_enqueue_refuses_like_submit_and_writes_nothing(stack: Stack, app_db):
+    org = stack.org()
+    stranger = stack.user(stack.org(), role="owner")
+    seen: list[str | None] = []
+    with pytest.raises(NotFound):
+        Jobs(app_db, wake=seen.append).enqueue("bench.noop", {}, organization_id=org,
+                                               requested_by=stranger.id)
+    with pytest.raises(InvalidParams):
+        Jobs(app_db, wake=seen.append).enqueue("bench.sleep", {"seconds": 600},
+                                               organization_id=org, requested_by=stranger.id)
     assert seen == [] and stack.count_jobs(org) == 0
 
 
