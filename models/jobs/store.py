@@ -119,7 +119,7 @@ def submit_many(
     states = frozenset.intersection(*(j.kind.org_states for j in jobs))
     role = max((j.kind.role for j in jobs), key=lambda r: ROLE_RANK[r])
     ids = [uuid.uuid4() for _ in jobs]
-    rows = conn.execute(Q["submit_many"], {
+    result = conn.execute(Q["submit_many"], {
         "organization_id": organization_id, "requested_by": requested_by,
         "org_states": sorted(states), "role": role, "request_id": request_id, "ids": ids,
         "kinds": [j.kind.name for j in jobs], "params": [json.dumps(j.params) for j in jobs],
@@ -129,12 +129,15 @@ def submit_many(
         "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
         "priorities": [j.priority for j in jobs], "traceparent": tracing.current_traceparent(),
         "sequence_keys": [j.sequence_key for j in jobs],
-    }).mappings().all()
-    if rows and rows[0]["outcome"] == "refused":
+    })
+    make_job = Job.reader(list(result.keys()))
+    rows = result.all()
+    outcome = rows[0]._mapping if rows else None  # a refusal is the only row
+    if outcome is not None and outcome["outcome"] == "refused":
         # The database checked the strictest rules of the batch at once: name the first job
         # whose own rules refuse, with its own reason (a member's export passes where their
         # import does not).
-        standing = _standing(rows[0])
+        standing = _standing(outcome)
         for index, job in enumerate(jobs):
             try:
                 check_allowed(standing, org_states=job.kind.org_states, role=job.kind.role)
@@ -142,9 +145,9 @@ def submit_many(
                 refusal.details["index"] = index
                 raise
         raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
-    if rows and rows[0]["outcome"] == "over_quota":
-        _raise_over_quota(rows[0])
-    written = {row["id"]: Job.from_row(row) for row in rows}
+    if outcome is not None and outcome["outcome"] == "over_quota":
+        _raise_over_quota(outcome)
+    written = {job.id: job for job in map(make_job, rows)}
     return [written.get(job_id) for job_id in ids]
 
 

@@ -39,6 +39,27 @@ def test_the_script_example_refuses_a_stranger_and_writes_nothing(stack: Stack):
     assert stack.count_jobs(org) == 0
 
 
+def test_the_enqueue_example_commits_each_job_on_its_own(stack: Stack):
+    org = stack.org()
+    anna = stack.user(org, role="member")
+    done = run(stack, str(EXAMPLES / "script_enqueue.py"), str(org), str(anna.id), "3")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()[-3:]
+    assert [line.split()[1] for line in lines] == ["completed"] * 3
+    for line in lines:
+        row = stack.job_row(line.split()[0])
+        assert (row["status"], row["requested_by"], row["organization_id"]) == (
+            "completed", anna.id, org)
+
+
+def test_the_enqueue_example_refuses_a_stranger_and_writes_nothing(stack: Stack):
+    org = stack.org()
+    stranger = stack.user(stack.org(), role="owner")
+    done = run(stack, str(EXAMPLES / "script_enqueue.py"), str(org), str(stranger.id), "1")
+    assert done.returncode != 0 and "NotFound" in done.stderr
+    assert stack.count_jobs(org) == 0
+
+
 # The Flask example, driven through its own test client in a process of its own: it starts a
 # report as a member, reads it back until it completed, and is refused for a stranger.
 FLASK_DRIVER = """

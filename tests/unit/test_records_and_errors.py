@@ -37,6 +37,18 @@ def test_a_row_is_read_into_a_job_with_its_status_typed_and_extra_columns_left_b
         Job.from_row(row | {"status": "exploded"})
 
 
+def test_a_batchs_rows_read_by_position_make_the_same_jobs_as_by_name():
+    made = job(status=Status.QUEUED, sequence_key="import-7")
+    row = {**vars(made), "status": "queued", "outcome": "created", "member_role": None}
+    del row["wait_until"], row["wait_signal"], row["wait_children"]  # a submit does not select them
+    columns = list(row)
+    read = Job.reader(columns)
+    assert read(tuple(row.values())) == Job.from_row(row) == made
+    assert type(read(tuple(row.values())).status) is Status
+    with pytest.raises(KeyError):
+        Job.reader([c for c in columns if c != "kind"])
+
+
 def test_a_workers_log_context_names_the_attempt_never_params_or_the_lease():
     leased = LeasedJob(id=uuid.uuid4(), organization_id=uuid.uuid4(), requested_by=uuid.uuid4(),
                        kind="projects_export", params={"secret": "s3cr3t"}, attempt=2,
