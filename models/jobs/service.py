@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine
@@ -127,6 +127,19 @@ class Outcome:
     stored: StoredResult | None = None
 
 
+
+class SubmitOptions(TypedDict, total=False):
+    """What a submit may say besides its kind, params, organization and requester
+    (:meth:`Jobs.submit` says what each means)."""
+
+    dedup_key: str | None
+    idempotency_key: str | None
+    run_after: datetime | None
+    priority: int
+    request_id: str | None
+    sequence_key: str | None
+    debounce_seconds: int | None
+
 class Jobs:
     """Every job operation, for one process.
 
@@ -208,31 +221,16 @@ class Jobs:
                         "organization_id": str(job.organization_id), "attempt": 0})
         return Submitted(job, outcome == "created", debounced=outcome == "debounced")
 
-    def enqueue(
-        self,
-        kind: str,
-        params: dict[str, Any] | None = None,
-        *,
-        organization_id: UUID,
-        requested_by: UUID,
-        dedup_key: str | None = None,
-        idempotency_key: str | None = None,
-        run_after: datetime | None = None,
-        priority: int = 0,
-        request_id: str | None = None,
-        sequence_key: str | None = None,
-        debounce_seconds: int | None = None,
-    ) -> Submitted:
+    def enqueue(self, kind: str, params: dict[str, Any] | None = None, *,
+                organization_id: UUID, requested_by: UUID,
+                **options: Unpack[SubmitOptions]) -> Submitted:
         """Queue one job in a transaction of its own and send its wake-up; returns once the job
         is committed. The same checks and rows as :meth:`submit`, in one statement and one round
         trip to PostgreSQL (no BEGIN, no COMMIT of its own): for a caller with nothing else to
-        commit with the job. Arguments as for :meth:`submit`."""
+        commit with the job. Options as for :meth:`submit`."""
         with self._autocommit.connect() as conn:
             return self.submit(conn, kind, params, organization_id=organization_id,
-                               requested_by=requested_by, dedup_key=dedup_key,
-                               idempotency_key=idempotency_key, run_after=run_after,
-                               priority=priority, request_id=request_id,
-                               sequence_key=sequence_key, debounce_seconds=debounce_seconds)
+                               requested_by=requested_by, **options)
 
     def submit_workflow(
         self,
