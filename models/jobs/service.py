@@ -127,7 +127,6 @@ class Outcome:
     stored: StoredResult | None = None
 
 
-
 class SubmitOptions(TypedDict, total=False):
     """What a submit may say besides its kind, params, organization and requester
     (:meth:`Jobs.submit` says what each means)."""
@@ -139,6 +138,7 @@ class SubmitOptions(TypedDict, total=False):
     request_id: str | None
     sequence_key: str | None
     debounce_seconds: int | None
+
 
 class Jobs:
     """Every job operation, for one process.
