@@ -17,11 +17,9 @@ from sqlalchemy import text
 from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.records import LeasedJob
-from models.kinds import get_any_kind, get_kind, load_kinds
+from models.kinds import get_any_kind, get_kind
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
-
-load_kinds()
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,10 @@ from models.db.engine import libpq_url, make_engine
 from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.leases import Finished, WorkerLeases
-from models.kinds import get_kind, load_kinds
+from models.kinds import get_kind
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit import facts
 from tests.kit.stack import Stack
-
-load_kinds()
 
 ALLOWLIST = Path(__file__).with_name("privileges.txt")
 CATALOG = text(r"""

@@ -23,7 +23,6 @@ from models.db.transaction import transaction
 from models.errors import DuplicateJob
 from models.jobs import service, store
 from models.jobs.service import Jobs
-from models.kinds import load_kinds
 from models.tenancy import accounts
 from models.tenancy.access import find_membership
 from tests.conftest import csrf_of, sign_in, submit
@@ -31,8 +30,6 @@ from tests.integration.leasing import complete_one
 from tests.kit.processes import REPO_ROOT as ROOT
 from tests.kit.seeding import ACTOR, TestUser
 from tests.kit.stack import Stack
-
-load_kinds()
 
 PASSWORD = "correct horse battery staple"
 RESULT = {"secret": "a result the log must never hold"}

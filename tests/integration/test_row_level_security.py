@@ -19,12 +19,10 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
 from models.db.transaction import transaction
 from models.jobs import store
-from models.kinds import get_kind, load_kinds
+from models.kinds import get_kind
 from models.tenancy.projects import Projects
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
-
-load_kinds()
 
 TENANT_TABLES = ("projects", "memberships", "job_events")
 
