@@ -249,8 +249,9 @@ BEGIN
             SELECT p_rate_kinds || ARRAY(SELECT k.kind FROM job_rate_limits k
                                          WHERE k.organization_id = r.org) AS rate_limited
         ) AS l
-        -- A scalar sub-select with LIMIT 1 in the index's order (jobs_fair_claim_idx), not
-        -- EXISTS: EXISTS became a join with every queued job of the ring.
+        -- The same filter as `queued` below: a job it finds is one that may take a slot.
+        -- A scalar sub-select with LIMIT 1 in the index's order (jobs_fair_claim_idx),
+        -- not EXISTS: EXISTS became a join with every queued job of the ring.
         WHERE (SELECT true FROM jobs q
                WHERE q.organization_id = r.org AND q.status = 'queued' AND q.run_after <= now()
                  AND q.kind <> ALL (p_skip_kinds) AND q.kind <> ALL (l.rate_limited)
