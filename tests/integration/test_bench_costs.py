@@ -1,8 +1,9 @@
 """Smoke runs of the cost benchmarks, tiny, on the session's servers: each prints its figures.
 ``bench.submit_cost`` queues more than one organization's default quota over its rounds (it
 went unrun and broke on that once); ``bench.claim_commit`` times both kinds of claim commit;
-``bench.web_ceiling`` drives each of its URLs through a real `spacejobs web` with wrk. The
-figures are not judged here: a tiny run on a shared machine means nothing."""
+``bench.path_cost`` times each step of one job's path (and stops if a job is not completed
+alone); ``bench.web_ceiling`` drives each of its URLs through a real `spacejobs web` with wrk.
+The figures are not judged here: a tiny run on a shared machine means nothing."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def test_claim_commit_times_both_commits(servers: Servers) -> None:
     for way in ("durable      ", "no flush wait"):
         assert re.search(rf"^claim-only transaction, {way}: p50 [\d.]+ ms, p95 [\d.]+ ms "
                          rf"\(100 claims\)$", out, re.MULTILINE), out
+
+
+def test_path_cost_times_each_step_of_one_jobs_path(servers: Servers) -> None:
+    out = run(servers, "bench.path_cost", "--jobs", "20")
+    assert out.startswith("20 jobs, one at a time, one process, no worker:\n"), out
+    for step in ("submit (jobs.enqueue)", "claim-only transaction", "finish folded into a claim"):
+        assert re.search(rf"^{re.escape(step)} +wall p50 [\d.]+ / p95 [\d.]+ ms; this process's "
+                         rf"CPU p50 [\d.]+ / p95 [\d.]+ ms$", out, re.MULTILINE), out
 
 
 def test_web_ceiling_answers_each_url_as_it_should(servers: Servers) -> None:
