@@ -15,6 +15,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from models.db import hot
 from models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection, run_after_commit
 from models.db.queries import queries_beside
 from models.db.roles import OWNER_ROLE
@@ -91,15 +92,13 @@ def scope(
 ) -> None:
     """Set the transaction-local tenant, user and actor (``SET LOCAL`` cannot bind parameters),
     and ``synchronous_commit = off`` when the transaction need not be ``durable``."""
-    conn.execute(
-        Q["scope"],
-        {
-            "org": str(organization_id) if organization_id else "",
-            "user": str(user_id) if user_id else "",
-            "actor": actor or "",
-            "durable": durable,
-        },
-    )
+    # Every transaction's first statement: on the driver's cursor (models/db/hot.py says why).
+    hot.rows(conn, Q["scope"], {
+        "org": str(organization_id) if organization_id else "",
+        "user": str(user_id) if user_id else "",
+        "actor": actor or "",
+        "durable": durable,
+    })
 
 
 @contextmanager

@@ -4,10 +4,10 @@
 -- (a claim: models.jobs.leases says why) commits without waiting for its WAL flush; CASE
 -- evaluates set_config only then, so every other transaction keeps the server's own setting
 -- (which may be stronger than 'on', e.g. remote_apply).
-SELECT set_config('app.organization_id', :org, true),
-       set_config('app.user_id', :user, true),
-       set_config('app.actor', :actor, true),
-       CASE WHEN NOT :durable THEN set_config('synchronous_commit', 'off', true) END
+SELECT set_config('app.organization_id', :org, true) AS organization_id,
+       set_config('app.user_id', :user, true) AS user_id,
+       set_config('app.actor', :actor, true) AS actor,
+       CASE WHEN NOT :durable THEN set_config('synchronous_commit', 'off', true) END AS commit
 
 -- set_role_space_owner --
 SET LOCAL ROLE space_owner

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 from uuid import UUID
-
-if TYPE_CHECKING:
-    from sqlalchemy import RowMapping
 
 
 class Status(StrEnum):
@@ -71,7 +68,7 @@ class Job:
     sequence_key: str | None = None
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Job:
+    def from_row(cls, row: Mapping[Any, Any]) -> Job:
         """The job a row holds; columns it lacks of :data:`_OPTIONAL_FIELDS` are None, any
         other it lacks is a KeyError, and columns that are not the job's are left behind."""
         return cls.reader(tuple(row.keys()))(tuple(row.values()))

@@ -19,6 +19,7 @@ from uuid import UUID
 from sqlalchemy import Connection, RowMapping
 
 from models import tracing
+from models.db import hot
 from models.db.queries import queries_beside
 from models.errors import (
     DomainError,
@@ -69,7 +70,7 @@ def submit(
     (or the kind's) is full, DuplicateJob when an active job has the same dedup_key,
     IdempotencyKeyReused when the key was used for a different kind or params.
     """
-    row = conn.execute(Q["submit"], {
+    (row,) = hot.rows(conn, Q["submit"], {
         "organization_id": organization_id, "requested_by": requested_by, "kind": kind.name,
         "params": json.dumps(params), "max_attempts": kind.max_attempts,
         "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
@@ -78,7 +79,7 @@ def submit(
         "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
         "priority": priority, "traceparent": tracing.current_traceparent(),
         "sequence_key": sequence_key, "debounce_seconds": debounce_seconds,
-    }).mappings().one()
+    }, as_dicts=True)
     if row["outcome"] == "refused":
         _raise_refusal(row, kind.org_states, kind.role)
     if row["outcome"] == "over_quota":
@@ -359,10 +360,10 @@ def _rate_limits_of(_kind_count: int) -> tuple[list[str], list[int], list[int]]:
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
            only_kind: str | None = None, after_organization: UUID) -> Claimed:
     rate_kinds, rate_max, rate_seconds = _declared_rate_limits()
-    answer = conn.execute(Q["claim_batch"], {
+    answer = hot.rows(conn, Q["claim_batch"], {
         "worker": worker, "limit": limit, "skip_kinds": skip or [], "only_kind": only_kind,
         "after_organization": after_organization, "rate_kinds": rate_kinds,
-        "rate_max": rate_max, "rate_seconds": rate_seconds}).all()
+        "rate_max": rate_max, "rate_seconds": rate_seconds})
     rows = [row for row in answer if row.id is not None]  # an empty claim answers one row
     claimed = Claimed(
         LeasedJob(id=row.id, organization_id=row.organization_id, requested_by=row.requested_by,
@@ -402,7 +403,7 @@ def lease_standing(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> dic
     missing from the answer has no membership left, or its lease is no longer ours."""
     if not leases:
         return {}
-    rows = conn.execute(Q["lease_standing"], _lease_arrays(leases))
+    rows = hot.rows(conn, Q["lease_standing"], _lease_arrays(leases))
     return {row.job_id: Standing(row.role, row.organization_state) for row in rows}
 
 
@@ -414,7 +415,7 @@ def complete_batch(conn: Connection,
     discarded."""
     if not completions:
         return set()
-    rows = conn.execute(Q["complete_batch"], {
+    rows = hot.rows(conn, Q["complete_batch"], {
         "ids": [c[0] for c in completions],
         "tokens": [c[1] for c in completions],
         "results": [json.dumps(c[2]) for c in completions],

@@ -10,8 +10,9 @@ import uuid
 import zipfile
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from models.db.engine import make_engine
 from models.errors import (
@@ -55,36 +56,44 @@ def test_a_rollback_after_submit_leaves_no_row_and_sends_nothing(stack: Stack, a
     assert seen == [] and stack.count_jobs(org) == 0
 
 
-def test_enqueue_commits_one_job_in_one_statement_then_wakes(stack: Stack, app_db):
+def test_enqueue_commits_one_job_in_one_statement_then_wakes(stack: Stack, app_db, monkeypatch):
     org = stack.org()
     anna = stack.user(org, role="owner")
     seen: list[tuple[str | None, int]] = []
-    statements: list[tuple[str, bool]] = []
+    statements: list[tuple[str, bool, object]] = []
 
     def wake(job_id: str | None) -> None:
         seen.append((job_id, stack.count_jobs(org)))
 
-    def executed(conn, _cursor, statement, _params, _context, _many) -> None:
-        statements.append((statement, conn.connection.dbapi_connection.autocommit))
+    # What the driver is asked to run, whether through SQLAlchemy or on its cursor directly
+    # (models/db/hot.py); psycopg sends BEGIN and COMMIT itself only outside autocommit.
+    execute = psycopg.Cursor.execute
 
+    def executed(cursor, query, *args, **kwargs):
+        statements.append((str(query), cursor.connection.autocommit, cursor.connection))
+        return execute(cursor, query, *args, **kwargs)
+
+    # A pooled connection that has been opened already: opening one reads the server's
+    # version and types, which is not the submit's work.
+    Jobs(app_db, wake=lambda _job_id: None).enqueue("bench.noop", {}, organization_id=org,
+                                                     requested_by=anna.id)
     jobs = Jobs(app_db, wake=wake)
-    event.listen(app_db, "before_cursor_execute", executed)
-    try:
-        submitted = jobs.enqueue("bench.noop", {}, organization_id=org, requested_by=anna.id)
-    finally:
-        event.remove(app_db, "before_cursor_execute", executed)
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    submitted = jobs.enqueue("bench.noop", {}, organization_id=org, requested_by=anna.id)
+    monkeypatch.undo()
     # The submit alone, as a transaction of its own (no BEGIN or COMMIT round trips), and the
     # wake-up once another connection sees the row.
-    assert [autocommit for _, autocommit in statements] == [True]
-    assert "submit_job" in statements[0][0]
-    assert submitted.created and seen == [(str(submitted.job.id), 1)]
+    (submitting,) = {conn for query, _, conn in statements if "submit_job" in query}
+    assert [(autocommit, "submit_job" in query) for query, autocommit, conn in statements
+            if conn is submitting] == [(True, True)]
+    assert submitted.created and seen == [(str(submitted.job.id), 2)]
     stack.wait_for(submitted.job.id, "completed")
 
     # The pooled connection goes back to transactions: a rollback still discards a submit.
     with pytest.raises(RuntimeError), app_db.begin() as conn:
         jobs.submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id)
         raise RuntimeError("the caller changes its mind")
-    assert stack.count_jobs(org) == 1 and len(seen) == 1
+    assert stack.count_jobs(org) == 2 and len(seen) == 1
 
 
 def test_enqueue_refuses_like_submit_and_writes_nothing(stack: Stack, app_db):
