@@ -2,8 +2,9 @@
 
 For each statement SQLAlchemy builds a result: it reads the cursor's description, matches the
 columns by name (a textual statement's, every time: nothing tells it they do not change), and
-wraps each row. For the few statements every job runs (its submit, the claim, the finish's
-standing check and fenced update) that costs more than the rest of the client's work: one
+wraps each row. For the few statements every job or request runs (its submit, each
+transaction's scope, an API request's token check, the claim, the finish's standing check and
+fenced update) that costs more than the rest of the client's work on them: one
 9-column row took 299 µs through ``Connection.execute(text(...))`` and 132 µs through the
 cursor, measured on this project's machine (the figures in docs/benchmarks.md, "The latency's
 path, step by step").

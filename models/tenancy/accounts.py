@@ -18,6 +18,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+from models.db import hot
 from models.db.queries import queries_beside
 from models.errors import InvalidRequest, NotFound
 from models.kinds.rules import RateLimit
@@ -183,10 +184,11 @@ def principal(conn: Connection, token: str, organization_id: UUID | None = None
     the caller's transaction to that user and (for a member) that organization."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    row = conn.execute(Q["principal"], {"hash": hash_token(token),
-                                        "org": organization_id}).one_or_none()
-    if row is None:
+    # Every API request's first statement: on the driver's cursor (models/db/hot.py says why).
+    found = hot.rows(conn, Q["principal"], {"hash": hash_token(token), "org": organization_id})
+    if not found:
         return None
+    (row,) = found
     user = User(row.user_id, row.email, row.name, row.is_operator)
     membership = (Membership(row.organization_id, row.user_id, row.role, row.organization_state,
                              row.organization_name) if row.role is not None else None)

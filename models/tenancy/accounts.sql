@@ -76,9 +76,9 @@ SELECT id, name, email FROM users WHERE id = ANY(CAST(:ids AS uuid[]))
 -- organization only when the user is a member of it.
 SELECT p.user_id, p.email, p.name, p.is_operator, p.organization_id, p.organization_name,
        p.organization_state, p.role,
-       set_config('app.organization_id', coalesce(p.organization_id::text, ''), true),
-       set_config('app.user_id', p.user_id::text, true),
-       set_config('app.actor', 'user:' || p.user_id, true)
+       set_config('app.organization_id', coalesce(p.organization_id::text, ''), true) AS scoped_organization,
+       set_config('app.user_id', p.user_id::text, true) AS scoped_user,
+       set_config('app.actor', 'user:' || p.user_id, true) AS scoped_actor
 FROM api_principal(:hash, CAST(:org AS uuid)) AS p
 
 -- token_user --
