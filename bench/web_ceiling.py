@@ -17,19 +17,43 @@ each URL after a short warm-up:
 
 Requests per second are wrk's answered requests over its run; the answers that were not 2xx are
 printed beside them (the 404s are the point of the first line).
+
+``--profile DIR`` looks at the submit's run from three sides and writes what it saw into DIR:
+
+- ``python.txt`` (and py-spy's collapsed ``stacks.txt``): py-spy with ``--gil`` on the web's
+  processes, so only samples in which a request thread held the GIL: their Python work;
+- ``waits.txt``: the web's PostgreSQL backends sampled every 10 ms from ``pg_stat_activity``
+  (state, wait event, the statement's first line): what the database was doing for them, and
+  whether they were waiting for a lock, the disk, or for the web to send the next statement;
+- ``cpu.txt``: CPU time over the run from ``/proc``, by process (the web's, PostgreSQL's
+  backends, Redis, wrk), as a share of one core.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
+import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import psycopg
 
 from bench.harness import post_script, run_wrk
 from bench.peers import load_peer
 from bench.peers.spacejobs import UNLIMITED
+from bench.profile import python_report
 from bench.servers import add_embedded_option, measured_on
+from models.db.engine import libpq_url
 
 LIMITS = ("SPACEJOBS_SUBMIT_RATE_LIMIT", "SPACEJOBS_ORG_SUBMIT_RATE_LIMIT",
           "SPACEJOBS_API_RATE_LIMIT", "SPACEJOBS_POLL_RATE_LIMIT")
@@ -41,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8, help="wrk's run per URL")
     parser.add_argument("--connections", type=int, default=32, help="wrk's keep-alive connections")
     parser.add_argument("--workers", type=int, default=2, help="`spacejobs web --workers`")
+    parser.add_argument("--profile", type=Path, help="where the submit's time goes (Python, "
+                                                      "the database's waits, CPU), into this "
+                                                      "directory")
     add_embedded_option(parser)
     args = parser.parse_args(argv)
     print(f"spacejobs web --workers {args.workers}, wrk -c{args.connections} for"
@@ -66,7 +93,9 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
                 ("POST …/jobs", f"{org}/jobs", post)]
         for label, url, script in urls:
             run_wrk(url, script, seconds=1, connections=args.connections)  # warm-up
-            report = run_wrk(url, script, seconds=args.seconds, connections=args.connections)
+            with profiled(web.popen.pid if args.profile and script is post else None, args.profile,
+                          stack.admin_url):
+                report = run_wrk(url, script, seconds=args.seconds, connections=args.connections)
             print(f"{label:<34} {report.answered / max(1, round(args.seconds)):>7,.0f} requests/s"
                   f"  ({report.answered:,} answered, {report.not_2xx:,} not 2xx,"
                   f" socket errors {report.socket_errors})", flush=True)
@@ -74,6 +103,108 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
     finally:
         peer.cleanup()
 
+
+@contextmanager
+def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None]:
+    """py-spy on ``pid`` and its subprocesses, the backends' waits and the CPU by process, for
+    the block; the reports into ``out``."""
+    if pid is None or out is None:
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    # py-spy comes with the bench extra (pip install -e '.[bench]'); without it, the rest
+    spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    spy = spy_bin and subprocess.Popen(
+        [spy_bin, "record", "--subprocesses", "--gil", "--rate", "250", "--nonblocking", "-o",
+         str(out / "stacks.txt"), "-f", "raw", "--pid", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=(out / "py-spy.log").open("wb"), start_new_session=True)
+    waits = WaitSampler(admin_url)
+    cpu_before, started = cpu_by_process(), time.monotonic()
+    waits.start()
+    try:
+        yield
+    finally:
+        seconds = time.monotonic() - started
+        cpu_after = cpu_by_process()
+        waits.stop()
+        if spy:
+            os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
+            spy.wait(timeout=60)
+    stacks = out / "stacks.txt"
+    (out / "python.txt").write_text(
+        python_report(stacks, top=60) if stacks.exists() else
+        "py-spy recorded nothing: see py-spy.log\n" if spy else
+        "py-spy is not installed: pip install -e '.[bench]'\n")
+    (out / "waits.txt").write_text(waits.report())
+    (out / "cpu.txt").write_text(cpu_report(cpu_before, cpu_after, seconds))
+
+
+class WaitSampler(threading.Thread):
+    """What the web's backends (``space_app``) are doing, every 10 ms, from pg_stat_activity."""
+
+    def __init__(self, admin_url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = libpq_url(admin_url)
+        self.seen: Counter[tuple[str, str, str]] = Counter()
+        self.samples = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._done.wait(0.01):
+                rows = conn.execute(
+                    "SELECT state, coalesce(wait_event_type || ': ' || wait_event, 'on CPU'),"
+                    " split_part(ltrim(query), E'\\n', 1) FROM pg_stat_activity"
+                    " WHERE usename = 'space_app' AND datname = current_database()").fetchall()
+                self.samples += 1
+                self.seen.update((state or "?", wait, query[:70]) for state, wait, query in rows)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=10)
+
+    def report(self) -> str:
+        total = sum(self.seen.values()) or 1
+        lines = [f"{self.samples} samples of the web's backends (pg_stat_activity, every 10 ms):"
+                 f" state | wait | the statement's first line", ""]
+        lines += [f"{100 * n / total:5.1f}%  {state} | {wait} | {query}"
+                  for (state, wait, query), n in self.seen.most_common(25)]
+        return "\n".join(lines) + "\n"
+
+
+def cpu_by_process() -> dict[int, tuple[str, int]]:
+    """Every process's command line and CPU ticks (user + system) so far, from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        found[int(entry.name)] = (command.strip() or stat[stat.find("(") + 1:stat.rfind(")")],
+                                  int(fields[11]) + int(fields[12]))
+    return found
+
+
+def cpu_report(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+               seconds: float) -> str:
+    """CPU over the run by kind of process, as a share of one core."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: Counter[str] = Counter()
+    for pid, (command, now) in after.items():
+        if command.startswith("postgres:"):
+            name = "postgres: " + " ".join(command.split()[2:3])  # the role, or the process
+        elif "webapp.cli web" in command:
+            name = "spacejobs web (gunicorn)"
+        else:
+            name = command.split(" ")[0].rsplit("/", 1)[-1]
+        used[name] += now - before.get(pid, (command, 0))[1]
+    lines = [f"CPU over {seconds:.1f} s, as a share of one core ({os.cpu_count()} on this machine)"]
+    lines += [f"{100 * n / ticks / seconds:6.1f}%  {name}" for name, n in used.most_common(12)]
+    return "\n".join(lines) + "\n"
 
 if __name__ == "__main__":
     raise SystemExit(main())

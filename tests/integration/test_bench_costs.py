@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.kit.processes import REPO_ROOT
 from tests.kit.programs import find_program
@@ -50,9 +51,10 @@ def test_path_cost_times_each_step_of_one_jobs_path(servers: Servers) -> None:
                          rf"CPU p50 [\d.]+ / p95 [\d.]+ ms$", out, re.MULTILINE), out
 
 
-def test_web_ceiling_answers_each_url_as_it_should(servers: Servers) -> None:
+def test_web_ceiling_answers_each_url_as_it_should(servers: Servers, tmp_path: Path) -> None:
     find_program("wrk", needed_by="bench.web_ceiling")
-    out = run(servers, "bench.web_ceiling", "--seconds", "1", "--connections", "4")
+    out = run(servers, "bench.web_ceiling", "--seconds", "1", "--connections", "4",
+              "--profile", str(tmp_path))
     answered = r"requests/s  \(([\d,]+) answered, ([\d,]+) not 2xx, socket errors none\)$"
     lines = {label: re.search(rf"^{re.escape(label)} +[\d,]+ {answered}", out, re.MULTILINE)
              for label in ("a URL that does not exist (404)", "GET /api/v1/me", "GET …/projects",
@@ -62,6 +64,14 @@ def test_web_ceiling_answers_each_url_as_it_should(servers: Servers) -> None:
         assert found is not None and found[1] != "0", out
         # the 404 line is all 404s; every other URL answers 2xx only (no limit refused it)
         assert (found[2] == found[1]) if "404" in label else found[2] == "0", out
+    # --profile: what the web's backends did during the submits (the submit statement among
+    # them), and whose CPU it was
+    waits = (tmp_path / "waits.txt").read_text()
+    assert re.search(r"^ *[\d.]+%  .* \| .* \| -- One statement: the requester's standing", waits,
+                     re.MULTILINE), waits
+    cpu = (tmp_path / "cpu.txt").read_text()
+    assert re.search(r"^ *[\d.]+%  spacejobs web \(gunicorn\)$", cpu, re.MULTILINE), cpu
+    assert (tmp_path / "python.txt").exists()
 
 
 def test_flow_control_benchmark_prints_each_target(servers: Servers) -> None:
