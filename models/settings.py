@@ -181,7 +181,11 @@ class Settings(BaseSettings):
     events_streams_per_credential: int = Field(
         2, ge=0, description="open events streams one API token or web session may hold in one "
                              "web process")
-    web_threads: int = Field(16, ge=2, description="threads per `spacejobs web` process (gunicorn gthread)")
+    web_threads: int = Field(
+        16, ge=2, description="threads per `spacejobs web` process (gunicorn gthread); each open "
+                              "events stream holds one. With few cores, fewer threads answer more "
+                              "requests a second (one GIL per process: docs/benchmarks.md, 'Where "
+                              "a web submit's time goes')")
     secret_key: SecretStr | None = Field(
         None, description="signs the session cookie; set it when several web processes serve "
                           "sessions (default: random per process)")
