@@ -389,6 +389,10 @@ class SpaceJobsPeer(Peer):
     def _cleanup(self) -> None:
         stack, servers = self.stack, self.servers
         self.stack = self.servers = None
+        if getattr(self, "jobs", None) is not None:
+            # The wait figure's LISTEN ends before its database is dropped, which would
+            # otherwise cut it and log "listening for finished jobs failed".
+            self.jobs.close()
         try:
             if stack is not None:
                 stack.stop()
