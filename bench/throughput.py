@@ -246,7 +246,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--web-seconds", type=float, help="wrk's run (default 10; 2 with --quick)")
     parser.add_argument("--web-connections", type=int, default=32, help="wrk's keep-alive connections")
     parser.add_argument("--flood", type=int,
-                        help="the flood a lone job waits behind (default 10000; 2000 with --quick)")
+                        help="the flood a lone job waits behind (default 10000; 5000 with --quick)")
     parser.add_argument("--wait-jobs", type=int,
                         help="jobs waited for one at a time (default 200; 20 with --quick)")
     parser.add_argument("--scale", action="store_true",
@@ -268,7 +268,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.reps = pick(args.reps, 3, 1)
     args.jobs = pick(args.jobs, 5000, 500)
     args.bulk = pick(args.bulk, 20_000, 2000)
-    args.flood = pick(args.flood, 10_000, 2000)
+    args.flood = pick(args.flood, 10_000, 5000)
     args.wait_jobs = pick(args.wait_jobs, 200, 20)
     args.latency_seconds = pick(args.latency_seconds, 20, 3)
     args.web_seconds = pick(args.web_seconds, 10, 2)
