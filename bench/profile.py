@@ -78,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
                    SPACEJOBS_BENCH_KINDS="1", PYTHONPATH=str(ROOT))
         for variable in ("SPACEJOBS_APP_DATABASE_URL", "SPACEJOBS_WORKER_DATABASE_URL"):
             env.pop(variable, None)
-        spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
         log_path = args.out / "worker.log"
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
@@ -95,11 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if not poll(started_up, 120):
             raise SystemExit("the worker did not start; see worker.log")
-        spy = subprocess.Popen(
-            [spy_bin, "record", "--subprocesses", "--rate", str(args.rate), "--nonblocking",
-             "-o", str(args.out / "stacks.txt"), "-f", "raw", "--pid", str(worker.pid)],
-            stdout=subprocess.DEVNULL, stderr=(args.out / "py-spy.log").open("wb"),
-            start_new_session=True)
+        spy = start_py_spy(worker.pid, args.out, rate=args.rate)
+        if spy is None:
+            raise SystemExit(PY_SPY_MISSING)
         time.sleep(1)  # py-spy attaches to every process of the group
         from tasks.wakeups import WakeupPublisher
 
@@ -123,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         interval=0.2, between=still_working):
                 raise SystemExit(f"only {seen[-1].completed}/{args.jobs} finished")
         seconds = (seen[-1].last_finished - seen[-1].first_started).total_seconds()
-        os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
-        spy.wait(timeout=60)
+        stop_py_spy(spy)
         spy = None
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
@@ -141,6 +137,32 @@ def main(argv: list[str] | None = None) -> int:
         admin.dispose()
         servers.drop_database(name)
         servers.close()  # the template
+
+
+#: what a profile says, or exits with, when py-spy is not there to record
+PY_SPY_MISSING = "py-spy is not installed: pip install -e '.[bench]'"
+
+
+def start_py_spy(pid: int, out: Path, *, rate: int, gil: bool = False
+                 ) -> subprocess.Popen[bytes] | None:
+    """py-spy recording ``pid`` and its subprocesses until :func:`stop_py_spy`: collapsed
+    stacks into ``out/stacks.txt``, its own messages into ``out/py-spy.log``; ``gil``: only
+    the samples in which a thread holds the GIL (Python's work, not its waits). None when
+    py-spy is not installed (it comes with the bench extra)."""
+    spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy_bin is None:
+        return None
+    return subprocess.Popen(
+        [spy_bin, "record", "--subprocesses", *(["--gil"] if gil else []), "--rate", str(rate),
+         "--nonblocking", "-o", str(out / "stacks.txt"), "-f", "raw", "--pid", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=(out / "py-spy.log").open("wb"),
+        start_new_session=True)
+
+
+def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    """End a recording: py-spy writes its stacks on SIGINT."""
+    os.killpg(spy.pid, signal.SIGINT)
+    spy.wait(timeout=60)
 
 
 def python_report(stacks: Path, top: int = 30) -> str:

@@ -33,10 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,9 +47,10 @@ import psycopg
 from bench.harness import post_script, run_wrk
 from bench.peers import load_peer
 from bench.peers.spacejobs import UNLIMITED
-from bench.profile import python_report
+from bench.profile import PY_SPY_MISSING, python_report, start_py_spy, stop_py_spy
 from bench.servers import add_embedded_option, measured_on
 from models.db.engine import libpq_url
+from models.db.queries import queries_beside
 
 LIMITS = ("SPACEJOBS_SUBMIT_RATE_LIMIT", "SPACEJOBS_ORG_SUBMIT_RATE_LIMIT",
           "SPACEJOBS_API_RATE_LIMIT", "SPACEJOBS_POLL_RATE_LIMIT")
@@ -112,12 +109,7 @@ def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None
         yield
         return
     out.mkdir(parents=True, exist_ok=True)
-    # py-spy comes with the bench extra (pip install -e '.[bench]'); without it, the rest
-    spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    spy = spy_bin and subprocess.Popen(
-        [spy_bin, "record", "--subprocesses", "--gil", "--rate", "250", "--nonblocking", "-o",
-         str(out / "stacks.txt"), "-f", "raw", "--pid", str(pid)],
-        stdout=subprocess.DEVNULL, stderr=(out / "py-spy.log").open("wb"), start_new_session=True)
+    spy = start_py_spy(pid, out, rate=250, gil=True)  # without py-spy, the other two reports
     waits = WaitSampler(admin_url)
     cpu_before, started = cpu_by_process(), time.monotonic()
     waits.start()
@@ -127,16 +119,18 @@ def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None
         seconds = time.monotonic() - started
         cpu_after = cpu_by_process()
         waits.stop()
-        if spy:
-            os.killpg(spy.pid, signal.SIGINT)  # py-spy writes its stacks on SIGINT
-            spy.wait(timeout=60)
+        if spy is not None:
+            stop_py_spy(spy)
     stacks = out / "stacks.txt"
     (out / "python.txt").write_text(
         python_report(stacks, top=60) if stacks.exists() else
-        "py-spy recorded nothing: see py-spy.log\n" if spy else
-        "py-spy is not installed: pip install -e '.[bench]'\n")
+        "py-spy recorded nothing: see py-spy.log\n" if spy is not None else PY_SPY_MISSING + "\n")
     (out / "waits.txt").write_text(waits.report())
     (out / "cpu.txt").write_text(cpu_report(cpu_before, cpu_after, seconds))
+
+
+#: one look at the web's backends (web_ceiling.sql says what it reads)
+WAITS = str(queries_beside(__file__)["web_backends"])
 
 
 class WaitSampler(threading.Thread):
@@ -152,10 +146,7 @@ class WaitSampler(threading.Thread):
     def run(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self._done.wait(0.01):
-                rows = conn.execute(
-                    "SELECT state, coalesce(wait_event_type || ': ' || wait_event, 'on CPU'),"
-                    " split_part(ltrim(query), E'\\n', 1) FROM pg_stat_activity"
-                    " WHERE usename = 'space_app' AND datname = current_database()").fetchall()
+                rows = conn.execute(WAITS).fetchall()
                 self.samples += 1
                 self.seen.update((state or "?", wait, query[:70]) for state, wait, query in rows)
 
