@@ -51,6 +51,16 @@ def test_path_cost_times_each_step_of_one_jobs_path(servers: Servers) -> None:
                          rf"CPU p50 [\d.]+ / p95 [\d.]+ ms$", out, re.MULTILINE), out
 
 
+def test_submit_parts_times_each_variant(servers: Servers) -> None:
+    find_program("pgbench", needed_by="bench.submit_parts")
+    out = run(servers, "bench.submit_parts", "--seconds", "1", "--rounds", "1")
+    for label in ("submit_job(), as the enqueue runs it", "  without the quota's count",
+                  "  without the membership's FOR SHARE", "  without the audit row",
+                  "  without the event row", "  without the active count", "  without the NOTIFY",
+                  "the job's row alone (INSERT INTO jobs)", "a plain one-row INSERT"):
+        assert re.search(rf"^{re.escape(label)} +[\d.]+  \([\d.]+\)$", out, re.MULTILINE), out
+
+
 def test_web_ceiling_answers_each_url_as_it_should(servers: Servers, tmp_path: Path) -> None:
     find_program("wrk", needed_by="bench.web_ceiling")
     out = run(servers, "bench.web_ceiling", "--seconds", "1", "--connections", "4",
