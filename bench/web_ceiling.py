@@ -16,7 +16,11 @@ each URL after a short warm-up:
 - ``POST /api/v1/orgs/{org}/jobs`` of ``bench.noop``: a submit (no worker runs).
 
 Requests per second are wrk's answered requests over its run; the answers that were not 2xx are
-printed beside them (the 404s are the point of the first line).
+printed beside them (the 404s are the point of the first line), and so are the database sessions
+the benchmark's database saw opened during the run (``pg_stat_database.sessions``): a web whose
+pool keeps a connection for each busy thread opens none once warm, one that keeps fewer opens and
+closes backends all the time. A session still open is counted when its backend reports, at most
+10 s late, so a handful more or less is noise.
 
 ``--profile DIR`` looks at the submit's run from three sides and writes what it saw into DIR:
 
@@ -90,12 +94,16 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
                 ("POST …/jobs", f"{org}/jobs", post)]
         for label, url, script in urls:
             run_wrk(url, script, seconds=1, connections=args.connections)  # warm-up
+            sessions = sessions_opened(stack.admin_url)
             with profiled(web.popen.pid if args.profile and script is post else None, args.profile,
                           stack.admin_url):
                 report = run_wrk(url, script, seconds=args.seconds, connections=args.connections)
+            time.sleep(1)  # a backend that closed reports its session as it exits, others ~1 s on
+            sessions = sessions_opened(stack.admin_url) - sessions - 1  # less our own read's
             print(f"{label:<34} {report.answered / max(1, round(args.seconds)):>7,.0f} requests/s"
                   f"  ({report.answered:,} answered, {report.not_2xx:,} not 2xx,"
-                  f" socket errors {report.socket_errors})", flush=True)
+                  f" socket errors {report.socket_errors}; {sessions:,} database sessions opened)",
+                  flush=True)
         stack.processes.stop(web)
     finally:
         peer.cleanup()
@@ -129,8 +137,16 @@ def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None
     (out / "cpu.txt").write_text(cpu_report(cpu_before, cpu_after, seconds))
 
 
+Q = queries_beside(__file__)
 #: one look at the web's backends (web_ceiling.sql says what it reads)
-WAITS = str(queries_beside(__file__)["web_backends"])
+WAITS = str(Q["web_backends"])
+
+
+def sessions_opened(admin_url: str) -> int:
+    """How many sessions the benchmark's database has seen opened so far."""
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        row = conn.execute(str(Q["sessions_opened"])).fetchone()
+    return int(row[0]) if row else 0
 
 
 class WaitSampler(threading.Thread):

@@ -10,3 +10,9 @@ SELECT state,
        split_part(ltrim(query), E'\n', 1) AS first_line
 FROM pg_stat_activity
 WHERE usename = 'space_app' AND datname = current_database()
+
+-- sessions_opened --
+-- How many sessions this database has seen opened (each backend counts its own at connect
+-- time and reports it with its other statistics): read before and after a URL's run, the
+-- difference says whether the web kept its connections or opened new ones as it went.
+SELECT sessions FROM pg_stat_database WHERE datname = current_database()

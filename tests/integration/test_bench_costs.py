@@ -65,7 +65,8 @@ def test_web_ceiling_answers_each_url_as_it_should(servers: Servers, tmp_path: P
     find_program("wrk", needed_by="bench.web_ceiling")
     out = run(servers, "bench.web_ceiling", "--seconds", "1", "--connections", "4",
               "--profile", str(tmp_path))
-    answered = r"requests/s  \(([\d,]+) answered, ([\d,]+) not 2xx, socket errors none\)$"
+    answered = (r"requests/s  \(([\d,]+) answered, ([\d,]+) not 2xx, socket errors none;"
+                r" [\d,]+ database sessions opened\)$")
     lines = {label: re.search(rf"^{re.escape(label)} +[\d,]+ {answered}", out, re.MULTILINE)
              for label in ("a URL that does not exist (404)", "GET /api/v1/me", "GET …/projects",
                            "POST …/jobs")}
