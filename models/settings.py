@@ -182,8 +182,9 @@ class Settings(BaseSettings):
         2, ge=0, description="open events streams one API token or web session may hold in one "
                              "web process")
     web_threads: int = Field(
-        16, ge=2, description="threads per `spacejobs web` process (gunicorn gthread); each open "
-                              "events stream holds one. With few cores, fewer threads answer more "
+        16, ge=2, description="threads per `spacejobs web` process (gunicorn gthread); each keeps "
+                              "one database connection, and each open events stream holds a "
+                              "thread. With few cores, fewer threads answer more "
                               "requests a second (one GIL per process: docs/benchmarks.md, 'Where "
                               "a web submit's time goes')")
     secret_key: SecretStr | None = Field(

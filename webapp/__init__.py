@@ -92,8 +92,12 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     # Before the engines, whose statements are then traced too (models/trace_setup.py).
     if tracing.configure(settings, "spacejobs-web"):
         _instrument(app)
+    # One connection kept per request thread (a request holds at most one at a time, and the
+    # counters' flush thread waits its turn): a smaller pool opened and closed backends all the
+    # time under load (docs/benchmarks.md, "The web's pool").
     app.extensions["spacejobs.db"] = make_engine(
-        app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=5, application_name="spacejobs-web",
+        app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=settings.web_threads,
+        max_overflow=0, application_name="spacejobs-web",
         statement_timeout_ms=app.config["DB_STATEMENT_TIMEOUT_MS"],
     )
     app.extensions["spacejobs.operator_db"] = make_engine(

@@ -98,10 +98,16 @@ def make_engine(
     url: str,
     *,
     pool_size: int = 5,
+    max_overflow: int | None = None,
     application_name: str = "spacejobs",
     statement_timeout_ms: int | None = None,
 ) -> Engine:
     """An engine with a small pool that rides out a database restart.
+
+    The pool keeps ``pool_size`` connections and opens up to ``max_overflow`` more (by default
+    as many again) when more are checked out at once; those extra ones are closed as they come
+    back, so a process that regularly needs more than ``pool_size`` forks new backends all the
+    time: size ``pool_size`` for the threads that use the engine together.
 
     ``statement_timeout_ms`` bounds every statement, so a web request never hangs on a locked
     or overloaded database: it answers 503 instead. ``hide_parameters``: a statement that fails
@@ -126,7 +132,7 @@ def make_engine(
     engine = create_engine(
         driver_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_recycle=1800,
         hide_parameters=True,
         connect_args=connect_args,
