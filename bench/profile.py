@@ -27,6 +27,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -193,33 +194,49 @@ def python_report(stacks: Path, top: int = 30) -> str:
 
 def statements_report(db_url: str, jobs: int, seconds: float) -> str:
     with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
-        statements = conn.execute(
-            "SELECT calls, rows, total_exec_time, mean_exec_time,"
-            "       shared_blks_hit + shared_blks_read, wal_records, jit_functions,"
-            "       regexp_replace(query, '\\s+', ' ', 'g')"
-            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
-            " WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT 25").fetchall()
-        calls = conn.execute(
-            "SELECT sum(calls) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
-            " WHERE d.datname = current_database()").fetchone()[0]
-        commits = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
-    lines = [f"drain of {jobs} bench.noop jobs: {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s",
-             f"statements executed: {calls} ({calls / jobs:.1f} per job); commits in this database"
-             f" (including the set-up): {commits} ({commits / jobs:.2f} per job)", "",
-             "Buffers and WAL records per row the statement returned or changed (per job, for the"
-             " claim and the finish): counted by PostgreSQL, so steady on a busy machine where the"
+        table, calls, commits = statements_table(conn)
+    return "\n".join([f"drain of {jobs} bench.noop jobs: {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s",
+                      f"statements executed: {calls} ({calls / jobs:.1f} per job); commits in this"
+                      f" database (including the set-up): {commits} ({commits / jobs:.2f} per job)",
+                      "", *table]) + "\n"
+
+
+def statements_loaded(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server loads pg_stat_statements, which only a restart can change."""
+    row = conn.execute("SELECT 'pg_stat_statements' = ANY (string_to_array("
+                       "replace(current_setting('shared_preload_libraries'), ' ', ''), ','))"
+                       ).fetchone()
+    return bool(row and row[0])
+
+
+def statements_table(conn: psycopg.Connection[Any], top: int = 25) -> tuple[list[str], int, int]:
+    """The lines of the current database's statements by total execution time (with calls,
+    rows, mean time, buffers and WAL records per row, JIT functions), the statements executed
+    and the commits in this database: ``conn`` is a superuser's, on that database."""
+    statements = conn.execute(
+        "SELECT calls, rows, total_exec_time, mean_exec_time,"
+        "       shared_blks_hit + shared_blks_read, wal_records, jit_functions,"
+        "       regexp_replace(query, '\\s+', ' ', 'g')"
+        " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+        " WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT %s",
+        (top,)).fetchall()
+    calls = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d"
+        " ON d.oid = s.dbid WHERE d.datname = current_database()").fetchone()
+    commits = conn.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    lines = ["Buffers and WAL records per row the statement returned or changed (per call when"
+             " it returned none): counted by PostgreSQL, so steady on a busy machine where the"
              " times are not.", "",
              "jit: functions LLVM compiled for the statement, all calls together (0 is what OLTP"
              " statements want: compiling costs more than they run).", "",
              f"{'calls':>8} {'rows':>8} {'total ms':>10} {'mean ms':>8} {'blks/row':>8} {'wal/row':>8}"
              f" {'jit':>5}  statement"]
     for call_count, row_count, total, mean, blocks, wal, jit, query in statements:
-        per_row = max(row_count, 1)
+        per_row = row_count or max(call_count, 1)  # a statement that returns no rows: per call
         lines.append(f"{call_count:>8} {row_count:>8} {total:>10.1f} {mean:>8.3f}"
                      f" {blocks / per_row:>8.1f} {wal / per_row:>8.1f} {jit:>5}  {query[:150]}")
-    return "\n".join(lines) + "\n"
-
+    return lines, int(calls[0]) if calls else 0, int(commits[0]) if commits else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,10 @@ closes backends all the time. A session still open is counted when its backend r
   (state, wait event, the statement's first line): what the database was doing for them, and
   whether they were waiting for a lock, the disk, or for the web to send the next statement;
 - ``cpu.txt``: CPU time over the run from ``/proc``, by process (the web's, PostgreSQL's
-  backends, Redis, wrk), as a share of one core.
+  backends, Redis, wrk), as a share of one core;
+- ``statements.txt``: the run's statements from ``pg_stat_statements`` (calls, mean time, buffers),
+  when the server loads it (docs/perf/README.md: a private server on another port); else a line
+  that says it does not.
 """
 
 from __future__ import annotations
@@ -51,7 +54,14 @@ import psycopg
 from bench.harness import post_script, run_wrk
 from bench.peers import load_peer
 from bench.peers.spacejobs import UNLIMITED
-from bench.profile import PY_SPY_MISSING, python_report, start_py_spy, stop_py_spy
+from bench.profile import (
+    PY_SPY_MISSING,
+    python_report,
+    start_py_spy,
+    statements_loaded,
+    statements_table,
+    stop_py_spy,
+)
 from bench.servers import add_embedded_option, measured_on
 from models.db.engine import libpq_url
 from models.db.queries import queries_beside
@@ -104,6 +114,9 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
                   f"  ({report.answered:,} answered, {report.not_2xx:,} not 2xx,"
                   f" socket errors {report.socket_errors}; {sessions:,} database sessions opened)",
                   flush=True)
+            if args.profile and script is post:
+                (args.profile / "statements.txt").write_text(
+                    statements_during(stack.admin_url, report.answered))
         stack.processes.stop(web)
     finally:
         peer.cleanup()
@@ -117,7 +130,8 @@ def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None
         yield
         return
     out.mkdir(parents=True, exist_ok=True)
-    spy = start_py_spy(pid, out, rate=250, gil=True)  # without py-spy, the other two reports
+    forget_statements(admin_url)
+    spy = start_py_spy(pid, out, rate=250, gil=True)  # without py-spy, the other reports
     waits = WaitSampler(admin_url)
     cpu_before, started = cpu_by_process(), time.monotonic()
     waits.start()
@@ -140,6 +154,28 @@ def profiled(pid: int | None, out: Path | None, admin_url: str) -> Iterator[None
 Q = queries_beside(__file__)
 #: one look at the web's backends (web_ceiling.sql says what it reads)
 WAITS = str(Q["web_backends"])
+
+
+def forget_statements(admin_url: str) -> None:
+    """Start pg_stat_statements' counts afresh, when the server loads it."""
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        if statements_loaded(conn):
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def statements_during(admin_url: str, answered: int) -> str:
+    """The statements of the submits' run (pg_stat_statements, reset as it began), or why not."""
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        if not statements_loaded(conn):
+            return ("pg_stat_statements is not in this server's shared_preload_libraries:"
+                    " docs/perf/README.md says how to run a server that has it\n")
+        table, calls, commits = statements_table(conn)
+    per = max(answered, 1)
+    return "\n".join([f"{answered:,} POSTs answered; statements executed: {calls:,}"
+                      f" ({calls / per:.1f} per POST, the function's own inside it included when"
+                      f" pg_stat_statements.track = all); commits in this database: {commits:,}", "",
+                      *table]) + "\n"
 
 
 def sessions_opened(admin_url: str) -> int:
