@@ -2,7 +2,8 @@
 ``bench.submit_cost`` queues more than one organization's default quota over its rounds (it
 went unrun and broke on that once); ``bench.claim_commit`` times both kinds of claim commit;
 ``bench.path_cost`` times each step of one job's path (and stops if a job is not completed
-alone); ``bench.web_ceiling`` drives each of its URLs through a real `spacejobs web` with wrk.
+alone); ``bench.web_ceiling`` drives each of its URLs through a real `spacejobs web` with wrk;
+``bench.request_cost`` answers each of its URLs in process and profiles the submit.
 The figures are not judged here: a tiny run on a shared machine means nothing."""
 
 from __future__ import annotations
@@ -95,3 +96,14 @@ def test_flow_control_benchmark_prints_each_target(servers: Servers) -> None:
         assert re.search(rf"^target {target} .*(PASS|FALL SHORT)$", out, re.M), out
     # the one figure a tiny run can still judge: no window ever holds more than its limit
     assert re.search(r"^target 19a .* PASS$", out, re.M), out
+
+
+def test_request_cost_prices_each_url_and_profiles_the_submit(servers: Servers) -> None:
+    out = run(servers, "bench.request_cost", "--requests", "20", "--top", "15")
+    for label in ("a URL that does not exist (404)", "GET /api/v1/me", "POST …/jobs"):
+        assert re.search(rf"^{re.escape(label)} +CPU +[\d.]+ ms  wall +[\d.]+ ms +[\d,]+ Python "
+                         rf"function calls$", out, re.MULTILINE), out
+    # the profile names our own submit, without the machine's paths
+    assert "POST …/jobs under cProfile, 20 requests" in out, out
+    assert re.search(r"webapp/api\.py:\d+\(submit_job\)", out), out
+    assert "site-packages" not in out, out
