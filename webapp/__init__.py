@@ -93,8 +93,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     if tracing.configure(settings, "spacejobs-web"):
         _instrument(app)
     # One connection kept per request thread (a request holds at most one at a time, and the
-    # counters' flush thread waits its turn): a smaller pool opened and closed backends all the
-    # time under load (docs/benchmarks.md, "The web's pool").
+    # counters' flush thread waits its turn): with fewer, the extra connections a busy process
+    # opens are closed as they come back, and every few requests fork a new backend
+    # (docs/benchmarks.md, "The web's pool").
     app.extensions["spacejobs.db"] = make_engine(
         app.config["DATABASE_URL"] or role_url(APP_ROLE), pool_size=settings.web_threads,
         max_overflow=0, application_name="spacejobs-web",
