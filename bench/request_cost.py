@@ -11,7 +11,8 @@ request after another, for:
 
 - a URL that does not exist: Flask's 404, no database, no Redis;
 - ``GET /api/v1/me``: the token checked and the user's memberships read;
-- ``POST /api/v1/orgs/{org}/jobs`` of ``bench.noop``: a submit, its rate limits and wake-up guard.
+- ``POST /api/v1/orgs/{org}/jobs`` of ``bench.noop``: a submit, its rate limits and wake-up guard;
+- ``GET /api/v1/orgs/{org}/jobs?limit=100``: a page of 100 jobs (those the submits made).
 
 For each it prints this process's CPU time per request (``time.process_time``) beside the wall
 time, whose difference is the time spent waiting for PostgreSQL and Redis, and the Python
@@ -76,7 +77,9 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
         calls: list[tuple[str, Callable[[], int], int]] = [
             ("a URL that does not exist (404)", lambda: client.get("/nothing").status_code, 404),
             ("GET /api/v1/me", lambda: client.get("/api/v1/me", headers=headers).status_code, 200),
-            ("POST …/jobs", submit, 202)]
+            ("POST …/jobs", submit, 202),
+            ("GET …/jobs?limit=100", lambda: client.get(submit_url + "?limit=100",
+                                                        headers=headers).status_code, 200)]
         print(f"one process, Flask's test client, {args.requests:,} requests per URL after"
               f" {WARM_UP} to warm up; per request:")
         for label, call, expected in calls:

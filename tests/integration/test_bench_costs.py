@@ -100,7 +100,8 @@ def test_flow_control_benchmark_prints_each_target(servers: Servers) -> None:
 
 def test_request_cost_prices_each_url_and_profiles_the_submit(servers: Servers) -> None:
     out = run(servers, "bench.request_cost", "--requests", "20", "--top", "15")
-    for label in ("a URL that does not exist (404)", "GET /api/v1/me", "POST …/jobs"):
+    for label in ("a URL that does not exist (404)", "GET /api/v1/me", "POST …/jobs",
+                  "GET …/jobs?limit=100"):
         assert re.search(rf"^{re.escape(label)} +CPU +[\d.]+ ms  wall +[\d.]+ ms +[\d,]+ Python "
                          rf"function calls$", out, re.MULTILINE), out
     # the profile names our own submit, without the machine's paths
