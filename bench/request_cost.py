@@ -6,8 +6,8 @@ no other thread, and the functions a submit spends it in.
     .venv/bin/python -m bench.request_cost --embedded ...   # on servers started for the run
 
 The web app (``create_app``, its rate limits counted in Redis but lifted so none refuses, the
-organization's quota out of reach) answers through Flask's test client in this process, one
-request after another, for:
+benchmark's organization without a quota of active jobs) answers through Flask's test client
+in this process, one request after another, for:
 
 - a URL that does not exist: Flask's 404, no database, no Redis;
 - ``GET /api/v1/me``: the token checked and the user's memberships read;
@@ -35,15 +35,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.peers import load_peer
+from bench.peers.spacejobs import REQUEST_LIMITS, UNLIMITED
 from bench.servers import add_embedded_option, measured_on
-from models.settings import reload_settings
 from webapp.limits import limiter_storage
 
-#: the limits lifted (still counted in Redis, as in production), and the quota out of reach
-LIFTED = {"SPACEJOBS_SUBMIT_RATE_LIMIT": "1000000000 per minute",
-          "SPACEJOBS_ORG_SUBMIT_RATE_LIMIT": "1000000000 per minute",
-          "SPACEJOBS_API_RATE_LIMIT": "1000000000 per minute",
-          "SPACEJOBS_ACTIVE_JOBS_QUOTA": "1000000000"}
 WARM_UP = 100
 
 
@@ -61,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
     peer = load_peer("spacejobs").prepare(admin_url, redis_url, "cost" + uuid.uuid4().hex[:6])
-    saved = {name: os.environ.get(name) for name in LIFTED}
     try:
-        os.environ.update(LIFTED)
-        reload_settings()
+        # The benchmark's tenant has no quota of active jobs; the limits are counted in Redis,
+        # as in production, but lifted.
         stack, tenant = peer.stack, peer.tenant
-        app = stack.make_app(RATELIMIT_STORAGE_URI=limiter_storage(stack.redis_url))
+        app = stack.make_app(RATELIMIT_STORAGE_URI=limiter_storage(stack.redis_url),
+                             **dict.fromkeys(REQUEST_LIMITS, UNLIMITED))
         client = app.test_client()
         headers = {"Authorization": f"Bearer {tenant.member.token}"}
         submit_url = f"/api/v1/orgs/{tenant.organization_id}/jobs"
@@ -89,12 +84,6 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
         print()
         print(profile(submit, args.requests, args.top))
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        reload_settings()
         peer.cleanup()
 
 

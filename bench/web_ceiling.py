@@ -41,19 +41,19 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from bench.harness import post_script, run_wrk
 from bench.peers import load_peer
-from bench.peers.spacejobs import UNLIMITED
+from bench.peers.spacejobs import REQUEST_LIMITS, UNLIMITED
 from bench.profile import (
     PY_SPY_MISSING,
     python_report,
@@ -65,9 +65,7 @@ from bench.profile import (
 from bench.servers import add_embedded_option, measured_on
 from models.db.engine import libpq_url
 from models.db.queries import queries_beside
-
-LIMITS = ("SPACEJOBS_SUBMIT_RATE_LIMIT", "SPACEJOBS_ORG_SUBMIT_RATE_LIMIT",
-          "SPACEJOBS_API_RATE_LIMIT", "SPACEJOBS_POLL_RATE_LIMIT")
+from tests.kit.sampling import QuerySampler
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +90,8 @@ def measure(args: argparse.Namespace, admin_url: str, redis_url: str) -> None:
     peer = load_peer("spacejobs").prepare(admin_url, redis_url, "ceiling" + uuid.uuid4().hex[:6])
     try:
         stack, tenant = peer.stack, peer.tenant
-        web, base = stack.start_web(workers=args.workers, **dict.fromkeys(LIMITS, UNLIMITED))
+        web, base = stack.start_web(workers=args.workers, **{f"SPACEJOBS_{name}": UNLIMITED
+                                                                  for name in REQUEST_LIMITS})
         scripts = Path(tempfile.mkdtemp(prefix="sj-ceiling-"))
         get = scripts / "get.lua"
         get.write_text(f'wrk.headers["Authorization"] = "Bearer {tenant.member.token}"\n')
@@ -185,31 +184,26 @@ def sessions_opened(admin_url: str) -> int:
     return int(row[0]) if row else 0
 
 
-class WaitSampler(threading.Thread):
+class WaitSampler:
     """What the web's backends (``space_app``) are doing, every 10 ms, from pg_stat_activity."""
 
     def __init__(self, admin_url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = libpq_url(admin_url)
         self.seen: Counter[tuple[str, str, str]] = Counter()
-        self.samples = 0
-        self._done = threading.Event()
+        self.sampler = QuerySampler(admin_url, WAITS, self._count, interval=0.01)
 
-    def run(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            while not self._done.wait(0.01):
-                rows = conn.execute(WAITS).fetchall()
-                self.samples += 1
-                self.seen.update((state or "?", wait, query[:70]) for state, wait, query in rows)
+    def _count(self, rows: list[tuple[Any, ...]]) -> None:
+        self.seen.update((state or "?", wait, query[:70]) for state, wait, query in rows)
+
+    def start(self) -> None:
+        self.sampler.start()
 
     def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=10)
+        self.sampler.stop()
 
     def report(self) -> str:
         total = sum(self.seen.values()) or 1
-        lines = [f"{self.samples} samples of the web's backends (pg_stat_activity, every 10 ms):"
-                 f" state | wait | the statement's first line", ""]
+        lines = [f"{self.sampler.samples} samples of the web's backends (pg_stat_activity, every"
+                 f" 10 ms): state | wait | the statement's first line", ""]
         lines += [f"{100 * n / total:5.1f}%  {state} | {wait} | {query}"
                   for (state, wait, query), n in self.seen.most_common(25)]
         return "\n".join(lines) + "\n"

@@ -55,6 +55,9 @@ KIND = "bench.noop"
 Q = queries_beside(__file__)
 # The web figure measures the submit path, not the rate limits that protect it.
 UNLIMITED = "1000000000 per minute"
+#: every request limit of the JSON API, by its app.config name (its setting is SPACEJOBS_ + it):
+#: what the web benchmarks lift to UNLIMITED, counted still but never refusing
+REQUEST_LIMITS = ("SUBMIT_RATE_LIMIT", "ORG_SUBMIT_RATE_LIMIT", "API_RATE_LIMIT", "POLL_RATE_LIMIT")
 
 
 def _version() -> str:
