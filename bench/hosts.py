@@ -116,6 +116,14 @@ class Network:
         return ["ip", "netns", "exec", self.namespace(n)]
 
     def create(self) -> None:
+        """The bridge and the namespaces; on a failure part-way, what was made is undone."""
+        try:
+            self._create()
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _create(self) -> None:
         self.subnet = _free_subnet()
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.made.append(("link", self.bridge))
@@ -126,6 +134,7 @@ class Network:
             sh("ip", "netns", "add", ns)
             self.made.append(("netns", ns))
             sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.made.append(("link", veth))
             sh("ip", "link", "set", veth, "master", self.bridge, "up")
             sh("ip", "-n", ns, "addr", "add", f"{self.address(n)}/{self.subnet.prefixlen}", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
@@ -143,7 +152,9 @@ class Network:
             self.delay_note = "no delay added (--delay-ms 0)"
 
     def destroy(self) -> None:
-        # Deleting a namespace deletes its veth end, and with it the host's end.
+        # Each veth pair goes first, by its host end: a namespace outlives its deletion while a
+        # process still runs in it (one killed, not yet reaped), and so would the pair, whose
+        # names the next network of this process takes.
         for kind, name in reversed(self.made):
             if kind == "netns":
                 sh("ip", "netns", "del", name, check=False)

@@ -107,6 +107,7 @@ def test_a_statement_sent_into_a_cut_fails_in_time_and_the_pool_answers_after_th
         assert time.monotonic() - healed < 15
     finally:
         proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_without_the_tcp_timeout_the_statement_hangs_past_the_heal(host):
@@ -128,3 +129,4 @@ def test_without_the_tcp_timeout_the_statement_hangs_past_the_heal(host):
         assert time.monotonic() - healed > 2
     finally:
         proc.kill()
+        proc.wait(timeout=10)
