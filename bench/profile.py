@@ -174,6 +174,11 @@ def python_report(stacks: Path, top: int = 30) -> str:
     total = 0
     for line in stacks.read_text().splitlines():
         frames, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            # Not a sample: a line that does not end in its count (seen once in a run of the
+            # web under wrk: a line ending '2";', a piece of a process's command line, which
+            # py-spy writes as each sample's first frame).
+            continue
         names = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
                  for f in frames.split(";")[1:]]
         if not names or any(n.startswith(("_brpop", "wait (threading", "select (selectors"))

@@ -87,6 +87,14 @@ class TooManyJobs(DomainError):
     retry_after = 10
 
 
+class TooManySignals(DomainError):
+    """A job holds as many signals as it may without having taken them; nothing was kept."""
+
+    code = "too_many_signals"
+    message = ("This job already holds as many signals as it may before it takes them; send "
+               "again once it has taken one.")
+
+
 class RateLimited(DomainError):
     code = "rate_limited"
     message = "Too many requests; slow down."

@@ -102,10 +102,15 @@ class Settings(BaseSettings):
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 
-    active_jobs_quota: int = Field(
-        1000, ge=0, description="most active (queued or running) jobs one organization may have; "
-                                "operators override it per organization and kind "
-                                "(`spacejobs orgs set-quota`)")
+    # The default cap is the database's policy (models/ops/quota_policy.py): read only by
+    # `spacejobs db upgrade`, which writes it into the database when it is set.
+    active_jobs_quota: int | None = Field(
+        None, ge=0, le=2**31 - 1,
+        description="most active (queued, running or waiting) jobs one organization may have, a "
+                    "workflow's steps and a fan-out's children included (1000 unless set); "
+                    "`spacejobs db upgrade` writes it into the database's policy, which "
+                    "`spacejobs orgs set-default-quota` changes too; operators override it per "
+                    "organization and kind (`spacejobs orgs set-quota`)")
 
     # -- sweeper and retention -------------------------------------------------------------
     sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")

@@ -37,7 +37,7 @@ from models.errors import (
 from models.jobs.context import JobContext, LeaseFlags
 from models.jobs.leases import Failure, Finished
 from models.jobs.records import LeasedJob
-from models.jobs.workflows import INPUTS
+from models.jobs.workflows import AFTER, INPUTS
 from models.kinds import JobKind
 from models.kinds.rules import KindRules
 from models.results.attempt import AttemptResults
@@ -125,15 +125,17 @@ class Attempt:
         rules = kind.rules
         results = AttemptResults(self.ports.results, job,
                                  inline_max_bytes=self.ports.inline_max_bytes)
-        # A workflow's step carries its dependencies' results beside its own params (only a
-        # parent's spawn can put them there: a submit's params model refuses the key); the
-        # kind's params model reads only its own (models/jobs/workflows.py).
+        # A workflow's step names its dependencies beside its own params (only the database's
+        # release of the step puts them there: a submit's params model refuses the keys); the
+        # kind's params model reads only its own (models/jobs/workflows.py). A step made before
+        # revision 0042 carries their results themselves.
         params = dict(job.params)
+        reads_inputs = params.pop(AFTER, None) is not None
         inputs = params.pop(INPUTS, None)
         ctx = JobContext(self.ports.leases, job, rules, flags=flags,
                          deadline=started + rules.time_limit if rules.time_limit else None,
                          should_release=self.signals.release_due, results=results,
-                         inputs=inputs)
+                         inputs=inputs, reads_inputs=reads_inputs)
         self.ports.keeper.running(job, rules, started)
         self.stats.running = 1
         try:

@@ -41,7 +41,7 @@ def make_runner(process: worker_process.WorkerProcess) -> Runner:
     return Runner(
         ports=Ports(leases=process.leases, keeper=process.keeper, controls=process.controls,
                     results=process.results(),
-                    inline_max_bytes=settings.result_inline_max_bytes, count=process.count),
+                    inline_max_bytes=settings.result_inline_max_bytes),
         signals=Signals(stop_requested=shutdown.stop_requested, release_due=shutdown.release_due,
                         wait_for_work=process.wait_for_work, publish_wake=publish_quietly,
                         fan_out=process.publisher.wake),

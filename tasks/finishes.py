@@ -25,7 +25,6 @@ from models.jobs.leases import Finished, FinishReport
 from models.jobs.records import KindControl
 from models.jobs.store import NO_ORGANIZATION
 from models.kinds import JobKind
-from models.ops import counters
 from models.results.attempt import delete_quietly
 from tasks.ends import Ends, Outcome
 from tasks.ports import Ports
@@ -88,8 +87,9 @@ class FinishBuffer:
         for job, refusal in report.refused:
             log.info("job refused at its finish: %s", refusal.code, extra=job.log_context)
             self.ends.end(job, Outcome.FAILED, seconds[job.id])
+        # The database counts each under its kind (complete_jobs() in the schema: the metric's
+        # labels are the database's own kinds).
         for job in report.stale:
-            self.ports.count(counters.STALE_FINISHES, job.kind)
             log.warning("stale finish discarded: a newer attempt owns the job",
                         extra=job.log_context)
             self.ends.end(job, Outcome.STALE_FINISH, seconds[job.id])

@@ -49,10 +49,6 @@ class Keeper(Protocol):
     def idle(self) -> None: ...
 
 
-def _no_count(name: str, kind: str) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class Ports:
     """The database and the results store, as the runner reaches them."""
@@ -64,8 +60,6 @@ class Ports:
     #: where large results go (None: every result stays inline, and storing a file fails)
     results: ResultStore | None = None
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
-    #: adds one to a worker counter (models.ops.counters) for a kind
-    count: Callable[[str, str], None] = _no_count
 
 
 def _never(*_: object) -> bool:

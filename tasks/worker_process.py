@@ -132,9 +132,6 @@ class WorkerProcess:
             self._listener.close()
         self._listener = None
 
-    def count(self, name: str, kind: str) -> None:
-        self.counters.add(name, kind)
-
     def forget_parent(self) -> None:
         """In a forked child: the parent's sockets are not ours to close, only to drop."""
         self.engine.dispose(close=False)

@@ -270,3 +270,35 @@ def traced(ctx: JobContext, params: TracedParams) -> dict[str, Any]:
 def rated(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     """A kind that declares a rate limit: at most 3 start in any 2 s in one organization."""
     return {"attempt": ctx.job.attempt}
+
+
+class BlobParams(Params):
+    kib: Annotated[int, Field(ge=1, le=256)]
+
+
+@job_kind("test.blob", org_states={"active"}, max_attempts=2, backoff=0.2, params=BlobParams)
+def blob(ctx: JobContext, params: BlobParams) -> dict[str, Any]:
+    """A workflow step with a large result: ``kib`` KiB of its own, and how many bytes of
+    inputs it read (a chain of these must not copy every result into every later step)."""
+    read = sum(len(value.get("blob", "")) for value in ctx.inputs if isinstance(value, dict))
+    return {"blob": "x" * (params.kib * 1024), "read": read}
+
+
+class ApprovalParams(Params):
+    timeout: Annotated[float, Field(gt=0, le=3600)] = 60
+
+
+@job_kind("test.approval", org_states={"active", "read_only"}, max_attempts=3, backoff=0.2,
+          params=ApprovalParams)
+def approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
+    """Waits for an approval and answers who the database says sent it, beside what the
+    payload claims: an approval must trust the first, never the second."""
+    signal = ctx.receive_signal("approve", timeout=params.timeout)
+    return {"payload": signal.payload, "sent_by": str(signal.sent_by),
+            "sender_role": signal.sender_role}
+
+
+@job_kind("test.admin_step", org_states={"active"}, role="admin", max_attempts=2, backoff=0.2)
+def admin_step(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    """A step only admins may start, whose result only admins may read (its kind's role)."""
+    return {"for": "admins only"}

@@ -128,6 +128,10 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     @app.after_request
     def echo_request_id(response):  # type: ignore[no-untyped-def]
         response.headers["X-Request-ID"] = g.get("request_id", "")
+        # What gunicorn's access log names the request by (webapp/cli.py ACCESS_LOG_FORMAT):
+        # the route's template, never the URL, whose values (a signal's name, ids, a path no
+        # route matched) are the client's own words.
+        request.environ[ROUTE_ENVIRON_KEY] = request.url_rule.rule if request.url_rule else "-"
         if response.mimetype == "text/html":
             # Our pages load nothing from elsewhere and are never framed (no clickjacking of a
             # Cancel button); inline styles stay allowed, scripts come only from /static.
@@ -159,6 +163,10 @@ def _instrument(app: Flask) -> None:
 
     FlaskInstrumentor().instrument_app(app, excluded_urls="/static/.*")
     CeleryInstrumentor().instrument()
+
+
+#: the WSGI environ key that holds the matched route's template for the access log
+ROUTE_ENVIRON_KEY = "spacejobs.route"
 
 
 class _RequestIdFilter(logging.Filter):

@@ -32,7 +32,7 @@ from models.db.transaction import owner_transaction
 from models.errors import DomainError
 from models.kinds import RateLimit
 from models.logs import configure_logging
-from models.ops import liveness, retention
+from models.ops import liveness, quota_policy, retention
 from models.settings import get_settings, reload_settings
 from models.tenancy import accounts, passwords, sessions
 from models.tenancy.access import ORG_STATES, ROLE_RANK
@@ -269,6 +269,15 @@ def orgs_set_quota(org: str, limit: str, kind: str | None) -> None:
     _run(lambda c: accounts.set_quota(c, accounts.resolve_organization(c, org), max_active, kind))
 
 
+@orgs.command("set-default-quota")
+@click.argument("limit", type=click.IntRange(0, quota_policy.MAX_CAP))
+def orgs_set_default_quota(limit: int) -> None:
+    """Cap every organization's active jobs at LIMIT, unless `orgs set-quota` says otherwise for
+    it (a workflow counts with its steps, a fan-out with its children). The database holds it;
+    `db upgrade` writes SPACEJOBS_ACTIVE_JOBS_QUOTA into it when that is set."""
+    click.echo(f"default quota: {_run(lambda c: quota_policy.change(c, limit))} active jobs")
+
+
 @main.group()
 def tokens() -> None:
     """API tokens."""
@@ -305,6 +314,14 @@ def tokens_list(email: str) -> None:
 
 # ----------------------------------------------------------------------------- processes
 
+#: gunicorn's access log line: the client, the time, the method and the matched ROUTE's template
+#: (set by the app in the WSGI environ, webapp/__init__.py), never the URL itself, whose values
+#: are the client's (a signal's name, a path no route matched, a query string); the status,
+#: bytes, milliseconds and the request id that the app's own log lines carry too.
+ACCESS_LOG_FORMAT = ('%(h)s %(t)s "%(m)s %({spacejobs.route}e)s" %(s)s %(B)s %(M)sms '
+                     '%({x-request-id}o)s')
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True, type=int)
@@ -325,7 +342,7 @@ def web(host: str, port: int, workers: int) -> None:
         def load_config(self) -> None:
             for key, value in {"bind": f"{host}:{port}", "workers": workers, "worker_class": "gthread",
                                "threads": threads, "timeout": 60, "graceful_timeout": 10,
-                               "accesslog": "-"}.items():
+                               "accesslog": "-", "access_log_format": ACCESS_LOG_FORMAT}.items():
                 self.cfg.set(key, value)
 
         def load(self) -> Any:

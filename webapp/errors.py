@@ -34,6 +34,7 @@ HTTP_STATUS = {
     "idempotency_key_reused": 409,
     "job_not_completed": 409,
     "job_finished": 409,
+    "too_many_signals": 409,
     "result_expired": 410,
     "result_missing": 410,
     "payload_too_large": 413,
@@ -46,7 +47,7 @@ HTTP_STATUS = {
 
 # Details that may be echoed to the caller (ids of the caller's own organization, field names,
 # why a field was refused: models.kinds.reasons, never the value).
-_PUBLIC_DETAILS = ("job_id", "fields", "reasons", "status", "index", "limit")
+_PUBLIC_DETAILS = ("job_id", "fields", "reasons", "status", "index", "step", "limit")
 
 
 def wants_html() -> bool:

@@ -272,7 +272,7 @@ OPERATIONS = (
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
               {202: ("sent: a wait of the job for this name takes it, now or later, once",
                      SignalSent)},
-              (*IN_ORGANIZATION, "insufficient_role", "job_finished", *BODY),
+              (*IN_ORGANIZATION, "insufficient_role", "job_finished", "too_many_signals", *BODY),
               raw_body=True),
     Operation("api.job_event_stream", "get", "Server-sent events of the job's status and progress",
               {200: ("text/event-stream: `status` and `progress` events, data = the job", "stream"),

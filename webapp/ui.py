@@ -348,7 +348,7 @@ def _job_view(page: OrgPage, job_id: str) -> JobView:
     job = jobs.get(page.conn, page.membership, parse_id(job_id))
     # Whoever may see the job may see its steps: read after (and by) the same rule as the job.
     steps = jobs.steps(page.conn, page.membership, job, limit=STEPS_SHOWN)
-    return JobView(job, describe(job), jobs.rights(page.membership, job),
+    return JobView(job, describe(job), jobs.rights(page.conn, page.membership, job),
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
                    jobs.request_id_of(page.conn, job), step_list(job, steps))
 

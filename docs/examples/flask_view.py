@@ -37,7 +37,7 @@ def start_report(org: UUID) -> ResponseReturnValue:
 def report_status(org: UUID, job_id: UUID) -> ResponseReturnValue:
     with jobs.transaction(org, signed_in_user()) as (conn, member):
         job = jobs.get(conn, member, job_id)
-        rights = jobs.rights(member, job)
+        rights = jobs.rights(conn, member, job)
         body: dict[str, object] = {"status": job.status, "progress": job.progress}
         if job.status == "completed" and rights.may_read_result:
             _job, result, _stored = jobs.result(conn, member, job_id)

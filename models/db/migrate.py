@@ -40,7 +40,7 @@ from sqlalchemy import Connection, text
 from models.db.engine import make_engine
 from models.db.queries import queries_beside
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_password
-from models.ops import retention
+from models.ops import quota_policy, retention
 from models.settings import get_settings
 
 Q = queries_beside(__file__)
@@ -82,8 +82,10 @@ def upgrade(admin_url: str, revision: str = "head", *, replay_revisions: bool = 
             else:
                 command.upgrade(config, revision)
             if revision == "head":
-                # the deployment's SPACEJOBS_KEEP_* ages, where set, become the database's policy
+                # the deployment's SPACEJOBS_KEEP_* ages and SPACEJOBS_ACTIVE_JOBS_QUOTA, where
+                # set, become the database's policies
                 retention.apply_settings(conn, get_settings())
+                quota_policy.apply_settings(conn, get_settings())
     finally:
         engine.dispose()
 

@@ -33,16 +33,21 @@ def transaction(
     user_id: UUID | str | None = None,
     actor: str | None = None,
     durable: bool = True,
+    lease: tuple[UUID, UUID] | None = None,
 ) -> Iterator[Connection]:
     """One transaction, scoped to a tenant and a user when given; commits unless it raises.
 
     ``durable=False`` lets its COMMIT return before the WAL reaches the disk
     (``synchronous_commit = off`` for this transaction only): a crash may then undo it although
     the commit succeeded. Only for work whose loss the design already covers.
+
+    ``lease`` (a job's id and lease token): the worker's tenant transaction of a job it holds.
+    The worker role's row-level security admits the tenant data of that job's organization
+    while the token holds the lease, and nothing else (lease_org() in the schema).
     """
     def first(conn: Connection) -> None:
         scope(conn, organization_id=organization_id, user_id=user_id, actor=actor,
-              durable=durable)
+              durable=durable, lease=lease)
 
     with opened(engine, first) as (conn, _):
         yield conn
@@ -89,15 +94,20 @@ def scope(
     user_id: UUID | str | None = None,
     actor: str | None = None,
     durable: bool = True,
+    lease: tuple[UUID, UUID] | None = None,
 ) -> None:
     """Set the transaction-local tenant, user and actor (``SET LOCAL`` cannot bind parameters),
-    and ``synchronous_commit = off`` when the transaction need not be ``durable``."""
+    the job's lease a worker presents (see :func:`transaction`), and
+    ``synchronous_commit = off`` when the transaction need not be ``durable``."""
     # Every transaction's first statement: on the driver's cursor (models/db/hot.py says why).
     hot.rows(conn, Q["scope"], {
         "org": str(organization_id) if organization_id else "",
         "user": str(user_id) if user_id else "",
         "actor": actor or "",
         "durable": durable,
+        "lease": lease is not None,
+        "job": str(lease[0]) if lease else "",
+        "token": str(lease[1]) if lease else "",
     })
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -82,6 +83,8 @@ class JobRuntime(Protocol):
     def start_workflow(self, job: LeasedJob, steps: Sequence[StepPlan], policy: str,
                        max_parallel: int | None = None) -> WorkflowState | None: ...
 
+    def step_inputs(self, job: LeasedJob) -> list[Any]: ...
+
     def children(self, job: LeasedJob) -> list[Child]: ...
 
     def cancel_children(self, job: LeasedJob) -> int: ...
@@ -105,6 +108,7 @@ class JobContext:
         should_release: Callable[[], bool] | None = None,
         results: AttemptResults | None = None,
         inputs: list[Any] | None = None,
+        reads_inputs: bool = False,
     ) -> None:
         self.runtime = runtime
         self.job = job
@@ -114,12 +118,23 @@ class JobContext:
         # Asked by the worker's shutdown: True once the grace period for running jobs is over.
         self._should_release = should_release or (lambda: False)
         self.results = results or AttemptResults(None, job)
-        #: a workflow step's dependencies' results, in the order of its dependencies (a chain's
-        #: step: ``ctx.inputs[0]`` is the previous step's); empty outside a workflow
-        self.inputs: list[Any] = list(inputs or [])
+        # A workflow step's dependencies' results: given (a step made before revision 0042
+        # carried them), or read from the database when first asked for (``reads_inputs``).
+        self._inputs: list[Any] | None = None if reads_inputs else list(inputs or [])
         # How many waits of each kind this run has reached: the n-th sleep of a run is the n-th
         # sleep of every run of the job, so its record is found again (the step rule).
         self._waits: dict[str, int] = {}
+
+    @property
+    def inputs(self) -> list[Any]:
+        """A workflow step's dependencies' results, in the order of its dependencies (a chain's
+        step: ``ctx.inputs[0]`` is the previous step's); empty outside a workflow. Read from
+        the database the first time a run asks (the step's row names its dependencies, never
+        copies of their results)."""
+        if self._inputs is None:
+            self.checkpoint()
+            self._inputs = list(self.runtime.step_inputs(self.job))
+        return self._inputs
 
     def tenant(self) -> AbstractContextManager[Tenant]:
         """A NEW transaction scoped to the job's organization (taken from the leased row).
@@ -224,18 +239,25 @@ class JobContext:
         """Wait, without holding a worker, for the signal ``name`` (sent to this job through
         the API or ``Jobs.signal``) and return its payload; one signal is taken per wait, in
         the order they came, and one sent before the wait is kept for it. SignalTimeout once
-        ``timeout`` seconds have passed without one (from the first run that got here)."""
+        ``timeout`` seconds have passed without one (from the first run that got here).
+        :meth:`receive_signal` is the same wait, answering who sent it too."""
+        return self.receive_signal(name, timeout=timeout).payload
+
+    def receive_signal(self, name: str, *, timeout: float) -> Signal:
+        """:meth:`wait_for_signal`, answering the whole :class:`Signal`: its payload, and who
+        sent it with the role they held then, as the database recorded them. An approval
+        trusts ``signal.sender_role``, never a field the sender wrote into the payload."""
         step = self.next_step_name(f"signal:{name}")
-        found, payload = self.runtime.step_result(self.job, step)
+        found, recorded = self.runtime.step_result(self.job, step)
         if found:
-            return payload
+            return Signal.from_record(name, recorded)
         deadline = datetime.fromisoformat(self.step(
             step + ":deadline",
             lambda: (datetime.now(UTC) + timedelta(seconds=max(0.0, timeout))).isoformat()))
         self.checkpoint()
-        taken, payload = self.runtime.take_signal(self.job, name, step)
+        taken, recorded = self.runtime.take_signal(self.job, name, step)
         if taken:
-            return payload
+            return Signal.from_record(name, recorded)
         if datetime.now(UTC) >= deadline:
             raise SignalTimeout()
         raise WaitRequested(signal=name, until=deadline)
@@ -254,6 +276,34 @@ class JobContext:
     @property
     def lease_lost(self) -> bool:
         return self.flags.lost.is_set()
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A signal a wait took: its payload, and who sent it with the role they held in the
+    organization when they sent it (``sent_by``/``sender_role`` are None only for a signal
+    taken before senders were recorded, revision 0039)."""
+
+    name: str
+    payload: Any
+    sent_by: UUID | None
+    sender_role: str | None
+    sent_at: datetime | None
+
+    @classmethod
+    def from_record(cls, name: str, recorded: Any) -> Signal:
+        """The signal as its step recorded it (take_signal() in the schema)."""
+        if isinstance(recorded, dict) and set(recorded) == {_TAKEN_SIGNAL}:
+            taken = recorded[_TAKEN_SIGNAL]
+            return cls(name, taken.get("payload"),
+                       UUID(taken["sent_by"]) if taken.get("sent_by") else None,
+                       taken.get("sender_role"),
+                       datetime.fromisoformat(taken["sent_at"]) if taken.get("sent_at") else None)
+        return cls(name, recorded, None, None, None)  # recorded before revision 0039: the payload
+
+
+#: the one key of a taken signal's step record (take_signal() in the schema)
+_TAKEN_SIGNAL = "_taken_signal"
 
 
 def _jsonable(value: Any, name: str) -> Any:

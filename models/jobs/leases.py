@@ -141,14 +141,10 @@ class WorkerLeases:
     def fail(self, job: LeasedJob, failure: Failure) -> Status | None:
         """Retry, fail or (if asked) cancel; None when the lease is no longer ours."""
         with transaction(self.engine, actor=self.actor) as conn:
+            # The technical detail goes to operators only, never into error_message.
             status = store.fail_attempt(conn, job.id, job.lease_token, failure.error,
-                                        retry_in=failure.retry_in)
-            if status is not None and failure.diagnosis is not None:
-                # The technical detail goes to operators only, never into error_message.
-                store.record_diagnostics(
-                    conn, job, worker=self.worker,
-                    exception_class=failure.diagnosis.exception_class,
-                    traceback=failure.diagnosis.traceback)
+                                        retry_in=failure.retry_in, worker=self.worker,
+                                        diagnosis=failure.diagnosis)
         return Status(status) if status is not None else None
 
     def acknowledge_cancel(self, job: LeasedJob) -> bool:
@@ -163,7 +159,10 @@ class WorkerLeases:
     # -- what a running job's context needs (models.jobs.context.JobRuntime) ---------------
     @contextmanager
     def tenant(self, job: LeasedJob, rules: KindRules) -> Iterator[Tenant]:
-        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
+        # Scoped by the lease itself: the worker role's policies on tenant tables admit only
+        # the organization of a lease the transaction presents (lease_org() in the schema).
+        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor,
+                         lease=(job.id, job.lease_token)) as conn:
             standing = store.lease_standing(conn, [(job.id, job.lease_token)]).get(job.id)
             if standing is None and store.lease_status(conn, job.id, job.lease_token) is None:
                 raise LeaseLost()
@@ -198,31 +197,30 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.start_workflow(conn, job, steps, policy, max_parallel)
 
+    def step_inputs(self, job: LeasedJob) -> list[Any]:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.step_inputs(conn, job)
+
     def children(self, job: LeasedJob) -> list[store.Child]:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.children(conn, job)
 
     def step_result(self, job: LeasedJob, name: str) -> tuple[bool, Any]:
-        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
-            return store.step_result(conn, job.id, name)
+        """A step the job recorded (LeaseLost when this attempt no longer holds it)."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.step_result(conn, job, name)
 
     def record_step(self, job: LeasedJob, name: str, result: Any) -> None:
         """Recorded only while this attempt holds the lease (LeaseLost otherwise)."""
-        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
-            if not store.lock_lease(conn, job.id, job.lease_token):
-                raise LeaseLost()
+        with transaction(self.engine, actor=self.actor) as conn:
             store.record_step(conn, job, name, result)
 
     def take_signal(self, job: LeasedJob, name: str, step: str) -> tuple[bool, Any]:
         """The oldest signal ``name`` not taken yet, taken and recorded as the step ``step`` in
-        one fenced transaction: a later run finds the step, and no other wait takes it."""
-        with transaction(self.engine, organization_id=job.organization_id, actor=self.actor) as conn:
-            if not store.lock_lease(conn, job.id, job.lease_token):
-                raise LeaseLost()
-            taken, payload = store.take_signal(conn, job.id, name)
-            if taken:
-                store.record_step(conn, job, step, payload)
-            return taken, payload
+        one fenced transaction: a later run finds the step, and no other wait takes it. What is
+        returned is what was recorded: the payload with its sender."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.take_signal(conn, job, name, step)
 
     def wait(self, job: LeasedJob, until: datetime | None, signal: str | None,
              children: int | None) -> Status | None:

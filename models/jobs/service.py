@@ -49,10 +49,11 @@ from models.errors import (
     JobNotCompleted,
     NotFound,
     ResultExpired,
+    TooManySignals,
 )
 from models.jobs import store, waiting, workflows
 from models.jobs.records import ACTIVE, Job, Status
-from models.kinds import JobKind, get_any_kind, get_kind, kind_roles, required_role
+from models.kinds import JobKind, KindRules, get_any_kind, get_kind, kind_roles
 from models.ops import actions
 from models.ops.dashboard import job_organization
 from models.results.records import StoredResult
@@ -76,9 +77,11 @@ MIN_PRIORITY, MAX_PRIORITY = -10, 10
 MAX_SEQUENCE_KEY, MAX_DEBOUNCE_SECONDS = 200, 86_400
 #: a page of an organization's jobs holds at most this many
 MAX_PAGE = 200
-#: a signal's name (the job_signals CHECK says the same) and the most its payload may hold
+#: a signal's name (the job_signals CHECK says the same), the most its payload may hold, and the
+#: most signals a job may hold that it has not taken (signal_job() in the schema holds both)
 SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_SIGNAL_BYTES = 64 * 1024
+MAX_PENDING_SIGNALS = 10
 #: a job's page lists at most this many of its steps (then says how many more)
 MAX_STEPS_LISTED = 200
 
@@ -209,8 +212,11 @@ class Jobs:
         job_kind = get_kind(kind)
         valid = _validated(job_kind, params, dedup_key, priority, sequence_key)
         _check_debounce(debounce_seconds, dedup_key)
+        parts = _parts(job_kind, valid)
         job, outcome = store.submit(
-            conn, organization_id=organization_id, requested_by=requested_by, kind=job_kind.rules,
+            conn, organization_id=organization_id, requested_by=requested_by,
+            kind=workflows.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
+            parts=parts,
             params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
             request_id=request_id, run_after=run_after, priority=priority,
             sequence_key=sequence_key, debounce_seconds=debounce_seconds)
@@ -281,7 +287,9 @@ class Jobs:
                 earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
                 if earlier != index:
                     raise DuplicateJob("The batch holds the same job twice.", index=index)
-            new_jobs.append(store.NewJob(job_kind.rules, valid, item.dedup_key, item.run_after,
+            parts = _parts(job_kind, valid)
+            rules = workflows.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules
+            new_jobs.append(store.NewJob(rules, valid, item.dedup_key, item.run_after,
                                          item.priority, item.sequence_key))
         # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
         savepoint = conn.begin_nested()
@@ -337,8 +345,11 @@ class Jobs:
             raise InvalidRequest(f"A list of steps holds 1 to {MAX_STEPS_LISTED}.", fields=["limit"])
         return store.steps_of(conn, job.id, limit=limit)
 
-    def rights(self, member: Membership, job: Job) -> JobRights:
-        role = required_role(job.kind)
+    def rights(self, conn: Connection, member: Membership, job: Job) -> JobRights:
+        """What the member may do with the job, by the rules the actions enforce: the role the
+        job needs is its kind's, and for a parent the strictest of what it holds (read in the
+        caller's transaction, as the cancel and the result read it)."""
+        role = store.role_needed(conn, job.id, kind_roles()) or "owner"
         return JobRights(
             kind_role=role,
             may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED
@@ -360,9 +371,12 @@ class Jobs:
                payload: Any = None) -> Status | None:
         """Send the signal ``name`` with ``payload`` (JSON, at most 64 KiB) to a job of the
         member's organization; a wait of the job for that name takes it, now or later, once.
-        Who may cancel the job may signal it (InsufficientRole otherwise). NotFound for a job
-        that is not the organization's, JobFinished for one that ended. Returns the job's
-        status after the signal (``queued`` when it was waiting for it)."""
+        Who may cancel the job may signal it (InsufficientRole otherwise): for a parent, the
+        strictest rule of what it holds. The database keeps who sent it and their role, for the
+        kind (``ctx.receive_signal``). NotFound for a job that is not the organization's,
+        JobFinished for one that ended, TooManySignals when the job already holds
+        :data:`MAX_PENDING_SIGNALS` it has not taken. Returns the job's status after the signal
+        (``queued`` when it was waiting for it)."""
         if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
             raise InvalidRequest("A signal's name is 1 to 64 letters, digits, '.', '_' or '-'.",
                                  fields=["name"])
@@ -378,7 +392,12 @@ class Jobs:
         if outcome == "finished":
             raise JobFinished(status=status)
         if outcome == "refused":
-            raise cancel_refused(required_role_of(roles, conn, job_id))
+            raise cancel_refused(store.role_needed(conn, job_id, roles) or "owner")
+        if outcome == "too_large":
+            raise InvalidRequest(f"A signal's payload holds at most {MAX_SIGNAL_BYTES // 1024} KiB.",
+                                 fields=["payload"])
+        if outcome == "too_many":
+            raise TooManySignals(limit=MAX_PENDING_SIGNALS)
         if status == Status.QUEUED:
             self._wake_after_commit(conn, str(job_id))
         return status
@@ -391,11 +410,12 @@ class Jobs:
         For a result in the results store, the result is its descriptor and the third value
         says which file to stream (the row's own key: a client never names one). The download
         is written to the organization's audit log in the caller's transaction."""
-        found = store.get_result(conn, job_id)
+        found = store.get_result(conn, job_id, kind_roles=kind_roles())
         if found is None:
             raise NotFound()
-        job, result, ref = found
-        check_may_read_result(member, required_role(job.kind))
+        job, result, ref = found.job, found.result, found.ref
+        # A parent's result carries its children's: it needs the strictest role of them all.
+        check_may_read_result(member, found.role_needed or "owner")
         if job.status != Status.COMPLETED:
             raise JobNotCompleted(status=job.status)
         if job.result_expired_at is not None:
@@ -427,7 +447,7 @@ class Jobs:
                     found = store.get_result(conn, job_id)
                 if found is None:
                     raise NotFound()
-                job, result, ref = found
+                job, result, ref = found.job, found.result, found.ref
                 if job.finished:
                     if job.status != Status.COMPLETED:
                         return Outcome(job, None)
@@ -543,8 +563,10 @@ def _check_debounce(debounce_seconds: int | None, dedup_key: str | None) -> None
                              fields=["dedup_key"])
 
 
-def required_role_of(roles: dict[str, str], conn: Connection, job_id: UUID) -> str:
-    """The role a refused signal needed: its kind's (an owner for a kind this process does
-    not know, as the statement decided)."""
-    job = store.get(conn, job_id)
-    return roles.get(job.kind, "owner") if job else "owner"
+def _parts(job_kind: JobKind, params: dict[str, Any]) -> list[KindRules]:
+    """The rules of the jobs a submit starts through this one: a workflow's steps (its submit
+    is checked against the strictest of them: models.jobs.workflows.rules_with_steps); none
+    for any other kind."""
+    if job_kind.rules.name == workflows.WORKFLOW_KIND:
+        return workflows.step_rules(params)
+    return []

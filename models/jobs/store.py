@@ -21,6 +21,7 @@ from sqlalchemy import Connection, RowMapping
 from models import tracing
 from models.db import hot
 from models.db.queries import queries_beside
+from models.diagnostics import Diagnosis
 from models.errors import (
     DomainError,
     DuplicateJob,
@@ -34,7 +35,6 @@ from models.errors import (
 from models.jobs.records import RUNNING, Job, KindControl, LeasedJob, Status
 from models.kinds.registry import registered_kinds
 from models.kinds.rules import KindRules
-from models.settings import get_settings
 from models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
 
 Q = queries_beside(__file__)
@@ -59,6 +59,7 @@ def submit(
     priority: int = 0,
     sequence_key: str | None = None,
     debounce_seconds: int | None = None,
+    parts: Sequence[KindRules] = (),
 ) -> tuple[Job, str]:
     """Insert a queued job, after checking the requester's current standing against the kind's
     rules. Returns ``(job, outcome)``: ``created``; ``replayed`` for an Idempotency-Key replay;
@@ -68,7 +69,9 @@ def submit(
     Raises the domain error that says why the requester may not (NotFound for a non-member,
     as for any other organization), TooManyJobs when the organization's quota of active jobs
     (or the kind's) is full, DuplicateJob when an active job has the same dedup_key,
-    IdempotencyKeyReused when the key was used for a different kind or params.
+    IdempotencyKeyReused when the key was used for a different kind or params. ``parts``: the
+    rules of the jobs this one will start (a workflow's steps, already in ``kind``'s), so that
+    a refusal names the first step whose own rules refuse (``step`` in its details).
     """
     (row,) = hot.rows(conn, Q["submit"], {
         "organization_id": organization_id, "requested_by": requested_by, "kind": kind.name,
@@ -76,12 +79,12 @@ def submit(
         "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
         "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
         "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
-        "org_quota": get_settings().active_jobs_quota, "kind_quota": kind.quota,
-        "priority": priority, "traceparent": tracing.current_traceparent(),
-        "sequence_key": sequence_key, "debounce_seconds": debounce_seconds,
+        "kind_quota": kind.quota, "priority": priority,
+        "traceparent": tracing.current_traceparent(), "sequence_key": sequence_key,
+        "debounce_seconds": debounce_seconds, **_declared_quotas(),
     }, as_dicts=True)
     if row["outcome"] == "refused":
-        _raise_refusal(row, kind.org_states, kind.role)
+        _raise_refusal(row, kind.org_states, kind.role, parts)
     if row["outcome"] == "over_quota":
         _raise_over_quota(row)
     if row["outcome"] in ("created", "debounced"):
@@ -127,9 +130,9 @@ def submit_many(
         "max_attempts": [j.kind.max_attempts for j in jobs],
         "lease_seconds": [j.kind.lease_seconds for j in jobs],
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
-        "org_quota": get_settings().active_jobs_quota, "kind_quotas": [j.kind.quota for j in jobs],
-        "priorities": [j.priority for j in jobs], "traceparent": tracing.current_traceparent(),
-        "sequence_keys": [j.sequence_key for j in jobs],
+        "kind_quotas": [j.kind.quota for j in jobs], "priorities": [j.priority for j in jobs],
+        "traceparent": tracing.current_traceparent(),
+        "sequence_keys": [j.sequence_key for j in jobs], **_declared_quotas(),
     })
     make_job = Job.reader(list(result.keys()))
     rows = result.all()
@@ -152,6 +155,21 @@ def submit_many(
     return [written.get(job_id) for job_id in ids]
 
 
+def _declared_quotas() -> dict[str, list[Any]]:
+    """The caps the kinds of this process declare (``quota=``), as the submit functions take
+    them for the children a job will make (a workflow's steps): the database picks those of the
+    kinds it finds in the workflow. Read once per set of kinds, as the rate limits are."""
+    kinds, caps = _quotas_of(len(registered_kinds()))
+    return {"quota_kinds": kinds, "quota_caps": caps}
+
+
+@functools.lru_cache(maxsize=4)
+def _quotas_of(_kind_count: int) -> tuple[list[str], list[int]]:
+    declared = sorted((name, kind.rules.quota) for name, kind in registered_kinds().items()
+                      if kind.rules.quota is not None)
+    return [name for name, _ in declared], [cap for _, cap in declared]
+
+
 def _standing(row: Any) -> Standing | None:
     """The requester's standing as the database read it for a refused submit."""
     if row["member_role"] is None:
@@ -159,8 +177,17 @@ def _standing(row: Any) -> Standing | None:
     return Standing(row["member_role"], row["member_organization_state"])
 
 
-def _raise_refusal(row: Any, org_states: frozenset[str], role: str) -> None:
-    check_allowed(_standing(row), org_states=org_states, role=role)
+def _raise_refusal(row: Any, org_states: frozenset[str], role: str,
+                   parts: Sequence[KindRules] = ()) -> None:
+    standing = _standing(row)
+    if standing is not None:
+        for place, part in enumerate(parts):
+            try:
+                check_allowed(standing, org_states=part.org_states, role=part.role)
+            except DomainError as refusal:
+                refusal.details["step"] = place
+                raise
+    check_allowed(standing, org_states=org_states, role=role)
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
 
 
@@ -196,10 +223,39 @@ def snapshot(conn: Connection, job_id: UUID) -> RowMapping:
     return row
 
 
-def get_result(conn: Connection, job_id: UUID | str) -> tuple[Job, Any, str | None] | None:
-    """The job, its result and its ``result_ref`` (the key of a stored result, else None)."""
-    row = conn.execute(Q["get_result"], {"id": str(job_id)}).mappings().one_or_none()
-    return (Job.from_row(row), row["result"], row["result_ref"]) if row else None
+@dataclass(frozen=True)
+class ResultRow:
+    """A job with its result, as a result read sees it."""
+
+    job: Job
+    result: Any
+    #: the key of a stored result in the results store, else None
+    ref: str | None
+    #: the least role a member needs to read the result (the strictest of what a parent
+    #: holds); None when the read asked for no roles
+    role_needed: str | None
+
+
+def role_needed(conn: Connection, job_id: UUID, kind_roles: Mapping[str, str]) -> str | None:
+    """The least role a member needs to act on the job (cancel, signal, read its result): its
+    kind's, and for a parent the strictest of every kind within it (job_role_needed() in the
+    schema). None for a job the caller's organization does not hold."""
+    needed: str | None = conn.execute(Q["role_needed"], {
+        "id": job_id, "kind_roles": json.dumps(dict(kind_roles))}).scalar_one()
+    return needed
+
+
+def get_result(conn: Connection, job_id: UUID | str, *,
+               kind_roles: Mapping[str, str] | None = None) -> ResultRow | None:
+    """The job, its result and its ``result_ref``; with ``kind_roles`` (kind -> role, from the
+    registry), also the role reading it needs (job_role_needed() in the schema)."""
+    row = conn.execute(Q["get_result"], {
+        "id": str(job_id),
+        "kind_roles": json.dumps(dict(kind_roles)) if kind_roles is not None else None,
+    }).mappings().one_or_none()
+    if row is None:
+        return None
+    return ResultRow(Job.from_row(row), row["result"], row["result_ref"], row["role_needed"])
 
 
 def list_for_org(
@@ -439,24 +495,28 @@ def record_progress(conn: Connection, job_id: UUID, token: UUID, progress: dict[
     """Measured progress, fenced; None when the lease is no longer ours."""
     status = conn.execute(
         Q["record_progress"], {"id": job_id, "lease_token": token, "progress": json.dumps(progress)}
-    ).scalar_one_or_none()
+    ).scalar_one()
     return Status(status) if status is not None else None
 
 
 def lease_status(conn: Connection, job_id: UUID, token: UUID) -> Status | None:
     """The job's status while the lease is ours, else None."""
-    status = conn.execute(Q["lease_status"], {"id": job_id, "lease_token": token}).scalar_one_or_none()
+    status = conn.execute(Q["lease_status"], {"id": job_id, "lease_token": token}).scalar_one()
     return Status(status) if status in RUNNING else None
 
 
 def lock_lease(conn: Connection, job_id: UUID, token: UUID) -> bool:
-    return conn.execute(Q["lock_lease"], {"id": job_id, "lease_token": token}).first() is not None
+    """Lock the job's row until this transaction ends, if the token still holds its lease."""
+    held: bool = conn.execute(Q["lock_lease"], {"id": job_id, "lease_token": token}).scalar_one()
+    return held
 
 
 def fail_attempt(
-    conn: Connection, job_id: UUID, token: UUID, error: DomainError, *, retry_in: float
+    conn: Connection, job_id: UUID, token: UUID, error: DomainError, *, retry_in: float,
+    worker: str | None = None, diagnosis: Diagnosis | None = None,
 ) -> str | None:
-    """Record a failed attempt: retry, fail or (if asked) cancel. None: lease no longer ours."""
+    """Record a failed attempt: retry, fail or (if asked) cancel, with the operators' diagnosis
+    of an unexpected exception (never its message). None: lease no longer ours."""
     return conn.execute(
         Q["fail_attempt"],
         {
@@ -466,12 +526,17 @@ def fail_attempt(
             "retry_in": retry_in,
             "error_code": error.code,
             "error_message": error.message,
+            "worker": worker,
+            "exception_class": diagnosis.exception_class if diagnosis else None,
+            "traceback": diagnosis.traceback if diagnosis else None,
         },
     ).scalar_one_or_none()
 
 
 def acknowledge_cancel(conn: Connection, job_id: UUID, token: UUID) -> bool:
-    return conn.execute(Q["acknowledge_cancel"], {"id": job_id, "lease_token": token}).first() is not None
+    acknowledged: bool = conn.execute(Q["acknowledge_cancel"],
+                                      {"id": job_id, "lease_token": token}).scalar_one()
+    return acknowledged
 
 
 @dataclass(frozen=True)
@@ -517,8 +582,12 @@ def start_fan_out(conn: Connection, parent: LeasedJob, kind: KindRules,
     row = conn.execute(Q["start_fan_out"], {
         "parent": parent.id, "token": parent.lease_token, "kind": kind.name,
         "params": [json.dumps(item) for item in items], "max_parallel": max_parallel,
-        "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds}).one_or_none()
-    return None if row is None else FanOut(row.total, row.released, row.ended)
+        "max_attempts": kind.max_attempts, "lease_seconds": kind.lease_seconds,
+        "kind_quota": kind.quota}).one_or_none()
+    if row is None:
+        return None
+    _refuse_children_over_quota(row)
+    return FanOut(row.total, row.released, row.ended)
 
 
 @dataclass(frozen=True)
@@ -567,8 +636,33 @@ def start_workflow(conn: Connection, parent: LeasedJob, steps: Sequence[StepPlan
         "params": [json.dumps(step.params) for step in steps],
         "after": [json.dumps(step.after) for step in steps],
         "max_attempts": [step.kind.max_attempts for step in steps],
-        "lease_seconds": [step.kind.lease_seconds for step in steps]}).one_or_none()
-    return None if row is None else WorkflowState(row.total, row.released, row.ended, row.failed)
+        "lease_seconds": [step.kind.lease_seconds for step in steps],
+        "quotas": [step.kind.quota for step in steps]}).one_or_none()
+    if row is None:
+        return None
+    _refuse_children_over_quota(row)
+    return WorkflowState(row.total, row.released, row.ended, row.failed)
+
+
+def _refuse_children_over_quota(row: Any) -> None:
+    """A parent's children refused by a cap (start_fan_out(), start_workflow()): the parent's
+    attempt fails with too_many_jobs, and is retried later, when jobs have finished."""
+    if row.refused_kind is None:
+        return
+    whose = f"active {row.refused_kind} jobs" if row.refused_kind else "active jobs"
+    raise TooManyJobs(f"Its parts would take this organization past its limit of {row.cap} "
+                      f"{whose}; it will try again when some have finished.", permanent=False,
+                      limit=row.cap)
+
+
+def step_inputs(conn: Connection, step: LeasedJob) -> list[Any]:
+    """The results of the steps a held workflow step waited for, in the order of its
+    dependencies (step_inputs() in the schema); LeaseLost when the lease is no longer ours."""
+    row = conn.execute(Q["step_inputs"], {"id": step.id, "token": step.lease_token}).one()
+    if not row.held:
+        raise LeaseLost()
+    inputs: list[Any] = row.inputs
+    return inputs
 
 
 def children(conn: Connection, parent: LeasedJob) -> list[Child]:
@@ -620,27 +714,6 @@ def steps_of(conn: Connection, parent_id: UUID, *, limit: int) -> Steps:
                        Status(row.status) if row.status else None, row.attempts or 0,
                        row.error_code) for row in rows],
                  int(rows[0].total) if rows else 0)
-
-
-def record_diagnostics(
-    conn: Connection,
-    job: LeasedJob,
-    *,
-    worker: str,
-    exception_class: str,
-    traceback: str,
-) -> None:
-    conn.execute(
-        Q["record_diagnostics"],
-        {
-            "job_id": job.id,
-            "organization_id": job.organization_id,
-            "attempt": job.attempt,
-            "worker": worker,
-            "exception_class": exception_class,
-            "traceback": traceback,
-        },
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,19 +795,31 @@ def signal_job(conn: Connection, job_id: UUID, name: str, payload: Any, user_id:
     return row.outcome, Status(row.status) if row.status else None
 
 
-def step_result(conn: Connection, job_id: UUID, name: str) -> tuple[bool, Any]:
-    """(True, what the step returned) if the job recorded it, else (False, None)."""
-    row = conn.execute(Q["step_result"], {"job_id": job_id, "name": name}).first()
-    return (True, row.result) if row is not None else (False, None)
+def step_result(conn: Connection, job: LeasedJob, name: str) -> tuple[bool, Any]:
+    """(True, what the step returned) if the held job recorded it, else (False, None);
+    LeaseLost when the job's lease is no longer this attempt's."""
+    row = conn.execute(Q["step_result"], {"job_id": job.id, "lease_token": job.lease_token,
+                                          "name": name}).one()
+    if not row.held:
+        raise LeaseLost()
+    return (True, row.result) if row.found else (False, None)
 
 
 def record_step(conn: Connection, job: LeasedJob, name: str, result: Any) -> None:
-    conn.execute(Q["record_step"], {"job_id": job.id, "name": name,
-                                    "organization_id": job.organization_id,
-                                    "result": json.dumps(result)})
+    """Record what the held job's step returned (the first record of a name stays); LeaseLost,
+    and nothing written, when the lease is no longer this attempt's."""
+    held = conn.execute(Q["record_step"], {"job_id": job.id, "lease_token": job.lease_token,
+                                           "name": name, "result": json.dumps(result)}).scalar_one()
+    if not held:
+        raise LeaseLost()
 
 
-def take_signal(conn: Connection, job_id: UUID, name: str) -> tuple[bool, Any]:
-    """(True, payload) of the oldest signal of that name not taken yet, taking it; else (False, None)."""
-    row = conn.execute(Q["take_signal"], {"job_id": job_id, "name": name}).first()
-    return (True, row.payload) if row is not None else (False, None)
+def take_signal(conn: Connection, job: LeasedJob, name: str, step: str) -> tuple[bool, Any]:
+    """(True, what was recorded as the step ``step``: the payload with its sender) for the
+    oldest signal ``name`` the held job has not taken yet, taking it; else (False, None).
+    LeaseLost when the job's lease is no longer this attempt's."""
+    row = conn.execute(Q["take_signal"], {"job_id": job.id, "lease_token": job.lease_token,
+                                          "name": name, "step": step}).one()
+    if not row.held:
+        raise LeaseLost()
+    return (True, row.recorded) if row.taken else (False, None)

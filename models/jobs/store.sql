@@ -7,10 +7,11 @@
 -- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
--- One statement: the requester's standing checked (and held until commit), the quota admitted,
--- the row and its event written, or the answer for a replay, a duplicate, a full quota or a
--- refusal (see submit_job() in the schema). Any role's transaction will do; it need not be
--- scoped to the organization.
+-- One statement: the requester's standing checked (and held until commit), the quota admitted
+-- (a workflow with its steps), the row and its event written, or the answer for a replay, a
+-- duplicate, a full quota or a refusal (see submit_job() in the schema). Any role's transaction
+-- will do; it need not be scoped to the organization. The organization's cap is the database's;
+-- the kinds' declared caps are ours to pass (:kind_quota, and :quota_kinds with :quota_caps).
 -- Arguments by name: their order is the function's business alone.
 SELECT * FROM submit_job(
     p_organization_id => :organization_id, p_requested_by => :requested_by, p_kind => :kind,
@@ -18,10 +19,11 @@ SELECT * FROM submit_job(
     p_org_states => CAST(:org_states AS text[]), p_role => :role, p_dedup_key => :dedup_key,
     p_idempotency_key => :idempotency_key, p_request_id => :request_id,
     p_run_after => CAST(:run_after AS timestamptz), p_retry_of => CAST(:retry_of AS uuid),
-    p_org_quota => CAST(:org_quota AS integer), p_kind_quota => CAST(:kind_quota AS integer),
+    p_kind_quota => CAST(:kind_quota AS integer),
     p_priority => CAST(:priority AS integer), p_traceparent => CAST(:traceparent AS text),
     p_sequence_key => CAST(:sequence_key AS text),
-    p_debounce_seconds => CAST(:debounce_seconds AS integer))
+    p_debounce_seconds => CAST(:debounce_seconds AS integer),
+    p_quota_kinds => CAST(:quota_kinds AS text[]), p_quota_caps => CAST(:quota_caps AS integer[]))
 
 -- submit_many --
 -- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
@@ -35,10 +37,11 @@ SELECT * FROM submit_jobs(
     p_lease_seconds => CAST(:lease_seconds AS integer[]),
     p_dedup_keys => CAST(:dedup_keys AS text[]),
     p_run_afters => CAST(:run_afters AS timestamptz[]),
-    p_org_quota => CAST(:org_quota AS integer), p_kind_quotas => CAST(:kind_quotas AS integer[]),
+    p_org_quota => NULL, p_kind_quotas => CAST(:kind_quotas AS integer[]),
     p_priorities => CAST(:priorities AS integer[]),
     p_traceparent => CAST(:traceparent AS text),
-    p_sequence_keys => CAST(:sequence_keys AS text[]))
+    p_sequence_keys => CAST(:sequence_keys AS text[]),
+    p_quota_kinds => CAST(:quota_kinds AS text[]), p_quota_caps => CAST(:quota_caps AS integer[]))
 
 -- find_active_duplicate --
 SELECT id FROM jobs
@@ -62,39 +65,21 @@ SELECT * FROM claim_jobs(:worker, :limit, CAST(:skip_kinds AS text[]), CAST(:onl
                          CAST(:rate_max AS integer[]), CAST(:rate_seconds AS integer[]))
 
 -- extend_leases --
--- Heartbeat, one statement for every lease a worker process holds. A row missing from the
--- answer is no longer ours (expired and taken, or the job ended); its status says whether a
--- cancel was asked for.
-UPDATE jobs j
-SET lease_until = clock_timestamp() + j.lease_seconds * interval '1 second'
-FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
-WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
-  AND j.status IN ('leased', 'cancel_requested')
-RETURNING j.id, j.status
+-- Heartbeat, one statement for every lease a worker process holds (see extend_leases() in the
+-- schema: a row missing from the answer is no longer ours).
+SELECT id, status FROM extend_leases(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
 
 -- record_progress --
-UPDATE jobs SET progress = :progress
-WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
-RETURNING status
+SELECT record_progress(:id, :lease_token, CAST(:progress AS jsonb))
 
 -- lease_status --
-SELECT status FROM jobs WHERE id = :id AND lease_token = :lease_token
+SELECT lease_status(:id, :lease_token)
 
 -- complete_batch --
--- The fenced finish of many jobs in one statement: a row is completed only while the caller
--- still holds ITS lease token; a row whose token moved on (a newer attempt owns the job) is
--- left alone and missing from the answer. A cancel that arrived too late loses to a finished
--- job (cancel_requested -> completed). A large result's file is already in the results store;
--- result_ref names it (and result describes it).
-UPDATE jobs j
-SET status = 'completed', result = done.result, result_ref = done.ref, error_code = NULL,
-    error_message = NULL, leased_by = NULL
-FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]), CAST(:results AS jsonb[]),
-            CAST(:refs AS text[]))
-     AS done (id, token, result, ref)
-WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = done.id AND j.lease_token = done.token
-  AND j.status IN ('leased', 'cancel_requested')
-RETURNING j.id
+-- The fenced finish of many jobs in one statement (see complete_jobs() in the schema): a job
+-- whose token no longer holds its lease is missing from the answer, and its result discarded.
+SELECT id FROM complete_jobs(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]),
+                             CAST(:results AS jsonb[]), CAST(:refs AS text[]))
 
 -- lease_standing --
 -- The requester's membership role and the organization's state for held jobs, locked until
@@ -103,39 +88,21 @@ SELECT job_id, role, organization_state
 FROM lease_standing(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
 
 -- fail_attempt --
--- One decision for every failed attempt, fenced like the finish: a requested cancel wins,
--- a permanent error or the last attempt fails the job, anything else goes back to the queue
--- with run_after pushed out by the caller's backoff.
-UPDATE jobs
-SET status = CASE
-        WHEN status = 'cancel_requested' THEN 'cancelled'
-        WHEN :permanent OR attempts >= max_attempts THEN 'failed'
-        ELSE 'queued' END,
-    run_after = CASE
-        WHEN status = 'leased' AND NOT :permanent AND attempts < max_attempts
-        THEN clock_timestamp() + :retry_in * interval '1 second'
-        ELSE run_after END,
-    error_code = :error_code, error_message = :error_message,
-    lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
-WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
-RETURNING status, run_after
+-- One decision for every failed attempt, fenced like the finish (see fail_job() in the schema),
+-- with the operators' diagnosis of an unexpected exception.
+SELECT status, run_after
+FROM fail_job(p_id => :id, p_token => :lease_token, p_permanent => :permanent,
+              p_retry_in => :retry_in, p_error_code => :error_code,
+              p_error_message => :error_message, p_worker => :worker,
+              p_exception_class => :exception_class, p_traceback => :traceback)
 
 -- acknowledge_cancel --
 -- The running job saw cancel_requested at a safe point and stops.
-UPDATE jobs
-SET status = 'cancelled', lease_token = NULL, lease_until = NULL, leased_by = NULL
-WHERE id = :id AND lease_token = :lease_token AND status = 'cancel_requested'
-RETURNING id
+SELECT acknowledge_cancel(:id, :lease_token)
 
 -- release_batch --
 -- Graceful shutdown: give jobs back untouched, attempt not burned, claimable at once.
-UPDATE jobs j
-SET status = 'queued', attempts = j.attempts - 1, run_after = now(),
-    lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
-FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS held (id, token)
-WHERE j.id = ANY (CAST(:ids AS uuid[])) AND j.id = held.id AND j.lease_token = held.token
-  AND j.status = 'leased'
-RETURNING j.id
+SELECT id FROM release_jobs(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
 
 -- lock_for_cancel --
 -- Web role, scoped to the organization, in the cancel's transaction before request_cancel: the
@@ -153,8 +120,10 @@ FOR NO KEY UPDATE
 -- A parent's children that have not ended are cancelled with it, the same way.
 -- The one rule for every cancel (the API, the pages, the Python API, the operators) is here,
 -- where the row changes: an operator, when the caller says it acts as one and the user is one;
--- else a current member of a live organization who started the job or holds the role its kind
--- needs (:kind_roles, the registry's kind -> role; a kind it does not name needs an owner).
+-- else a current member of a live organization who started the job or holds the role it needs
+-- (job_role_needed(): its kind's, and for a parent the strictest of every kind it holds, so a
+-- workflow is never easier to cancel than its steps; :kind_roles, the registry's kind -> role,
+-- a kind it does not name needing an owner).
 -- The same statement writes who asked to the organization's audit log (the actor says whether
 -- a member or an operator did); asking again changes nothing and writes nothing.
 WITH asked AS (
@@ -169,8 +138,8 @@ WITH asked AS (
                       WHERE m.organization_id = j.organization_id AND m.user_id = :user_id
                         AND o.state <> 'deleted'
                         AND (j.requested_by = :user_id
-                             OR role_rank(m.role) >= role_rank(coalesce(
-                                    CAST(:kind_roles AS jsonb) ->> j.kind, 'owner')))))
+                             OR role_rank(m.role) >= role_rank(job_role_needed(
+                                    j.id, CAST(:kind_roles AS jsonb))))))
     RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
            error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
            finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
@@ -198,69 +167,41 @@ FROM children_of(:parent, :token)
 SELECT total, released, ended FROM fan_out_state(:parent, :token)
 
 -- start_fan_out --
--- Worker role, holding the parent's lease (see start_fan_out() in the schema).
-SELECT total, released, ended
+-- Worker role, holding the parent's lease (see start_fan_out() in the schema): the children are
+-- admitted against the quotas, or refused_kind and cap say which cap refused them.
+SELECT total, released, ended, refused_kind, cap
 FROM start_fan_out(:parent, :token, :kind, CAST(:params AS jsonb[]), :max_parallel,
-                   :max_attempts, :lease_seconds)
+                   :max_attempts, :lease_seconds, CAST(:kind_quota AS integer))
 
 -- workflow_state --
 -- Worker role, holding the parent's lease (see workflow_state() in the schema).
 SELECT total, released, ended, failed FROM workflow_state(:parent, :token)
 
 -- start_workflow --
--- Worker role, holding the parent's lease (see start_workflow() in the schema).
-SELECT total, released, ended, failed
+-- Worker role, holding the parent's lease (see start_workflow() in the schema): the steps its
+-- submit did not reserve are admitted against the quotas, or refused_kind and cap say which
+-- cap refused them.
+SELECT total, released, ended, failed, refused_kind, cap
 FROM start_workflow(:parent, :token, :policy, CAST(:max_parallel AS integer),
                     CAST(:kinds AS text[]), CAST(:params AS jsonb[]), CAST(:after AS jsonb[]),
-                    CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]))
+                    CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]),
+                    CAST(:quotas AS integer[]))
+
+-- step_inputs --
+-- Worker role, holding the step's lease (see step_inputs() in the schema).
+SELECT held, inputs FROM step_inputs(:id, :token)
 
 -- cancel_children --
 SELECT cancel_children(:parent, :token)
 
 -- sweep_expired_leases --
--- Sweeper (worker role). Several sweepers on several hosts take disjoint batches (SKIP LOCKED).
-WITH expired AS (
-    SELECT id FROM jobs
-    WHERE status IN ('leased', 'cancel_requested') AND lease_until < now()
-    ORDER BY lease_until
-    LIMIT :batch
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs j
-SET status = CASE
-        WHEN j.status = 'cancel_requested' THEN 'cancelled'
-        WHEN j.attempts >= j.max_attempts THEN 'failed'
-        ELSE 'queued' END,
-    error_code = CASE
-        WHEN j.status = 'leased' AND j.attempts >= j.max_attempts THEN 'lease_expired'
-        ELSE j.error_code END,
-    error_message = CASE
-        WHEN j.status = 'leased' AND j.attempts >= j.max_attempts
-        THEN 'The job stopped responding and has no attempts left.'
-        ELSE j.error_message END,
-    run_after = now(), lease_token = NULL, lease_until = NULL, leased_by = NULL,
-    last_wakeup_at = NULL
-FROM expired WHERE j.id = expired.id
-RETURNING j.id, j.status
+-- Sweeper (worker role), bounded (see sweep_expired_leases() in the schema).
+SELECT id, status FROM sweep_expired_leases(:batch)
 
 -- sweep_unsignalled --
--- Due jobs that nobody claimed within the grace period get a fresh wake-up: this is what makes
--- a lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
--- sweepers from re-sending the same wake-up. A job put back in the queue (retry, expired
--- lease, release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is
--- due; a new job (last_wakeup_at = its submit) first gets the grace period for the web's own
--- wake-up to arrive.
-WITH due AS (
-    SELECT id FROM jobs
-    WHERE status = 'queued' AND run_after <= now()
-      AND (last_wakeup_at IS NULL OR last_wakeup_at <= now() - :grace * interval '1 second')
-    ORDER BY run_after, created_at
-    LIMIT :batch
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs j SET last_wakeup_at = now()
-FROM due WHERE j.id = due.id
-RETURNING j.id, j.kind
+-- Due jobs that nobody claimed within the grace period get a fresh wake-up (see
+-- sweep_unsignalled() in the schema): what makes a lost Redis message cost latency, never a job.
+SELECT id, kind FROM sweep_unsignalled(:grace, :batch)
 
 -- request_id_of --
 SELECT request_id FROM jobs WHERE id = :id
@@ -275,12 +216,21 @@ SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, 
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
        wait_until, wait_signal, wait_children, sequence_key FROM jobs WHERE id = :id
 
+-- role_needed --
+-- Web role, scoped to the organization (see job_role_needed() in the schema).
+SELECT job_role_needed(:id, CAST(:kind_roles AS jsonb))
+
 -- get_result --
+-- role_needed: the least role a member needs to read the result (job_role_needed(): a parent's
+-- result carries its children's, so it needs the strictest role of what it holds); NULL when
+-- the caller passes no roles (a script's wait reads its own job's result).
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result,
-       wait_until, wait_signal, wait_children, sequence_key,
-       result_ref FROM jobs WHERE id = :id
+       wait_until, wait_signal, wait_children, sequence_key, result_ref,
+       CASE WHEN CAST(:kind_roles AS jsonb) IS NOT NULL
+            THEN job_role_needed(id, CAST(:kind_roles AS jsonb)) END AS role_needed
+FROM jobs WHERE id = :id
 
 -- list_for_org --
 -- Newest first, keyset pagination on (created_at, id) through jobs_org_created_idx.
@@ -339,16 +289,10 @@ UNION ALL
  LIMIT :limit)
 ORDER BY place
 
--- record_diagnostics --
-INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class, traceback)
-VALUES (:job_id, :organization_id, :attempt, :worker, :exception_class, :traceback)
-
 -- lock_lease --
 -- Taken at the end of every tenant transaction of a job: its writes commit only while the
 -- attempt still holds the lease, and nobody can re-claim the row until that commit.
-SELECT id FROM jobs
-WHERE id = :id AND lease_token = :lease_token AND status IN ('leased', 'cancel_requested')
-FOR UPDATE
+SELECT lock_lease(:id, :lease_token)
 
 -- purge_finished --
 -- Retention, bounded per call, past the ages of the database's retention_policy; the function
@@ -390,19 +334,15 @@ SELECT outcome, status FROM signal_job(:id, :name, CAST(:payload AS jsonb), :use
                                        CAST(:kind_roles AS jsonb))
 
 -- step_result --
--- A step this job recorded earlier, in the job's own organization (RLS).
-SELECT result FROM job_steps WHERE job_id = :job_id AND name = :name
+-- A step the held job recorded earlier (see step_result() in the schema).
+SELECT held, found, result FROM step_result(:job_id, :lease_token, :name)
 
 -- record_step --
--- In the lease holder's transaction, after lock_lease: the first record of a name stays.
-INSERT INTO job_steps (job_id, name, organization_id, result)
-VALUES (:job_id, :name, :organization_id, CAST(:result AS jsonb))
-ON CONFLICT (job_id, name) DO NOTHING
+-- In the lease holder's fenced transaction: the first record of a name stays.
+SELECT record_step(:job_id, :lease_token, :name, CAST(:result AS jsonb))
 
 -- take_signal --
--- The oldest signal of that name not taken yet, taken now (in the lease holder's transaction).
-UPDATE job_signals SET taken_at = now()
-WHERE id = (SELECT id FROM job_signals
-            WHERE job_id = :job_id AND name = :name AND taken_at IS NULL
-            ORDER BY id LIMIT 1 FOR UPDATE)
-RETURNING payload
+-- The oldest signal of that name not taken yet, taken now and recorded as the step, with its
+-- sender (see take_signal() in the schema).
+SELECT held, taken, recorded FROM take_signal(:job_id, :lease_token, :name, :step)
+

@@ -22,6 +22,7 @@ cancel of the workflow cancels its steps. Its progress is the steps ended of all
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,15 +32,22 @@ from pydantic import Field, model_validator
 from models.errors import CancelRequested, DomainError, InvalidRequest, LeaseLost, WaitRequested
 from models.jobs.records import ACTIVE, Status
 from models.jobs.store import StepPlan, WorkflowState
-from models.kinds import JobKind, Params, get_any_kind, get_kind
+from models.kinds import JobKind, KindRules, Params, get_any_kind, get_kind
+from models.tenancy.access import ROLE_RANK
 
 if TYPE_CHECKING:
     from models.jobs.context import JobContext
     from models.jobs.store import Child
 
-#: the key of a step's params that carries its dependencies' results (the step's own kind never
-#: sees it: the runner takes it out before the kind's params model reads the rest)
+#: the key of a step's params that names the places of its dependencies, whose results it reads
+#: when it runs (ctx.inputs); the step's own kind never sees it: the runner takes it out before
+#: the kind's params model reads the rest
+AFTER = "_after"
+#: the key that carried the dependencies' results themselves, in steps made before revision 0042
 INPUTS = "_inputs"
+#: the kind of a submitted workflow (tasks/kinds/workflow.py; the database knows the name too: it
+#: admits and reserves a workflow's steps from its params when it is submitted)
+WORKFLOW_KIND = "workflow"
 #: the most steps one submitted workflow may hold (its params are the whole graph)
 MAX_STEPS = 1000
 #: the most steps of a kind's own workflow (``ctx.workflow``: one per project of a report)
@@ -126,6 +134,23 @@ class WorkflowParams(Params):
         are checked when it runs, as for any job.)"""
         check_steps(self.steps, get_kind)
         return self
+
+
+def step_rules(params: Mapping[str, Any]) -> list[KindRules]:
+    """The rules of each step of a submitted workflow, in place order (``params`` are the
+    workflow's, already valid: :class:`WorkflowParams`)."""
+    return [get_any_kind(step["kind"]).rules for step in params.get("steps", [])]
+
+
+def rules_with_steps(rules: KindRules, steps: Sequence[KindRules]) -> KindRules:
+    """The rules a submit of a workflow is checked against: its own kind's, made as strict as
+    each step's (the highest role any step's kind needs, the organization states they all
+    allow). Whoever may start the workflow may start each of its steps, so nobody starts
+    through a workflow what they could not start alone; each step checks its own rules again
+    when it runs."""
+    return dataclasses.replace(
+        rules, role=max([rules.role, *(step.role for step in steps)], key=ROLE_RANK.__getitem__),
+        org_states=frozenset.intersection(rules.org_states, *(step.org_states for step in steps)))
 
 
 def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) -> None:

@@ -1,4 +1,5 @@
-"""Counters bumped from Python (wake-ups published and failed, stale finishes fenced).
+"""Counters bumped from Python: wake-ups published and failed (stale finishes are counted by the
+database itself, under their kinds: complete_jobs() in the schema).
 
 Buffered in the process and flushed every few seconds, so a busy process adds one small write
 per flush, not one per event. A process killed before its flush loses at most those seconds of
@@ -22,7 +23,6 @@ log = logging.getLogger("spacejobs.counters")
 
 Q = queries_beside(__file__)
 
-STALE_FINISHES = "spacejobs_stale_finishes_fenced_total"
 WAKEUPS_PUBLISHED = "spacejobs_wakeups_published_total"
 WAKEUPS_FAILED = "spacejobs_wakeups_failed_total"
 
@@ -31,18 +31,18 @@ class BufferedCounters:
     def __init__(self, engine: Callable[[], Engine], *, interval: float = 5.0) -> None:
         self._engine = engine
         self._interval = interval
-        self._pending: Counter[tuple[str, str]] = Counter()
+        self._pending: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._failing = False  # warn once per outage, not at every flush
         # A forked child has no flush thread, and the parent's pending counts are the parent's.
         os.register_at_fork(after_in_child=self._forget_parent)
 
-    def add(self, name: str, kind: str = "", by: int = 1) -> None:
+    def add(self, name: str, by: int = 1) -> None:
         if not by:
             return
         with self._lock:
-            self._pending[(name, kind)] += by
+            self._pending[name] += by
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._loop, name="counter-flush", daemon=True)
                 self._flusher.start()
@@ -54,8 +54,8 @@ class BufferedCounters:
             return
         try:
             with transaction(self._engine()) as conn:
-                for (name, kind), value in pending.items():
-                    conn.execute(Q["count_event"], {"name": name, "kind": kind, "by": value})
+                for name, value in pending.items():
+                    conn.execute(Q["count_event"], {"name": name, "by": value})
         except Exception:
             with self._lock:
                 self._pending.update(pending)  # try again at the next flush

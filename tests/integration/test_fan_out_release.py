@@ -9,6 +9,7 @@ never makes a step whose dependency failed."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -73,6 +74,17 @@ def end_child(stack: Stack, child_id: uuid.UUID, *, fail: bool = False) -> None:
             assert store.fail_attempt(conn, child_id, token, error, retry_in=0) == "failed"
         else:
             assert store.complete_batch(conn, [(child_id, token, {"ok": True}, None)])
+
+
+def leased_child(stack: Stack, parent: LeasedJob, child: dict) -> LeasedJob:
+    """The child leased by hand, as a worker's claim would hand it over."""
+    with stack.admin() as conn:
+        token = conn.execute(text(
+            "UPDATE jobs SET status = 'leased', lease_token = gen_random_uuid(), attempts = 1,"
+            " lease_until = now() + interval '1 minute', started_at = now() WHERE id = :id"
+            " RETURNING lease_token"), {"id": child["id"]}).scalar_one()
+    return dataclasses.replace(parent, id=child["id"], params=child["params"], lease_token=token,
+                               attempt=1)
 
 
 def parent_row(stack: Stack, parent: LeasedJob) -> dict:
@@ -170,13 +182,21 @@ def started_workflow(stack: Stack, after: list[list[int]], policy: str = "fail_f
     return parent
 
 
-def test_a_steps_end_makes_the_next_step_with_its_result_in_the_same_transaction(db: Stack):
+def test_a_steps_end_makes_the_next_step_which_reads_its_result_when_it_runs(db: Stack):
     parent = started_workflow(db, [[], [0], [1]])  # a chain of three
     assert [c["child_index"] for c in children(db, parent)] == [0]
     end_child(db, children(db, parent)[0]["id"])
     kids = children(db, parent)
+    # The next step names its dependency's place, never a copy of its result (revision 0042).
     assert [(c["child_index"], c["params"]) for c in kids] == [
-        (0, {"step": 0, "_inputs": []}), (1, {"step": 1, "_inputs": [{"ok": True}]})]
+        (0, {"step": 0, "_after": []}), (1, {"step": 1, "_after": [0]})]
+    step = leased_child(db, parent, kids[1])
+    with transaction(db.worker_db) as conn:
+        assert store.step_inputs(conn, step) == [{"ok": True}]
+        with pytest.raises(LeaseLost):  # a stranger's token reads nothing
+            store.step_inputs(conn, dataclasses.replace(step, lease_token=uuid.uuid4()))
+    with transaction(db.worker_db) as conn:
+        store.release_batch(conn, [(step.id, step.lease_token)])
     assert parent_row(db, parent)["status"] == "waiting"  # not settled: no run in between
     end_child(db, kids[1]["id"])
     end_child(db, children(db, parent)[2]["id"])

@@ -106,9 +106,13 @@ def test_a_live_lease_cannot_be_taken_over_even_with_raw_sql(stack_db: Stack):
     drain_queue(stack_db)
     _, job = new_job(stack_db)
     leased = claim(stack_db)
-    with pytest.raises(DBAPIError, match="leased until"), transaction(stack_db.worker_db) as conn:
-        conn.execute(text("UPDATE jobs SET lease_token = gen_random_uuid() WHERE id = :id"),
-                     {"id": job.id})
+    takeover = text("UPDATE jobs SET lease_token = gen_random_uuid() WHERE id = :id")
+    # The worker role has no UPDATE at all (revision 0039); the trigger refuses any writer,
+    # the owner included.
+    with pytest.raises(DBAPIError, match="permission denied"), transaction(stack_db.worker_db) as conn:
+        conn.execute(takeover, {"id": job.id})
+    with pytest.raises(DBAPIError, match="leased until"), stack_db.admin() as conn:
+        conn.execute(takeover, {"id": job.id})
     assert stack_db.job_row(job.id)["lease_token"] == leased.lease_token
 
 
@@ -120,8 +124,11 @@ def test_a_finished_jobs_result_cannot_be_rewritten(stack_db: Stack):
     leased = claim(stack_db)
     with transaction(stack_db.worker_db) as conn:
         assert complete_one(conn, job.id, leased.lease_token, {"ok": True})
-    with pytest.raises(DBAPIError, match="can no longer change"), transaction(stack_db.worker_db) as conn:
-        conn.execute(text("UPDATE jobs SET result = '{\"x\": 1}' WHERE id = :id"), {"id": job.id})
+    rewrite = text("UPDATE jobs SET result = '{\"x\": 1}' WHERE id = :id")
+    with pytest.raises(DBAPIError, match="permission denied"), transaction(stack_db.worker_db) as conn:
+        conn.execute(rewrite, {"id": job.id})
+    with pytest.raises(DBAPIError, match="can no longer change"), stack_db.admin() as conn:
+        conn.execute(rewrite, {"id": job.id})
     assert stack_db.job_row(job.id)["result"] == {"ok": True}
 
 

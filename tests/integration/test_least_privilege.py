@@ -358,6 +358,10 @@ def counters(stack: Stack) -> dict[tuple[str, str], float]:
     ("", float("inf")),
     ("", 1e12),
     ("<script>alert(1)</script> and 10,000 more labels", 1),
+    # a kind-shaped label is a new series too (the review's 200 calls made 200): the only
+    # labels are the database's own kinds, which no caller passes (revision 0039)
+    ("bench.noop", 1),
+    ("made.up.kind.1", 1),
 ])
 def test_the_web_cannot_move_a_counter_backwards_poison_it_or_grow_its_labels(
         bare_stack: Stack, world: World, kind: str, by: float):
@@ -370,7 +374,7 @@ def test_the_web_cannot_move_a_counter_backwards_poison_it_or_grow_its_labels(
 
 
 def test_the_counters_door_still_counts_what_our_code_sends(bare_stack: Stack, world: World):
-    before = counters(bare_stack).get(("spacejobs_wakeups_failed_total", "bench.noop"), 0)
+    before = counters(bare_stack).get(("spacejobs_wakeups_failed_total", ""), 0)
     with transaction(world.app) as conn:
-        conn.execute(text("SELECT count_event('spacejobs_wakeups_failed_total', 'bench.noop', 3)"))
-    assert counters(bare_stack)[("spacejobs_wakeups_failed_total", "bench.noop")] == before + 3
+        conn.execute(text("SELECT count_event('spacejobs_wakeups_failed_total', '', 3)"))
+    assert counters(bare_stack)[("spacejobs_wakeups_failed_total", "")] == before + 3

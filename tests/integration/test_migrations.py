@@ -131,7 +131,7 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
         "jobs jobs_retry_of_fkey  definition=FOREIGN KEY (retry_of) REFERENCES jobs(id) ON DELETE SET NULL",
         "WHERE (status = ANY (ARRAY['leased'::text, 'cancel_requested'::text]))",
         "jobs  kind=table  owner=space_owner  row_security=True  force_row_security=True",
-        "jobs worker_queue_update  command=UPDATE  mode=PERMISSIVE  roles=space_worker",
+        "jobs worker_queue_read  command=SELECT  mode=PERMISSIVE  roles=space_worker",
         "column jobs.retry_of to space_operator  privileges=SELECT",
         "function purge_finished_jobs(integer) to space_worker"
         "  privileges=EXECUTE",

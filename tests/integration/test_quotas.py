@@ -16,6 +16,7 @@ from models.db.transaction import transaction
 from models.errors import DuplicateJob, InternalJobError
 from models.jobs import service, store
 from models.jobs.service import Jobs
+from models.ops import quota_policy
 from models.tenancy import accounts
 from tests.conftest import served
 from tests.integration.leasing import complete_one
@@ -76,20 +77,29 @@ def test_the_largest_quota_is_no_quota_at_all(bare_stack, client):
     assert batch.status_code == 202
 
 
-def test_the_default_cap_is_the_setting(bare_stack, client, monkeypatch):
-    from models.settings import reload_settings
+def default_cap(stack) -> int:
+    with stack.admin() as conn:
+        return quota_policy.read(conn)
 
+
+def test_the_default_cap_is_the_databases_policy_which_db_upgrade_and_the_cli_write(
+        bare_stack, client):
     org = bare_stack.org()
     anna = bare_stack.user(org)
-    monkeypatch.setenv("SPACEJOBS_ACTIVE_JOBS_QUOTA", "2")
-    reload_settings()
+    upgraded = bare_stack.cli("db", "upgrade", SPACEJOBS_ACTIVE_JOBS_QUOTA="2")
     try:
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert default_cap(bare_stack) == 2
         assert [post(client, org, anna).status_code for _ in range(3)] == [202, 202, 429]
         set_quota(bare_stack, org, 3)  # an operator's override wins over the default
         assert [post(client, org, anna).status_code for _ in range(2)] == [202, 429]
+        # Without the setting, an upgrade keeps what the database holds.
+        assert bare_stack.cli("db", "upgrade").returncode == 0
+        assert default_cap(bare_stack) == 2
     finally:
-        monkeypatch.delenv("SPACEJOBS_ACTIVE_JOBS_QUOTA")
-        reload_settings()
+        changed = bare_stack.cli("orgs", "set-default-quota", "1000")
+    assert changed.returncode == 0 and changed.stdout.strip() == "default quota: 1000 active jobs"
+    assert default_cap(bare_stack) == 1000
 
 
 def test_a_kind_declares_its_own_quota_and_operators_override_it_per_organization(bare_stack, client):

@@ -19,6 +19,7 @@ from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
 from models.db.transaction import transaction
 from models.jobs import store
+from models.jobs.records import LeasedJob
 from models.kinds import get_kind
 from models.tenancy.projects import Projects
 from tests.integration.leasing import claim_one, complete_one
@@ -134,13 +135,42 @@ def test_worker_role_reads_the_shared_queue_across_organizations_but_no_tenant_d
         assert count(conn, "memberships") == 0
 
 
-def test_worker_role_scoped_to_a_sees_only_as_tenant_rows(roles: Roles, world: World):
+def test_worker_role_sees_the_tenant_rows_of_a_lease_it_presents_and_no_others(
+        bare_stack: Stack, roles: Roles, world: World):
+    """Scoping itself to an organization is not enough for the worker role: its policies on
+    tenant tables admit the organization of a job whose lease token the transaction presents
+    (lease_org(), revision 0039), while that token holds the lease."""
+    # A's queued job, leased by hand (the claim would take whichever is due first), given
+    # back at the end as a worker's shutdown does.
+    with bare_stack.admin() as conn:
+        token = conn.execute(text(
+            "UPDATE jobs SET status = 'leased', lease_token = gen_random_uuid(), attempts = 1,"
+            " lease_until = now() + interval '1 minute' WHERE id = :id RETURNING lease_token"),
+            {"id": world.queued_job}).scalar_one()
+    leased = LeasedJob(uuid.UUID(world.queued_job), world.a.id, world.a.user, "bench.noop", {}, 1,
+                       3, token, 30, None)
+
+    def seen(**scope: object) -> tuple[set[str], set[uuid.UUID], set[uuid.UUID]]:
+        with transaction(roles.worker, **scope) as conn:
+            return ({str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()},
+                    set(conn.execute(text("SELECT organization_id FROM memberships")).scalars()),
+                    set(conn.execute(text("SELECT id FROM organizations")).scalars()))
+
+    assert seen(organization_id=world.a.id, lease=(leased.id, leased.lease_token)) == (
+        set(world.a.projects), {world.a.id}, {world.a.id})
+    # Attack: the organization alone, a made-up token, or A's lease while scoped to B.
+    assert seen(organization_id=world.a.id) == (set(), set(), set())
+    assert seen(organization_id=world.a.id, lease=(leased.id, uuid.uuid4())) == (set(), set(), set())
+    assert seen(organization_id=world.b.id, lease=(leased.id, leased.lease_token))[0] == set(
+        world.a.projects)
+    with transaction(roles.worker, actor="test-worker") as conn:
+        assert store.release_batch(conn, [(leased.id, leased.lease_token)]) == {leased.id}
+    # Once the lease has ended, the token opens nothing.
+    assert seen(organization_id=world.a.id, lease=(leased.id, leased.lease_token)) == (
+        set(), set(), set())
     with transaction(roles.worker, organization_id=world.a.id) as conn:
-        projects = {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()}
-        event_orgs = set(conn.execute(text("SELECT organization_id FROM job_events")).scalars())
-        member_orgs = set(conn.execute(text("SELECT organization_id FROM memberships")).scalars())
-    assert projects == set(world.a.projects)
-    assert event_orgs == member_orgs == {world.a.id}
+        assert set(conn.execute(text("SELECT organization_id FROM job_events")).scalars()) == {
+            world.a.id}
 
 
 # ----------------------------------------------------------------------------- tenant A in scope
@@ -160,14 +190,16 @@ def test_app_role_scoped_to_a_sees_only_as_projects_and_jobs(roles: Roles, world
     assert b_by_id == 0 and b_projects == 0
 
 
-def test_app_role_scoped_to_a_cannot_insert_a_project_for_b(roles: Roles, world: World):
+def test_app_role_scoped_to_a_cannot_insert_a_project_for_b(bare_stack: Stack, roles: Roles,
+                                                            world: World):
     with pytest.raises(DBAPIError, match=rls_violation("projects")), \
             transaction(roles.app, organization_id=world.a.id, user_id=world.a.user) as conn:
         conn.execute(text("INSERT INTO projects (organization_id, name) VALUES (:org, 'planted')"),
                      {"org": world.b.id})
-    with transaction(roles.worker, organization_id=world.b.id) as conn:
-        assert {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()} == set(
-            world.b.projects)
+    with bare_stack.admin() as conn:
+        assert {str(p) for p in conn.execute(text(
+            "SELECT id FROM projects WHERE organization_id = :org"), {"org": world.b.id}).scalars()
+        } == set(world.b.projects)
 
 
 def test_app_role_cannot_insert_a_job_directly_in_any_organization(roles: Roles, world: World):
@@ -276,25 +308,32 @@ def test_no_application_role_is_superuser_or_bypasses_rls(roles: Roles):
     assert [row.rolname for row in rows if row.rolsuper or row.rolbypassrls] == []
 
 
-def test_worker_claim_is_covered_by_an_update_policy_on_jobs(roles: Roles, world: World):
-    """SELECT ... FOR UPDATE SKIP LOCKED is governed by UPDATE policies (DESIGN.md §3)."""
+@pytest.mark.parametrize("statement", [
+    "SELECT id FROM jobs WHERE id = :id FOR UPDATE SKIP LOCKED",
+    "UPDATE jobs SET run_after = now() WHERE id = :id",
+    "SELECT lease_token FROM jobs WHERE id = :id",
+])
+def test_the_worker_locks_and_changes_jobs_only_through_the_functions_that_take_a_token(
+        roles: Roles, world: World, statement: str):
+    """Without the token, nothing (revision 0039): the claim, the fenced writes and the sweeps
+    are functions; the worker role has no UPDATE on jobs (a FOR UPDATE lock needs it) and reads
+    no lease token."""
+    with pytest.raises(DBAPIError, match="permission denied for table jobs"), \
+            roles.worker.begin() as conn:
+        conn.execute(text(statement), {"id": world.queued_job})
     with roles.worker.begin() as conn:
         policies = conn.execute(text(
             "SELECT policyname, cmd, roles FROM pg_policies"
             " WHERE schemaname = 'public' AND tablename = 'jobs'")).all()
-        locked = conn.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE SKIP LOCKED"),
-                              {"id": world.queued_job}).scalar_one_or_none()
-    # A FOR ALL policy covers UPDATE as well.
     update_roles = {role for p in policies if p.cmd in ("UPDATE", "ALL") for role in p.roles}
-    assert WORKER_ROLE in update_roles, policies
-    assert str(locked) == world.queued_job
+    assert WORKER_ROLE not in update_roles, policies
 
 
 # ----------------------------------------------------------------------------- transition trigger
 
 def test_worker_cannot_move_a_completed_job_back_to_queued(bare_stack: Stack, roles: Roles,
                                                           world: World):
-    with pytest.raises(DBAPIError, match="can no longer change"), \
+    with pytest.raises(DBAPIError, match="permission denied for table jobs"), \
             transaction(roles.worker, actor="test-worker") as conn:
         conn.execute(text("UPDATE jobs SET status = 'queued', run_after = now() WHERE id = :id"),
                      {"id": world.completed_job})
@@ -303,7 +342,7 @@ def test_worker_cannot_move_a_completed_job_back_to_queued(bare_stack: Stack, ro
 
 
 def test_worker_cannot_jump_a_queued_job_to_completed(roles: Roles, world: World):
-    with pytest.raises(DBAPIError, match="cannot go from queued to completed"), \
+    with pytest.raises(DBAPIError, match="permission denied for table jobs"), \
             transaction(roles.worker, actor="test-worker") as conn:
         conn.execute(text("UPDATE jobs SET status = 'completed', result = '{}' WHERE id = :id"),
                      {"id": world.queued_job})

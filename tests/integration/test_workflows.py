@@ -9,7 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from models.errors import UnknownKind
+from models.errors import OrganizationReadOnly, UnknownKind
 from models.jobs.workflows import chain, chord, graph, group, sig
 from tests.kit.stack import Stack, wait_until
 
@@ -138,16 +138,19 @@ def test_a_step_re_checks_its_requester_like_any_job(stack: Stack):
     assert "requester_not_member" in done["error_message"]
 
 
-def test_in_a_read_only_organization_a_step_runs_only_if_its_kind_may(stack: Stack):
+def test_in_a_read_only_organization_a_workflow_starts_only_if_each_of_its_steps_may(
+        stack: Stack):
     org = stack.org()
     anna = stack.user(org, role="owner")
     stack.set_state(org, "read_only")
     _, _, allowed = start(stack, chain(sig("bench.noop"), sig("test.collect")), org=org, user=anna)
     assert stack.jobs.wait(allowed.id, 60, organization_id=org).job.status == "completed"
-    _, _, refused = start(stack, chain(sig("bench.noop"), sig("test.add", n=1)), org=org, user=anna)
-    outcome = stack.jobs.wait(refused.id, 60, organization_id=org)
-    assert outcome.job.error_code == "steps_failed"
-    assert "organization_read_only" in outcome.job.error_message
+    # A step that may not start here refuses the whole workflow at its submit, naming the step.
+    with pytest.raises(OrganizationReadOnly) as refused, stack.app_db.begin() as conn:
+        stack.jobs.submit_workflow(conn, chain(sig("bench.noop"), sig("test.add", n=1)),
+                                   organization_id=org, requested_by=anna.id)
+    assert refused.value.details["step"] == 1
+    assert stack.count_jobs(org) == 3  # the first workflow and its two steps, nothing more
 
 
 @pytest.mark.parametrize("bad", [sig("no.such.kind"),

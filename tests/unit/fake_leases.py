@@ -218,8 +218,19 @@ class FakeLeases:
         return touched
 
     def step_result(self, job: LeasedJob, name: str) -> tuple[bool, Any]:
-        steps = self.rows[job.id].steps
-        return (name in steps, steps.get(name))
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            raise LeaseLost()
+        return (name in row.steps, row.steps.get(name))
+
+    def step_inputs(self, job: LeasedJob) -> list[Any]:
+        """step_inputs() in miniature: the results of the siblings the step's row names."""
+        row = self.rows[job.id]
+        if not self._holds(row, job):
+            raise LeaseLost()
+        siblings = {r.child_index: r.result for r in self.rows.values()
+                    if r.parent is not None and r.parent == row.parent}
+        return [siblings.get(place) for place in row.params.get("_after", [])]
 
     def record_step(self, job: LeasedJob, name: str, result: Any) -> None:
         self._call(f"record_step({name})")
@@ -235,8 +246,10 @@ class FakeLeases:
         for place, (sent, payload) in enumerate(row.signals):
             if sent == name:
                 del row.signals[place]
-                row.steps.setdefault(step, payload)
-                return True, payload
+                recorded = {"_taken_signal": {"payload": payload, "sent_by": None,
+                                              "sender_role": None, "sent_at": None}}
+                row.steps.setdefault(step, recorded)
+                return True, recorded
         return False, None
 
     def wait(self, job: LeasedJob, until: Any, signal: str | None,

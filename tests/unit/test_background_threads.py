@@ -48,8 +48,8 @@ def test_counters_that_cannot_be_flushed_warn_once_and_keep_their_counts(caplog)
     counters = BufferedCounters(lambda: nowhere, interval=3600)
     with caplog.at_level(logging.WARNING, logger="spacejobs.counters"):
         for _ in range(3):
-            counters.add("spacejobs_wakeups_published_total", "bench.noop")
+            counters.add("spacejobs_wakeups_published_total")
             counters.flush()
     warned = [r for r in caplog.records if "not flushed" in r.getMessage()]
     assert len(warned) == 1
-    assert counters._pending[("spacejobs_wakeups_published_total", "bench.noop")] == 3
+    assert counters._pending["spacejobs_wakeups_published_total"] == 3

@@ -102,7 +102,8 @@ def test_named_queries_are_all_loaded():
     assert code.count("SKIP LOCKED") == 5
     assert "FOR UPDATE OF q SKIP LOCKED" in code and "FOR UPDATE SKIP LOCKED" in code
     assert "gen_random_uuid()" in claim  # a fresh token for every row
-    assert "j.lease_token = done.token" in queries["complete_batch"]
+    complete = schema[schema.index("CREATE FUNCTION complete_jobs("):]
+    assert "j.lease_token = d.token" in complete[:complete.index("END $$;")]  # fenced per row
 
 
 def test_role_urls_swap_the_user_and_keep_the_server(monkeypatch):

@@ -17,7 +17,6 @@ import pytest
 from models.errors import DomainError
 from models.jobs.records import Status
 from models.kinds import NoParams, job_kind
-from models.ops.counters import STALE_FINISHES
 from models.results.store import LocalResultStore
 from tasks.heartbeat import LeaseKeeper
 from tasks.runner import (
@@ -139,11 +138,9 @@ class Harness:
         self.stats = Stats()
         self.results = LocalResultStore(tempfile.mkdtemp(prefix="unit-results-"))
         self.wakes: list[tuple[str | None, float | None]] = []
-        self.counted: list[tuple[str, str]] = []
         self.stop, self.release = stop, release
         self.runner = Runner(
-            ports=Ports(self.leases, self.keeper, results=self.results, inline_max_bytes=200,
-                        count=lambda name, kind: self.counted.append((name, kind))),
+            ports=Ports(self.leases, self.keeper, results=self.results, inline_max_bytes=200),
             signals=Signals(stop_requested=lambda: self.stop, release_due=lambda: self.release,
                             publish_wake=self._wake, fan_out=lambda: self.fanned_out.append(True),
                             wait_for_work=wait_for_work or (lambda seconds: False)),
@@ -289,13 +286,12 @@ def test_a_lease_lost_to_a_newer_attempt_writes_nothing():
     assert (h.stats.processed, h.stats.failed) == (1, 1)
 
 
-def test_a_finish_after_the_lease_moved_on_is_discarded_and_counted():
+def test_a_finish_after_the_lease_moved_on_is_discarded():
     h = Harness()
     job = h.leases.add("unit.ok")
     h.steal_before_the_finish()
     h.drain()
     assert h.leases.rows[job].result is None
-    assert h.counted == [(STALE_FINISHES, "unit.ok")]
     assert h.stats.failed == 1
 
 
@@ -561,7 +557,6 @@ def test_a_stale_finish_deletes_its_file():
     assert [len(files) for files in written] == [1]  # the file was there before the finish
     assert h.leases.rows[job].result_ref is None
     assert h.files() == []
-    assert h.counted == [(STALE_FINISHES, "unit.file")]
 
 
 def test_a_finish_refused_for_a_removed_requester_deletes_its_file():

@@ -149,7 +149,7 @@ GRANT EXECUTE ON FUNCTION api_principal(bytea, uuid) TO space_app;
 ALTER TABLE organizations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE organizations FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON organizations TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY tenant_read ON organizations FOR SELECT TO space_app, space_worker
+CREATE POLICY tenant_read ON organizations FOR SELECT TO space_app
     USING (id = app_org()
            OR id IN (SELECT m.organization_id FROM memberships m WHERE m.user_id = app_user()));
 CREATE POLICY operator_read ON organizations FOR SELECT TO space_operator USING (true);
@@ -158,14 +158,14 @@ CREATE POLICY operator_read ON organizations FOR SELECT TO space_operator USING 
 ALTER TABLE memberships ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memberships FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON memberships TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY tenant_read ON memberships FOR SELECT TO space_app, space_worker
+CREATE POLICY tenant_read ON memberships FOR SELECT TO space_app
     USING (organization_id = app_org() OR user_id = app_user());
 
 -- projects: strictly the scoped organization.
 ALTER TABLE projects ENABLE ROW LEVEL SECURITY;
 ALTER TABLE projects FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON projects TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY tenant_rw ON projects TO space_app, space_worker
+CREATE POLICY tenant_rw ON projects TO space_app
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 
 -- =============================================================================================
@@ -180,7 +180,8 @@ GRANT SELECT, INSERT ON projects TO space_app;
 GRANT SELECT, INSERT, DELETE ON web_sessions TO space_app;
 GRANT UPDATE (last_seen_at, revoked_at) ON web_sessions TO space_app;
 
--- space_worker: tenant data of the leased job's organization.
+-- space_worker: tenant data of the leased job's organization, whose lease it presents (its
+-- policies, in 60_claim_and_lease.sql, need lease_org()).
 GRANT SELECT ON organizations, memberships TO space_worker;
 GRANT SELECT, INSERT ON projects TO space_worker;
 

@@ -124,10 +124,10 @@ CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by,
     WHERE idempotency_key IS NOT NULL;
 
 -- Operators' overrides: kind '' caps the organization as a whole, any other kind caps that
--- kind's jobs in the organization. Without a row the caller's defaults apply (the setting
--- SPACEJOBS_ACTIVE_JOBS_QUOTA, and the quota a kind declares). Written by the owner only (the
--- CLI's `orgs set-quota`), read only by admit_jobs() as the owner: no application role has a
--- grant, and row-level security keeps the owner's own policy the only way in.
+-- kind's jobs in the organization. Without a row the defaults apply (quota_policy's for the
+-- organization, the quota a kind declares for a kind). Written by the owner only (the CLI's
+-- `orgs set-quota`), read only by admit_jobs() as the owner: no application role has a grant,
+-- and row-level security keeps the owner's own policy the only way in.
 CREATE TABLE job_quotas (
     organization_id  uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
     kind             text NOT NULL CHECK (kind = '' OR kind ~ '^[a-z][a-z0-9_.]{0,63}$'),
@@ -135,6 +135,17 @@ CREATE TABLE job_quotas (
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (organization_id, kind)
 );
+
+-- The cap on every organization's active jobs, unless job_quotas says otherwise: a policy the
+-- database holds, like retention_policy, so that no caller of the submit functions can choose it
+-- (`spacejobs db upgrade` writes SPACEJOBS_ACTIVE_JOBS_QUOTA into it when set). The owner's alone.
+CREATE TABLE quota_policy (
+    -- one row: the policy of this database
+    singleton    boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    active_jobs  integer NOT NULL DEFAULT 1000 CHECK (active_jobs >= 0),
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO quota_policy DEFAULT VALUES;
 
 -- Operators' rate limits: at most max_starts jobs of the kind start in the organization in any
 -- per_seconds. Without a row the kind's own (a declared rate_limit) applies, or none. Written by
@@ -175,6 +186,21 @@ CREATE TABLE active_job_counts (
     PRIMARY KEY (organization_id, kind, slot)
 );
 
+-- The children a parent will make and has not made yet (a workflow's steps, a fan-out's
+-- items), counted as active in advance: the whole plan is admitted against the quotas when it
+-- is submitted (a workflow) or started (start_fan_out(), start_workflow()), and each child made
+-- later takes its place here (release_children(), release_steps()). One row per parent and
+-- kind. Its triggers keep active_job_counts in step with it (40_job_transitions.sql); the jobs
+-- triggers drop a parent's rows when it ends or is deleted, hence no foreign key, as for
+-- active_job_counts. The owner's alone.
+CREATE TABLE job_reservations (
+    parent_id        uuid NOT NULL,
+    organization_id  uuid NOT NULL,
+    kind             text NOT NULL,
+    reserved         integer NOT NULL CHECK (reserved >= 0),
+    PRIMARY KEY (parent_id, kind)
+);
+
 -- Written only by the jobs_after_insert and jobs_after_update triggers (40_job_transitions.sql),
 -- from a jobs row in the same statement, and deleted with their job by
 -- jobs_after_delete/jobs_after_truncate: no foreign keys, whose per-row checks cost the hot path
@@ -211,16 +237,15 @@ CREATE INDEX job_diagnostics_job_idx ON job_diagnostics (job_id, id);
 -- =============================================================================================
 
 -- jobs, web: strictly the scoped organization (submit, list, read, cancel).
--- jobs, worker: the shared queue across organizations. SELECT ... FOR UPDATE (lock_lease) is
--- governed by UPDATE policies; a SELECT policy alone locks nothing. Nobody deletes: retention is
--- purge_finished_jobs(), as the owner.
+-- jobs, worker: the shared queue's metadata across organizations, read only; every change goes
+-- through a function (60_claim_and_lease.sql: without the lease token, nothing). Nobody
+-- deletes: retention is purge_finished_jobs(), as the owner.
 ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE jobs FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON jobs TO space_owner USING (true) WITH CHECK (true);
 CREATE POLICY tenant_rw ON jobs TO space_app
     USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 CREATE POLICY worker_queue_read ON jobs FOR SELECT TO space_worker USING (true);
-CREATE POLICY worker_queue_update ON jobs FOR UPDATE TO space_worker USING (true) WITH CHECK (true);
 CREATE POLICY operator_read ON jobs FOR SELECT TO space_operator USING (true);
 
 -- job_events: written only by the SECURITY DEFINER job triggers (as the owner), read per
@@ -234,11 +259,11 @@ CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (tr
 CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
     USING (organization_id = app_org());
 
--- job_diagnostics: workers write, operators read, tenants never.
+-- job_diagnostics: written with a failed attempt by fail_job() (as the owner, for the lease
+-- holder), read by operators, never by tenants.
 ALTER TABLE job_diagnostics ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_diagnostics FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_diagnostics TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY worker_write ON job_diagnostics FOR INSERT TO space_worker WITH CHECK (true);
 CREATE POLICY operator_read ON job_diagnostics FOR SELECT TO space_operator USING (true);
 
 -- job_quotas: the owner's alone (the CLI writes, the submit functions read as the owner).
@@ -250,6 +275,15 @@ CREATE POLICY owner_admin ON job_quotas TO space_owner USING (true) WITH CHECK (
 ALTER TABLE active_job_counts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE active_job_counts FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON active_job_counts TO space_owner USING (true) WITH CHECK (true);
+
+-- quota_policy and job_reservations: the owner's alone (the submit and start functions read and
+-- write them as the owner).
+ALTER TABLE quota_policy ENABLE ROW LEVEL SECURITY;
+ALTER TABLE quota_policy FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON quota_policy TO space_owner USING (true) WITH CHECK (true);
+ALTER TABLE job_reservations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_reservations FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_reservations TO space_owner USING (true) WITH CHECK (true);
 
 -- job_rate_limits: the owner writes (and set_rate_limit()); operators read.
 ALTER TABLE job_rate_limits ENABLE ROW LEVEL SECURITY;
@@ -277,20 +311,16 @@ GRANT SELECT (id, organization_id, requested_by, kind, status, params, lease_unt
 GRANT UPDATE (status, cancel_requested_at, cancel_requested_by) ON jobs TO space_app;
 GRANT SELECT ON job_events TO space_app;
 
--- space_worker: the queue's metadata across organizations, never a params or a result (params
--- come from claim_jobs() for the jobs it leases); it moves the jobs it holds, deletes nothing. It
--- writes result and result_ref at its fenced finish, and reads neither.
-GRANT SELECT (id, organization_id, requested_by, kind, status, lease_token, lease_until,
+-- space_worker: the queue's metadata across organizations, never a params, a result or a lease
+-- token (params and tokens come from claim_jobs() for the jobs it leases); it changes a job only
+-- through the functions that take its lease token, and deletes nothing.
+GRANT SELECT (id, organization_id, requested_by, kind, status, lease_until,
               leased_by, lease_seconds, attempts, max_attempts, run_after, progress,
               error_code, error_message, dedup_key, request_id, last_wakeup_at,
               cancel_requested_by, created_at, updated_at, started_at, finished_at,
               cancel_requested_at, result_expired_at, retry_of)
     ON jobs TO space_worker;
-GRANT UPDATE (status, lease_token, lease_until, leased_by, attempts, run_after, progress, result,
-              result_ref, error_code, error_message, last_wakeup_at)
-    ON jobs TO space_worker;
 GRANT SELECT ON job_events TO space_worker;
-GRANT INSERT ON job_diagnostics TO space_worker;
 
 -- space_operator: job metadata across organizations, never params, result or the lease token
 -- (hence the column lists).
@@ -308,7 +338,6 @@ GRANT SELECT (parent_id, child_index) ON jobs TO space_app, space_worker, space_
 -- Every role sees what a waiting job waits for; only wait_job() and the resumes write it.
 GRANT SELECT (wait_until, wait_signal, wait_children) ON jobs
     TO space_app, space_worker, space_operator;
-GRANT UPDATE (wait_until, wait_signal, wait_children) ON jobs TO space_worker;
 
 -- Only the worker reads a job's trace context, to parent its attempts' spans; the submit
 -- functions and the children's trigger write it, as the owner.

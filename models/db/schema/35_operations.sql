@@ -127,17 +127,17 @@ END $$;
 REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
 
--- Counters bumped from Python (stale finishes fenced, wake-ups published or failed) go
--- through this one narrow door: three names, a positive finite amount (a flush's sum), a
--- kind's name or none. A caller cannot make a counter go down (every rate() would read a
--- reset), poison it with NaN or Infinity, or grow its labels with free text.
+-- Counters bumped from Python (wake-ups published or failed) go through this one narrow door:
+-- two names, a positive finite amount (a flush's sum), and no label. A caller cannot make a
+-- counter go down (every rate() would read a reset), poison it with NaN or Infinity, or add a
+-- series: the only labels any counter has are what the database itself knows (the kinds of its
+-- jobs; the stale finishes are counted by complete_jobs(), which sees them). p_kind stays in
+-- the signature for the callers of the previous release, and must be ''.
 CREATE FUNCTION count_event(p_name text, p_kind text, p_by double precision)
 RETURNS void LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    SELECT bump_metric(p_name, p_kind, '', p_by)
-    WHERE p_name IN ('spacejobs_stale_finishes_fenced_total', 'spacejobs_wakeups_published_total',
-                     'spacejobs_wakeups_failed_total')
-      AND p_by > 0 AND p_by <= 1e9
-      AND (p_kind = '' OR p_kind ~ '^[a-z][a-z0-9_.]{0,63}$')
+    SELECT bump_metric(p_name, '', '', p_by)
+    WHERE p_name IN ('spacejobs_wakeups_published_total', 'spacejobs_wakeups_failed_total')
+      AND p_by > 0 AND p_by <= 1e9 AND p_kind = ''
 $$;
 REVOKE ALL ON FUNCTION count_event(text, text, double precision) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION count_event(text, text, double precision) TO space_app, space_worker;

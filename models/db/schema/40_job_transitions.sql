@@ -106,20 +106,58 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION add_active_jobs(uuid[], text[], integer[]) FROM PUBLIC;
 
--- The counts again from the jobs themselves, for a database whose rows were written with the
--- triggers disabled (pg_restore --disable-triggers). The owner runs it; writers wait meanwhile.
+-- The counts again from the jobs and the reservations themselves, for a database whose rows
+-- were written with the triggers disabled (pg_restore --disable-triggers). The owner runs it;
+-- writers wait meanwhile.
 CREATE FUNCTION recount_active_jobs() RETURNS void
 LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
 BEGIN
     LOCK TABLE jobs IN SHARE MODE;
+    LOCK TABLE job_reservations IN SHARE MODE;
     LOCK TABLE active_job_counts IN EXCLUSIVE MODE;
     DELETE FROM active_job_counts;
     INSERT INTO active_job_counts (organization_id, kind, slot, active)
-    SELECT j.organization_id, j.kind, 0, count(*) FROM jobs j
-    WHERE j.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
-    GROUP BY j.organization_id, j.kind;
+    SELECT c.organization_id, c.kind, 0, sum(c.n) FROM (
+        SELECT j.organization_id, j.kind, count(*) AS n FROM jobs j
+        WHERE j.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+        GROUP BY j.organization_id, j.kind
+        UNION ALL
+        SELECT r.organization_id, r.kind, sum(r.reserved) FROM job_reservations r
+        GROUP BY r.organization_id, r.kind) AS c
+    GROUP BY c.organization_id, c.kind;
 END $$;
 REVOKE ALL ON FUNCTION recount_active_jobs() FROM PUBLIC;
+
+-- Reservations count as active jobs of their kind (30_jobs.sql job_reservations): whatever
+-- writes them, these triggers move active_job_counts by the same amount in the same statement.
+CREATE FUNCTION job_reservations_counted() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind), array_agg(n.reserved))
+        FROM new_reservations n;
+    ELSIF TG_OP = 'UPDATE' THEN
+        PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind),
+                                array_agg(n.reserved - o.reserved))
+        FROM new_reservations n JOIN old_reservations o
+             ON o.parent_id = n.parent_id AND o.kind = n.kind;
+    ELSE
+        PERFORM add_active_jobs(array_agg(o.organization_id), array_agg(o.kind), array_agg(-o.reserved))
+        FROM old_reservations o;
+    END IF;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION job_reservations_counted() FROM PUBLIC;
+
+CREATE TRIGGER job_reservations_inserted AFTER INSERT ON job_reservations
+    REFERENCING NEW TABLE AS new_reservations
+    FOR EACH STATEMENT EXECUTE FUNCTION job_reservations_counted();
+CREATE TRIGGER job_reservations_updated AFTER UPDATE ON job_reservations
+    REFERENCING OLD TABLE AS old_reservations NEW TABLE AS new_reservations
+    FOR EACH STATEMENT EXECUTE FUNCTION job_reservations_counted();
+CREATE TRIGGER job_reservations_deleted AFTER DELETE ON job_reservations
+    REFERENCING OLD TABLE AS old_reservations
+    FOR EACH STATEMENT EXECUTE FUNCTION job_reservations_counted();
 
 -- Inserted jobs: their 'queued' events, and one NOTIFY per statement for workers that LISTEN
 -- (a wake-up faster than the broker's; the broker's wake-up and the sweeper remain the
@@ -211,6 +249,16 @@ BEGIN
           SELECT n.organization_id, n.kind, 1 FROM new_jobs n
           WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting')) AS c;
 
+    -- A parent that ended makes no more children: what it had reserved for those it never made
+    -- stops counting (its reservations' trigger takes the counts back). Looked for only while
+    -- any parent holds a reservation.
+    IF EXISTS (SELECT 1 FROM job_reservations) THEN
+        DELETE FROM job_reservations r
+        USING new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE r.parent_id = n.id AND n.status IN ('completed', 'failed', 'cancelled')
+          AND o.status <> n.status;
+    END IF;
+
     -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
     -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
     -- going to wait at this moment (wait_job() locks its row too) either waits before this
@@ -274,6 +322,7 @@ BEGIN
     DELETE FROM job_events e USING gone_jobs g WHERE e.job_id = g.id;
     PERFORM add_active_jobs(array_agg(g.organization_id), array_agg(g.kind), array_agg(-1))
     FROM gone_jobs g WHERE g.status IN ('queued', 'leased', 'cancel_requested', 'waiting');
+    DELETE FROM job_reservations r USING gone_jobs g WHERE r.parent_id = g.id;
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION jobs_after_delete() FROM PUBLIC;
@@ -286,6 +335,7 @@ CREATE FUNCTION jobs_after_truncate() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     TRUNCATE job_events;
+    TRUNCATE job_reservations;
     TRUNCATE active_job_counts;
     RETURN NULL;
 END $$;

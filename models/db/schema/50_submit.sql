@@ -156,6 +156,32 @@ CREATE FUNCTION role_rank(role text) RETURNS integer LANGUAGE sql IMMUTABLE AS $
     SELECT array_position(ARRAY['member', 'admin', 'owner'], role)
 $$;
 
+-- The kinds of the steps a submitted workflow (a job of the kind 'workflow', whose params hold
+-- its steps: models/jobs/workflows.py) will make, one entry per step; empty for any other job.
+-- Read from the params the database stores, never from the caller: what is admitted and
+-- reserved is exactly what the workflow's run will make.
+CREATE FUNCTION workflow_step_kinds(p_kind text, p_params jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_kind = 'workflow' AND jsonb_typeof(p_params -> 'steps') = 'array'
+                THEN ARRAY(SELECT s.step ->> 'kind'
+                           FROM jsonb_array_elements(p_params -> 'steps') AS s (step))
+                ELSE '{}'::text[] END
+$$;
+
+-- Count the children a parent will make (p_kinds: one entry per child) as active jobs of
+-- their kinds from now on, until each is made or the parent ends (30_jobs.sql
+-- job_reservations). The caller has admitted them.
+CREATE FUNCTION reserve_children(p_parent uuid, p_organization_id uuid, p_kinds text[])
+RETURNS void LANGUAGE sql SET search_path = public, pg_temp AS $$
+    INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
+    SELECT p_parent, p_organization_id, k.kind, count(*)
+    FROM unnest(p_kinds) AS k (kind)
+    GROUP BY k.kind
+    ON CONFLICT ON CONSTRAINT job_reservations_pkey
+        DO UPDATE SET reserved = r.reserved + excluded.reserved
+$$;
+REVOKE ALL ON FUNCTION reserve_children(uuid, uuid, text[]) FROM PUBLIC;
+
 -- Called by name (models/jobs/store.sql: `p_kind => ...`), so no caller depends on the order
 -- of sixteen arguments, three of them text side by side that a positional slip would swap
 -- without an error. The optional ones default to NULL ("none"), so a caller leaves out what it
@@ -180,7 +206,8 @@ CREATE FUNCTION submit_job(
     p_retry_of uuid DEFAULT NULL, p_org_quota integer DEFAULT NULL,
     p_kind_quota integer DEFAULT NULL, p_priority integer DEFAULT NULL,
     p_traceparent text DEFAULT NULL, p_sequence_key text DEFAULT NULL,
-    p_debounce_seconds integer DEFAULT NULL)
+    p_debounce_seconds integer DEFAULT NULL, p_quota_kinds text[] DEFAULT NULL,
+    p_quota_caps integer[] DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -193,9 +220,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     -- before the FOR SHARE below, which takes a transaction id without writing a job
     first_write CONSTANT boolean := pg_current_xact_id_if_assigned() IS NULL;
+    -- a workflow's steps: admitted with it, and counted as active from now on
+    step_kinds CONSTANT text[] := workflow_step_kinds(p_kind, p_params);
     standing record;
     refusal record;
     made jobs;
+    replaced_requester uuid;
 BEGIN
     SELECT m.role, o.state INTO standing
     FROM memberships m JOIN organizations o ON o.id = m.organization_id
@@ -218,26 +248,35 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hashtext('spacejobs.sequence:' || p_organization_id::text
                                                || ':' || p_sequence_key));
     END IF;
-    IF p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL THEN
+    -- (Never a workflow: its steps were admitted and reserved with it, and new params would
+    -- bring other steps.)
+    IF p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL
+       AND cardinality(step_kinds) = 0 THEN
         -- The queued, never started job with this key takes the new params and moves its
         -- start. Debounces of one key take turns (the lock, until commit), so each sees the
         -- job the one before made; a claim that leases the job first (its row lock, then a
         -- status this no longer matches) leaves nothing to update, and a new job is made.
         PERFORM pg_advisory_xact_lock(hashtext('spacejobs.debounce:' || p_organization_id::text
                                                || ':' || p_kind || ':' || p_dedup_key));
-        UPDATE jobs j
-        SET params = p_params, requested_by = p_requested_by,
-            run_after = now() + p_debounce_seconds * interval '1 second',
-            debounce_seconds = p_debounce_seconds, request_id = p_request_id
+        SELECT j.id, j.requested_by INTO made.id, replaced_requester FROM jobs j
         WHERE j.organization_id = p_organization_id AND j.kind = p_kind
           AND j.dedup_key = p_dedup_key AND j.debounce_seconds IS NOT NULL
           AND j.status = 'queued' AND j.attempts = 0
-        RETURNING * INTO made;
+        FOR UPDATE;
         IF made.id IS NOT NULL THEN
-            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
-                                   request_id)
+            UPDATE jobs j
+            SET params = p_params, requested_by = p_requested_by,
+                run_after = now() + p_debounce_seconds * interval '1 second',
+                debounce_seconds = p_debounce_seconds, request_id = p_request_id
+            WHERE j.id = made.id
+            RETURNING * INTO made;
+            -- Both requesters: the actor, and as the entry's member the one whose job it was,
+            -- when that was someone else (their job now runs for the actor).
+            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, member_id,
+                                   detail, request_id)
             VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
                     coalesce(app_actor(), 'user:' || p_requested_by), 'job.debounce', made.id,
+                    nullif(replaced_requester, p_requested_by),
                     jsonb_build_object('kind', p_kind), p_request_id);
             RETURN QUERY SELECT 'debounced', standing.role, standing.state, made.id,
                 made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
@@ -257,9 +296,18 @@ BEGIN
           AND j.idempotency_key = p_idempotency_key;
     END IF;
     IF made.id IS NULL THEN
+        -- The organization's cap is the database's (quota_policy, job_quotas); p_org_quota is
+        -- ignored (kept for the previous release's callers during a rolling deploy). A kind's
+        -- declared cap is the caller's, as its other rules are: p_kind_quota for the job's own
+        -- kind, p_quota_caps for the kinds of its steps (p_quota_kinds).
         SELECT * INTO refusal
-        FROM admit_jobs(p_organization_id, ARRAY[p_kind], ARRAY[p_kind_quota], p_org_quota,
-                        first_write);
+        FROM admit_jobs(p_organization_id, ARRAY[p_kind] || step_kinds,
+                        ARRAY[p_kind_quota] || ARRAY(
+                            SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
+                            LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
+                                   ON c.kind = k.kind
+                            ORDER BY k.n),
+                        (SELECT q.active_jobs FROM quota_policy q), first_write);
         IF FOUND THEN
             RETURN QUERY SELECT 'over_quota', standing.role, standing.state, NULL::uuid,
                 NULL::uuid, NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
@@ -286,10 +334,14 @@ BEGIN
                 -- out of range is the column CHECK's refusal, never a silent clamp
                 coalesce(p_priority, 0), p_traceparent, p_sequence_key,
                 CASE WHEN p_sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END,
-                CASE WHEN p_dedup_key IS NOT NULL THEN p_debounce_seconds END)
+                CASE WHEN p_dedup_key IS NOT NULL AND cardinality(step_kinds) = 0
+                     THEN p_debounce_seconds END)
         ON CONFLICT DO NOTHING
         RETURNING * INTO made;
         IF made.id IS NOT NULL THEN
+            IF cardinality(step_kinds) > 0 THEN
+                PERFORM reserve_children(made.id, p_organization_id, step_kinds);
+            END IF;
             -- Who started it, for the organization's audit log: the scoped user (an operator's
             -- retry scopes the operator), else the requester.
             INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
@@ -335,11 +387,11 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
                                   text, text, timestamptz, uuid, integer, integer, integer, text, text,
-                                  integer)
+                                  integer, text[], integer[])
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
                                      text, text, timestamptz, uuid, integer, integer, integer, text, text,
-                                     integer)
+                                     integer, text[], integer[])
     TO space_app, space_worker;
 
 -- The bulk submit: many jobs of the organization in one statement, ids made by the caller so
@@ -358,7 +410,8 @@ CREATE FUNCTION submit_jobs(
     p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
     p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
     p_org_quota integer, p_kind_quotas integer[], p_priorities integer[],
-    p_traceparent text DEFAULT NULL, p_sequence_keys text[] DEFAULT NULL)
+    p_traceparent text DEFAULT NULL, p_sequence_keys text[] DEFAULT NULL,
+    p_quota_kinds text[] DEFAULT NULL, p_quota_caps integer[] DEFAULT NULL)
 RETURNS TABLE (
     outcome text, member_role text, member_organization_state text,
     id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
@@ -372,6 +425,8 @@ DECLARE
     standing record;
     refusal record;
     sequence_lock integer;
+    -- the steps of the batch's workflows, admitted with them (as in submit_job())
+    step_kinds text[];
 BEGIN
     SELECT m.role, o.state INTO standing
     FROM memberships m JOIN organizations o ON o.id = m.organization_id
@@ -386,8 +441,17 @@ BEGIN
             NULL::jsonb, NULL, NULL::integer, NULL;
         RETURN;
     END IF;
+    step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
+                        FROM unnest(p_kinds, p_params) AS u (kind, params));
+    -- The organization's cap is the database's (p_org_quota is ignored, as in submit_job()).
     SELECT * INTO refusal
-    FROM admit_jobs(p_organization_id, p_kinds, p_kind_quotas, p_org_quota, false);
+    FROM admit_jobs(p_organization_id, p_kinds || step_kinds,
+                    p_kind_quotas || ARRAY(
+                        SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
+                        LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
+                               ON c.kind = k.kind
+                        ORDER BY k.n),
+                    (SELECT q.active_jobs FROM quota_policy q), false);
     IF FOUND THEN
         RETURN QUERY SELECT 'over_quota', standing.role, standing.state, NULL::uuid, NULL::uuid,
             NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
@@ -432,6 +496,14 @@ BEGIN
                coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', made.id,
                jsonb_build_object('kind', made.kind, 'bulk', true), p_request_id
         FROM made
+    ), reserved AS (
+        -- The steps of each workflow made, counted as active from now on (reserve_children()).
+        INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
+        SELECT made.id, p_organization_id, s.kind, count(*)
+        FROM made, unnest(workflow_step_kinds(made.kind, made.params)) AS s (kind)
+        GROUP BY made.id, s.kind
+        ON CONFLICT ON CONSTRAINT job_reservations_pkey
+        DO UPDATE SET reserved = r.reserved + excluded.reserved
     )
     SELECT 'created', standing.role, standing.state, made.id, made.organization_id,
         made.requested_by, made.kind, made.status, made.attempts, made.max_attempts,
@@ -443,9 +515,9 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                    integer[], integer[], text[], timestamptz[], integer, integer[],
-                                   integer[], text, text[])
+                                   integer[], text, text[], text[], integer[])
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
                                       integer[], integer[], text[], timestamptz[], integer,
-                                      integer[], integer[], text, text[])
+                                      integer[], integer[], text, text[], text[], integer[])
     TO space_app, space_worker;

@@ -375,3 +375,266 @@ REVOKE ALL ON FUNCTION claim_jobs(text, integer, text[], text, uuid, text[], int
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_jobs(text, integer, text[], text, uuid, text[], integer[], integer[])
     TO space_worker;
+
+-- =============================================================================================
+-- Without the token, nothing
+-- =============================================================================================
+--
+-- The worker role reads the queue's metadata (no params, no results, no lease tokens) and may
+-- claim, sweep and resume through the functions above and in 75_waiting.sql and 80_retention.sql,
+-- each bounded and doing only what the design does anyway. Everything else it does to a job, or
+-- with a job's tenant data, goes through a function that takes the job's lease token and acts
+-- only while that token holds the lease: it has no UPDATE on jobs, reads no token, and reaches
+-- job_steps, job_signals and job_diagnostics only through these functions. A stolen worker
+-- credential therefore cannot move, finish or fail a job it does not hold, nor read or forge a
+-- job's steps and signals, nor read any organization's tenant data without holding a lease of
+-- that organization (lease_org(), in the worker's row-level security).
+
+-- The organization of the lease the current transaction presents: app.job_id and
+-- app.lease_token, set by the worker's scope of a job it runs (models/db/transaction.py), while
+-- that token holds the lease; NULL otherwise. The worker's policies on tenant tables compare
+-- with it, as (SELECT lease_org()): one evaluation a statement, not one a row.
+CREATE FUNCTION lease_org() RETURNS uuid
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN (SELECT j.organization_id FROM jobs j
+            WHERE j.id = nullif(current_setting('app.job_id', true), '')::uuid
+              AND j.lease_token = nullif(current_setting('app.lease_token', true), '')::uuid
+              AND j.status IN ('leased', 'cancel_requested'));
+END $$;
+REVOKE ALL ON FUNCTION lease_org() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease_org() TO space_worker;
+
+-- The worker's tenant data: that of the organization whose lease it presents, nothing else.
+CREATE POLICY worker_lease_read ON organizations FOR SELECT TO space_worker
+    USING (id = (SELECT lease_org()));
+CREATE POLICY worker_lease_read ON memberships FOR SELECT TO space_worker
+    USING (organization_id = (SELECT lease_org()));
+CREATE POLICY worker_lease_rw ON projects TO space_worker
+    USING (organization_id = (SELECT lease_org()))
+    WITH CHECK (organization_id = (SELECT lease_org()));
+
+-- The job's status while the caller's token holds its lease; NULL otherwise.
+CREATE FUNCTION lease_status(p_id uuid, p_token uuid) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN (SELECT j.status FROM jobs j
+            WHERE j.id = p_id AND j.lease_token = p_token
+              AND j.status IN ('leased', 'cancel_requested'));
+END $$;
+REVOKE ALL ON FUNCTION lease_status(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease_status(uuid, uuid) TO space_worker;
+
+-- Taken at the end of every tenant transaction of a job: its writes commit only while the
+-- attempt still holds the lease, and nobody can re-claim the row until that commit. False when
+-- the token no longer holds it.
+CREATE FUNCTION lock_lease(p_id uuid, p_token uuid) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobs j
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested')
+    FOR UPDATE;
+    RETURN FOUND;
+END $$;
+REVOKE ALL ON FUNCTION lock_lease(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lock_lease(uuid, uuid) TO space_worker;
+
+-- Heartbeat, one statement for every lease a worker process holds. A job missing from the
+-- answer is no longer the caller's (expired and taken, or ended); its status says whether a
+-- cancel was asked for.
+CREATE FUNCTION extend_leases(p_ids uuid[], p_tokens uuid[])
+RETURNS TABLE (id uuid, status text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE jobs j
+    SET lease_until = clock_timestamp() + j.lease_seconds * interval '1 second'
+    FROM unnest(p_ids, p_tokens) AS held (job_id, token)
+    WHERE j.id = ANY (p_ids) AND j.id = held.job_id AND j.lease_token = held.token
+      AND j.status IN ('leased', 'cancel_requested')
+    RETURNING j.id, j.status;
+END $$;
+REVOKE ALL ON FUNCTION extend_leases(uuid[], uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION extend_leases(uuid[], uuid[]) TO space_worker;
+
+-- Measured progress of a held job; the job's status, or NULL when the lease is not the caller's.
+CREATE FUNCTION record_progress(p_id uuid, p_token uuid, p_progress jsonb) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    found_status text;
+BEGIN
+    UPDATE jobs j SET progress = p_progress
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested')
+    RETURNING j.status INTO found_status;
+    RETURN found_status;
+END $$;
+REVOKE ALL ON FUNCTION record_progress(uuid, uuid, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION record_progress(uuid, uuid, jsonb) TO space_worker;
+
+-- The fenced finish of many jobs in one statement: a job is completed only while the caller's
+-- token still holds its lease; one whose token moved on (a newer attempt owns it) is left alone
+-- and missing from the answer, and counted as a stale finish under its kind (the database's
+-- own kinds: a caller cannot add labels). A cancel that arrived too late loses to a finished
+-- job (cancel_requested -> completed). A large result's file is already in the results store;
+-- p_refs names it (and the result describes it).
+CREATE FUNCTION complete_jobs(p_ids uuid[], p_tokens uuid[], p_results jsonb[], p_refs text[])
+RETURNS TABLE (id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    completed uuid[];
+BEGIN
+    WITH done AS (
+        UPDATE jobs j
+        SET status = 'completed', result = d.result, result_ref = d.ref, error_code = NULL,
+            error_message = NULL, leased_by = NULL
+        FROM unnest(p_ids, p_tokens, p_results, p_refs) AS d (job_id, token, result, ref)
+        WHERE j.id = ANY (p_ids) AND j.id = d.job_id AND j.lease_token = d.token
+          AND j.status IN ('leased', 'cancel_requested')
+        RETURNING j.id
+    )
+    SELECT coalesce(array_agg(done.id), '{}') INTO completed FROM done;
+    IF cardinality(completed) < cardinality(p_ids) THEN
+        INSERT INTO metric_events (name, kind, label, value)
+        SELECT 'spacejobs_stale_finishes_fenced_total', s.kind, '', count(*)
+        FROM jobs s WHERE s.id = ANY (p_ids) AND s.id <> ALL (completed)
+        GROUP BY s.kind;
+    END IF;
+    RETURN QUERY SELECT unnest(completed);
+END $$;
+REVOKE ALL ON FUNCTION complete_jobs(uuid[], uuid[], jsonb[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION complete_jobs(uuid[], uuid[], jsonb[], text[]) TO space_worker;
+
+-- One decision for every failed attempt, fenced like the finish: a requested cancel wins, a
+-- permanent error or the last attempt fails the job, anything else goes back to the queue with
+-- run_after pushed out by the caller's backoff (at most a day). An unexpected exception's
+-- diagnosis (its classes and frames, never a message: models/diagnostics.py) is kept for
+-- operators in the same transaction, for the attempt that failed. No row when the lease is not
+-- the caller's.
+CREATE FUNCTION fail_job(p_id uuid, p_token uuid, p_permanent boolean, p_retry_in double precision,
+                         p_error_code text, p_error_message text, p_worker text DEFAULT NULL,
+                         p_exception_class text DEFAULT NULL, p_traceback text DEFAULT NULL)
+RETURNS TABLE (status text, run_after timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    failed jobs;
+BEGIN
+    UPDATE jobs j
+    SET status = CASE
+            WHEN j.status = 'cancel_requested' THEN 'cancelled'
+            WHEN p_permanent OR j.attempts >= j.max_attempts THEN 'failed'
+            ELSE 'queued' END,
+        run_after = CASE
+            WHEN j.status = 'leased' AND NOT p_permanent AND j.attempts < j.max_attempts
+            THEN clock_timestamp() + least(greatest(p_retry_in, 0), 86400) * interval '1 second'
+            ELSE j.run_after END,
+        error_code = p_error_code, error_message = p_error_message,
+        lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested')
+    RETURNING j.* INTO failed;
+    IF failed.id IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_exception_class IS NOT NULL THEN
+        INSERT INTO job_diagnostics (job_id, organization_id, attempt, worker, exception_class,
+                                     traceback)
+        VALUES (failed.id, failed.organization_id, failed.attempts, p_worker,
+                left(p_exception_class, 1000), left(coalesce(p_traceback, ''), 100000));
+    END IF;
+    RETURN QUERY SELECT failed.status, failed.run_after;
+END $$;
+REVOKE ALL ON FUNCTION fail_job(uuid, uuid, boolean, double precision, text, text, text, text, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fail_job(uuid, uuid, boolean, double precision, text, text, text, text,
+                                   text)
+    TO space_worker;
+
+-- The running job saw cancel_requested at a safe point and stops. False when the lease is not
+-- the caller's (or no cancel was asked for).
+CREATE FUNCTION acknowledge_cancel(p_id uuid, p_token uuid) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    UPDATE jobs j
+    SET status = 'cancelled', lease_token = NULL, lease_until = NULL, leased_by = NULL
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status = 'cancel_requested';
+    RETURN FOUND;
+END $$;
+REVOKE ALL ON FUNCTION acknowledge_cancel(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION acknowledge_cancel(uuid, uuid) TO space_worker;
+
+-- Graceful shutdown: give held jobs back untouched, the attempt not burned, claimable at once.
+CREATE FUNCTION release_jobs(p_ids uuid[], p_tokens uuid[]) RETURNS TABLE (id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE jobs j
+    SET status = 'queued', attempts = j.attempts - 1, run_after = now(),
+        lease_token = NULL, lease_until = NULL, leased_by = NULL, last_wakeup_at = NULL
+    FROM unnest(p_ids, p_tokens) AS held (job_id, token)
+    WHERE j.id = ANY (p_ids) AND j.id = held.job_id AND j.lease_token = held.token
+      AND j.status = 'leased'
+    RETURNING j.id;
+END $$;
+REVOKE ALL ON FUNCTION release_jobs(uuid[], uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION release_jobs(uuid[], uuid[]) TO space_worker;
+
+-- The sweeper, bounded per call: leases that ran out go back to the queue (attempts left),
+-- fail (none left: lease_expired) or end cancelled (a cancel was asked for). Several sweepers on
+-- several hosts take disjoint batches (SKIP LOCKED). What a caller can do through it is what
+-- the sweeper does anyway: nothing to a job whose lease still runs.
+CREATE FUNCTION sweep_expired_leases(p_batch integer) RETURNS TABLE (id uuid, status text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    WITH expired AS (
+        SELECT e.id FROM jobs e
+        WHERE e.status IN ('leased', 'cancel_requested') AND e.lease_until < now()
+        ORDER BY e.lease_until
+        LIMIT least(greatest(p_batch, 1), 10000)
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jobs j
+    SET status = CASE
+            WHEN j.status = 'cancel_requested' THEN 'cancelled'
+            WHEN j.attempts >= j.max_attempts THEN 'failed'
+            ELSE 'queued' END,
+        error_code = CASE
+            WHEN j.status = 'leased' AND j.attempts >= j.max_attempts THEN 'lease_expired'
+            ELSE j.error_code END,
+        error_message = CASE
+            WHEN j.status = 'leased' AND j.attempts >= j.max_attempts
+            THEN 'The job stopped responding and has no attempts left.'
+            ELSE j.error_message END,
+        run_after = now(), lease_token = NULL, lease_until = NULL, leased_by = NULL,
+        last_wakeup_at = NULL
+    FROM expired WHERE j.id = expired.id
+    RETURNING j.id, j.status;
+END $$;
+REVOKE ALL ON FUNCTION sweep_expired_leases(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sweep_expired_leases(integer) TO space_worker;
+
+-- Due jobs that nobody claimed within p_grace seconds get a fresh wake-up: this is what makes a
+-- lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
+-- sweepers from re-sending the same wake-up. A job put back in the queue (retry, expired lease,
+-- release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is due; a
+-- new job (last_wakeup_at = its submit) first gets the grace period for the web's own wake-up.
+-- Bounded per call; it changes nothing but the mark.
+CREATE FUNCTION sweep_unsignalled(p_grace double precision, p_batch integer)
+RETURNS TABLE (id uuid, kind text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN QUERY
+    WITH due AS (
+        SELECT d.id FROM jobs d
+        WHERE d.status = 'queued' AND d.run_after <= now()
+          AND (d.last_wakeup_at IS NULL
+               OR d.last_wakeup_at <= now() - greatest(p_grace, 0) * interval '1 second')
+        ORDER BY d.run_after, d.created_at
+        LIMIT least(greatest(p_batch, 1), 10000)
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jobs j SET last_wakeup_at = now()
+    FROM due WHERE j.id = due.id
+    RETURNING j.id, j.kind;
+END $$;
+REVOKE ALL ON FUNCTION sweep_unsignalled(double precision, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sweep_unsignalled(double precision, integer) TO space_worker;

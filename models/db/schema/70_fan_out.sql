@@ -38,7 +38,9 @@ CREATE POLICY owner_admin ON job_fan_out_items TO space_owner USING (true) WITH 
 -- The next children of these fan-outs, as many as each has room for (max_parallel minus the
 -- released ones not ended), in place order, for the parent's organization and requester (from
 -- the parent's row). Nothing is released under a parent that is stopping (cancel_requested)
--- or has ended. The callers hold the parents' rows locked. Returns how many were made.
+-- or has ended. Each child made takes the place its parent reserved for it (start_fan_out()),
+-- so the organization's count of active jobs does not move. The callers hold the parents' rows
+-- locked. Returns how many were made.
 CREATE FUNCTION release_children(p_parents uuid[]) RETURNS integer
 LANGUAGE plpgsql SET search_path = public, pg_temp
 -- Index probes by parent and place: the jobs trigger that calls it turns nested loops off for
@@ -60,15 +62,22 @@ BEGIN
     ), counted AS (
         UPDATE job_fan_outs f SET released = f.released + d.take
         FROM due d WHERE f.parent_id = d.parent_id
+    ), inserted AS (
+        INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                          request_id, parent_id, child_index)
+        SELECT p.organization_id, p.requested_by, f.kind, t.params, f.max_attempts, f.lease_seconds,
+               p.request_id, p.id, t.place
+        FROM taken t JOIN job_fan_outs f ON f.parent_id = t.parent_id JOIN jobs p ON p.id = t.parent_id
+        ORDER BY t.parent_id, t.place
+        ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING
+        RETURNING jobs.parent_id, jobs.kind
+    ), moved AS (
+        UPDATE job_reservations r SET reserved = r.reserved - least(r.reserved, i.n)
+        FROM (SELECT c.parent_id, c.kind, count(*)::integer AS n FROM inserted c
+              GROUP BY c.parent_id, c.kind) AS i
+        WHERE r.parent_id = i.parent_id AND r.kind = i.kind
     )
-    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                      request_id, parent_id, child_index)
-    SELECT p.organization_id, p.requested_by, f.kind, t.params, f.max_attempts, f.lease_seconds,
-           p.request_id, p.id, t.place
-    FROM taken t JOIN job_fan_outs f ON f.parent_id = t.parent_id JOIN jobs p ON p.id = t.parent_id
-    ORDER BY t.parent_id, t.place
-    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
-    GET DIAGNOSTICS made = ROW_COUNT;
+    SELECT count(*) INTO made FROM inserted;
     RETURN made;
 END $$;
 REVOKE ALL ON FUNCTION release_children(uuid[]) FROM PUBLIC;
@@ -116,24 +125,29 @@ REVOKE ALL ON FUNCTION fan_out_state(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fan_out_state(uuid, uuid) TO space_worker;
 
 -- The parent's fan-out, for the worker holding its lease: its items (place = position in
--- p_params) and the first children released, in one transaction. A fan-out already started
--- (by an earlier attempt of the parent) is left as it is. Children the parent made before,
--- one by one (workers did so before revision 0033: always the first places), count as
--- released. Returns the fan-out, or no row when the lease is no longer the caller's or a
--- cancel was asked for.
+-- p_params) and the first children released, in one transaction. The children are admitted
+-- against the quotas first, all of them (the organization's cap is the database's; p_kind_quota
+-- is the kind's declared one), and counted as active from then on: over a cap, nothing is
+-- recorded and refused_kind and cap say which (the caller's attempt fails, to be retried). A
+-- fan-out already started (by an earlier attempt of the parent) is left as it is. Children the
+-- parent made before, one by one (workers did so before revision 0033: always the first
+-- places), count as released. Returns the fan-out, or no row when the lease is no longer the
+-- caller's or a cancel was asked for.
 CREATE FUNCTION start_fan_out(p_parent uuid, p_token uuid, p_kind text, p_params jsonb[],
                               p_max_parallel integer, p_max_attempts integer,
-                              p_lease_seconds integer)
-RETURNS TABLE (total integer, released integer, ended integer)
+                              p_lease_seconds integer, p_kind_quota integer DEFAULT NULL)
+RETURNS TABLE (total integer, released integer, ended integer, refused_kind text, cap integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    parent jobs;
     made integer;
     finished integer;
+    refusal record;
 BEGIN
     -- Locked like a child's end locks it: the counts below and the trigger's never cross.
-    PERFORM 1 FROM jobs j
+    SELECT * INTO parent FROM jobs j
     WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
-    IF NOT FOUND THEN
+    IF parent.id IS NULL THEN
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM job_fan_outs f WHERE f.parent_id = p_parent) THEN
@@ -141,6 +155,20 @@ BEGIN
         INTO made, finished
         FROM jobs c WHERE c.parent_id = p_parent;
         made := least(made, coalesce(cardinality(p_params), 0));
+        IF coalesce(cardinality(p_params), 0) > made THEN
+            SELECT * INTO refusal
+            FROM admit_jobs(parent.organization_id,
+                            array_fill(p_kind, ARRAY[cardinality(p_params) - made]),
+                            array_fill(p_kind_quota, ARRAY[cardinality(p_params) - made]),
+                            (SELECT q.active_jobs FROM quota_policy q), false);
+            IF FOUND THEN
+                RETURN QUERY SELECT NULL::integer, NULL::integer, NULL::integer,
+                                    refusal.refused_kind, refusal.cap;
+                RETURN;
+            END IF;
+            PERFORM reserve_children(p_parent, parent.organization_id,
+                                     array_fill(p_kind, ARRAY[cardinality(p_params) - made]));
+        END IF;
         INSERT INTO job_fan_outs (parent_id, kind, max_attempts, lease_seconds, max_parallel,
                                   total, released, ended)
         VALUES (p_parent, p_kind, least(greatest(p_max_attempts, 1), 100),
@@ -152,20 +180,23 @@ BEGIN
         WHERE c.place > made;
         PERFORM release_children(ARRAY[p_parent]);
     END IF;
-    RETURN QUERY SELECT f.total, f.released, f.ended FROM job_fan_outs f WHERE f.parent_id = p_parent;
+    RETURN QUERY SELECT f.total, f.released, f.ended, NULL::text, NULL::integer
+    FROM job_fan_outs f WHERE f.parent_id = p_parent;
 END $$;
-REVOKE ALL ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+REVOKE ALL ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer, integer)
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer)
+GRANT EXECUTE ON FUNCTION start_fan_out(uuid, uuid, text, jsonb[], integer, integer, integer,
+                                        integer)
     TO space_worker;
 
 -- A workflow the database runs (models/jobs/workflows.py): its steps not made yet, each with
 -- the places it waits for; the end of a step makes, in the transaction that ends it, every
--- step whose dependencies have all completed, its params carrying their results (under
--- "_inputs", workflows.INPUTS, in the order of its dependencies). The workflow waits without a
--- worker until it is settled: nothing left unfinished, or, with fail_fast, a step that did not
--- complete. So a chain's next step is made in its predecessor's finish, with no run of the
--- workflow in between.
+-- step whose dependencies have all completed, its params naming their places (under "_after",
+-- workflows.AFTER, in the order of its dependencies): the step reads their results when it
+-- runs (step_inputs()), so a step's row holds a few numbers, never copies of results. The
+-- workflow waits without a worker until it is settled: nothing left unfinished, or, with
+-- fail_fast, a step that did not complete. So a chain's next step is made in its predecessor's
+-- finish, with no run of the workflow in between.
 CREATE TABLE job_workflows (
     parent_id    uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
     policy       text NOT NULL CHECK (policy IN ('fail_fast', 'run_all')),
@@ -199,8 +230,10 @@ CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH
 -- parent that is not stopping, and not after a failure under fail_fast, in place order and no
 -- more than max_parallel unfinished. Only steps that wait for one of p_completed (places that
 -- just completed) are looked at, or all when it is NULL or the workflow has a max_parallel
--- (a step ready before may have waited for room). The callers hold the parents' rows locked.
--- Returns how many were made.
+-- (a step ready before may have waited for room). A step's params name the places of its
+-- dependencies ("_after", replacing any such key of the caller's), not their results. Each step
+-- made takes the place its workflow reserved for it (submit_job(), start_workflow()). The
+-- callers hold the parents' rows locked. Returns how many were made.
 CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
 LANGUAGE plpgsql SET search_path = public, pg_temp
 -- As release_children(): index probes, whatever the calling trigger turned off.
@@ -231,19 +264,23 @@ BEGIN
         UPDATE job_workflows w SET released = w.released + t.n
         FROM (SELECT parent_id, count(*)::integer AS n FROM taken GROUP BY parent_id) AS t
         WHERE w.parent_id = t.parent_id
+    ), inserted AS (
+        INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
+                          request_id, parent_id, child_index)
+        SELECT p.organization_id, p.requested_by, t.kind,
+               t.params || jsonb_build_object('_after', to_jsonb(t.after)),
+               t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place
+        FROM taken t JOIN jobs p ON p.id = t.parent_id
+        ORDER BY t.parent_id, t.place
+        ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING
+        RETURNING jobs.parent_id, jobs.kind
+    ), moved AS (
+        UPDATE job_reservations r SET reserved = r.reserved - least(r.reserved, i.n)
+        FROM (SELECT c.parent_id, c.kind, count(*)::integer AS n FROM inserted c
+              GROUP BY c.parent_id, c.kind) AS i
+        WHERE r.parent_id = i.parent_id AND r.kind = i.kind
     )
-    INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                      request_id, parent_id, child_index)
-    SELECT p.organization_id, p.requested_by, t.kind,
-           t.params || jsonb_build_object('_inputs', (
-               SELECT coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
-               FROM unnest(t.after) WITH ORDINALITY AS d (place, ord)
-               JOIN jobs c ON c.parent_id = t.parent_id AND c.child_index = d.place)),
-           t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place
-    FROM taken t JOIN jobs p ON p.id = t.parent_id
-    ORDER BY t.parent_id, t.place
-    ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING;
-    GET DIAGNOSTICS made = ROW_COUNT;
+    SELECT count(*) INTO made FROM inserted;
     RETURN made;
 END $$;
 REVOKE ALL ON FUNCTION release_steps(uuid[], integer[]) FROM PUBLIC;
@@ -296,22 +333,56 @@ GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 
 -- The parent's workflow, for the worker holding its lease: its steps (place = position in the
 -- arrays; p_after: each step's places as a JSON array), at most p_max_parallel unfinished at a
--- time (NULL: no bound), and the steps ready at once, in one
--- transaction. A workflow already started is left as it is; steps the parent made before,
--- one by one (before revision 0033), count as released. Returns the workflow, or no row when the
--- lease is no longer the caller's or a cancel was asked for.
+-- time (NULL: no bound), and the steps ready at once, in one transaction. Every step counts as
+-- an active job from then on: the steps beyond those its submit already reserved (a kind's own
+-- ctx.workflow reserved none) are admitted against the quotas first (the organization's cap is
+-- the database's; p_quotas are the steps' kinds' declared ones); over a cap nothing is
+-- recorded, and refused_kind and cap say which. A workflow already started is left as it is;
+-- steps the parent made before, one by one (before revision 0033), count as released. Returns
+-- the workflow, or no row when the lease is no longer the caller's or a cancel was asked for.
 CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
                                p_kinds text[], p_params jsonb[], p_after jsonb[],
-                               p_max_attempts integer[], p_lease_seconds integer[])
-RETURNS TABLE (total integer, released integer, ended integer, failed integer)
+                               p_max_attempts integer[], p_lease_seconds integer[],
+                               p_quotas integer[] DEFAULT NULL)
+RETURNS TABLE (total integer, released integer, ended integer, failed integer,
+               refused_kind text, cap integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    parent jobs;
+    unreserved text[];
+    unreserved_caps integer[];
+    refusal record;
 BEGIN
-    PERFORM 1 FROM jobs j
+    SELECT * INTO parent FROM jobs j
     WHERE j.id = p_parent AND j.lease_token = p_token AND j.status = 'leased' FOR UPDATE;
-    IF NOT FOUND THEN
+    IF parent.id IS NULL THEN
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM job_workflows w WHERE w.parent_id = p_parent) THEN
+        -- The steps not made yet, one entry each, less those already reserved per kind.
+        SELECT coalesce(array_agg(n.kind), '{}'), coalesce(array_agg(n.cap), '{}')
+        INTO unreserved, unreserved_caps
+        FROM (SELECT s.kind, s.cap,
+                     row_number() OVER (PARTITION BY s.kind ORDER BY s.place) AS nth
+              FROM unnest(p_kinds, coalesce(p_quotas, array_fill(NULL::integer,
+                                                                 ARRAY[cardinality(p_kinds)])))
+                       WITH ORDINALITY AS s (kind, cap, place)
+              WHERE NOT EXISTS (SELECT 1 FROM jobs c
+                                WHERE c.parent_id = p_parent AND c.child_index = s.place - 1)
+             ) AS n
+        LEFT JOIN job_reservations r ON r.parent_id = p_parent AND r.kind = n.kind
+        WHERE n.nth > coalesce(r.reserved, 0);
+        IF cardinality(unreserved) > 0 THEN
+            SELECT * INTO refusal
+            FROM admit_jobs(parent.organization_id, unreserved, unreserved_caps,
+                            (SELECT q.active_jobs FROM quota_policy q), false);
+            IF FOUND THEN
+                RETURN QUERY SELECT NULL::integer, NULL::integer, NULL::integer, NULL::integer,
+                                    refusal.refused_kind, refusal.cap;
+                RETURN;
+            END IF;
+            PERFORM reserve_children(p_parent, parent.organization_id, unreserved);
+        END IF;
         INSERT INTO job_workflows (parent_id, policy, max_parallel, total, released, ended, failed)
         SELECT p_parent, p_policy,
                CASE WHEN p_max_parallel IS NOT NULL THEN greatest(p_max_parallel, 1) END,
@@ -331,13 +402,38 @@ BEGIN
                           WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
         PERFORM release_steps(ARRAY[p_parent], NULL);
     END IF;
-    RETURN QUERY SELECT w.total, w.released, w.ended, w.failed
+    RETURN QUERY SELECT w.total, w.released, w.ended, w.failed, NULL::text, NULL::integer
     FROM job_workflows w WHERE w.parent_id = p_parent;
 END $$;
 REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
-                                      integer[], integer[]) FROM PUBLIC;
+                                      integer[], integer[], integer[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
-                                         integer[], integer[]) TO space_worker;
+                                         integer[], integer[], integer[]) TO space_worker;
+
+-- A workflow step's inputs, for the worker holding the step's lease: the results of the steps
+-- it waited for (the places its params name under "_after", written by release_steps()), in
+-- that order; a step whose dependency's result was dropped by retention reads null for it.
+-- held is false when the token does not hold the step's lease.
+CREATE FUNCTION step_inputs(p_id uuid, p_token uuid) RETURNS TABLE (held boolean, inputs jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    this_step jobs;
+BEGIN
+    SELECT * INTO this_step FROM jobs j
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested');
+    IF this_step.id IS NULL THEN
+        RETURN QUERY SELECT false, NULL::jsonb;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT true, coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
+    FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(this_step.params -> '_after') = 'array'
+                                        THEN this_step.params -> '_after' ELSE '[]'::jsonb END)
+             WITH ORDINALITY AS d (place, ord)
+    LEFT JOIN jobs c ON c.parent_id = this_step.parent_id AND c.child_index = d.place::integer;
+END $$;
+REVOKE ALL ON FUNCTION step_inputs(uuid, uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION step_inputs(uuid, uuid) TO space_worker;
 
 -- The children of a parent whose lease the caller holds, in place order, with their results:
 -- a parent reads what its own children produced, in its own organization, and nothing else.
@@ -389,3 +485,40 @@ REVOKE ALL ON FUNCTION jobs_inherit_traceparent() FROM PUBLIC;
 CREATE TRIGGER jobs_inherit_traceparent BEFORE INSERT ON jobs
     FOR EACH ROW WHEN (NEW.parent_id IS NOT NULL AND NEW.traceparent IS NULL)
     EXECUTE FUNCTION jobs_inherit_traceparent();
+
+-- The least role a member needs to act on a job (cancel it, signal it, read its result) by the
+-- role rule of each kind: the job's own kind's, and for a parent the strictest of every kind
+-- it holds or will make (its children and theirs, the steps of its workflow not made yet, its
+-- fan-out's kind, a submitted workflow's steps). A parent is never easier to act on than what
+-- is inside it: a plain member who may not cancel an admin's import step may not cancel the
+-- workflow that holds it either, nor read the workflow's result, which carries the step's.
+-- p_kind_roles: kind -> role, from the kinds' code (a kind it does not name needs an owner).
+-- Only a job of the scoped organization (app_org()): NULL for any other, which every caller
+-- treats as a refusal.
+CREATE FUNCTION job_role_needed(p_id uuid, p_kind_roles jsonb) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    needed integer;
+BEGIN
+    WITH RECURSIVE tree AS (
+        SELECT j.id, j.kind, j.params FROM jobs j
+        WHERE j.id = p_id AND j.organization_id = app_org()
+        UNION ALL
+        SELECT c.id, c.kind, NULL::jsonb FROM tree t JOIN jobs c ON c.parent_id = t.id
+    ), kinds AS (
+        SELECT t.kind FROM tree t
+        UNION
+        SELECT s.step ->> 'kind'
+        FROM tree t, jsonb_array_elements(
+                 CASE WHEN t.kind = 'workflow' AND jsonb_typeof(t.params -> 'steps') = 'array'
+                      THEN t.params -> 'steps' ELSE '[]'::jsonb END) AS s (step)
+        UNION
+        SELECT w.kind FROM job_workflow_steps w WHERE w.parent_id IN (SELECT t.id FROM tree t)
+        UNION
+        SELECT f.kind FROM job_fan_outs f WHERE f.parent_id IN (SELECT t.id FROM tree t)
+    )
+    SELECT max(coalesce(role_rank(p_kind_roles ->> k.kind), 3)) INTO needed FROM kinds k;
+    RETURN (ARRAY['member', 'admin', 'owner'])[needed];
+END $$;
+REVOKE ALL ON FUNCTION job_role_needed(uuid, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION job_role_needed(uuid, jsonb) TO space_app;

@@ -25,7 +25,10 @@ CREATE TABLE job_signals (
     payload         jsonb NOT NULL,
     sent_by         uuid REFERENCES users (id),
     sent_at         timestamptz NOT NULL DEFAULT now(),
-    taken_at        timestamptz
+    taken_at        timestamptz,
+    -- the sender's role in the organization when they sent it (take_signal() hands it to the
+    -- kind with the sender, so an approval can require a role)
+    sender_role     text CHECK (sender_role IN ('owner', 'admin', 'member'))
 );
 CREATE INDEX job_signals_untaken_idx ON job_signals (job_id, name, id) WHERE taken_at IS NULL;
 
@@ -143,16 +146,23 @@ END $$;
 REVOKE ALL ON FUNCTION resume_due_timers(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION resume_due_timers(integer) TO space_worker;
 
--- A member's signal to a job of the scoped organization, by the cancel rule (the requester, or a
--- current member holding the kind's role; p_kind_roles as for request_cancel). It is kept until
--- a wait of the job takes it; a job waiting for that name is queued again at once. Answers
--- 'sent' (and the job's status), 'not_found' (no such job in this organization, or a member who
--- may not see it), 'finished', or 'refused' (a member without the right).
+-- A member's signal to a job of the scoped organization, by the cancel rule: the requester, or
+-- a current member holding the role the job needs (job_role_needed(): for a parent, the
+-- strictest of what it holds; p_kind_roles as for request_cancel), in an organization that is
+-- not deleted (a read-only one takes signals as it takes cancels: the kind's own rules decide at
+-- its next run whether it may go on). It is kept, with who sent it and their role, until a wait
+-- of the job takes it; a job waiting for that name is queued again at once. Bounded: a payload
+-- of at most 64 KiB (as JSON text), and at most 10 signals a job has not taken yet.
+-- Answers 'sent' (and the job's status), 'not_found' (no such job in this organization, or a
+-- member who may not see it), 'finished', 'refused' (a member without the right), 'too_large'
+-- or 'too_many' (nothing kept).
 CREATE FUNCTION signal_job(p_id uuid, p_name text, p_payload jsonb, p_user uuid,
                            p_kind_roles jsonb)
 RETURNS TABLE (outcome text, status text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    max_payload CONSTANT integer := 65536;
+    max_pending CONSTANT integer := 10;
     found_job jobs;
     member_role text;
 BEGIN
@@ -169,12 +179,22 @@ BEGIN
         RETURN;
     END IF;
     IF found_job.requested_by <> p_user
-       AND role_rank(member_role) < role_rank(coalesce(p_kind_roles ->> found_job.kind, 'owner')) THEN
+       AND role_rank(member_role) < coalesce(role_rank(job_role_needed(p_id, p_kind_roles)), 4) THEN
         RETURN QUERY SELECT 'refused'::text, found_job.status;
         RETURN;
     END IF;
-    INSERT INTO job_signals (job_id, organization_id, name, payload, sent_by)
-    VALUES (p_id, found_job.organization_id, p_name, p_payload, p_user);
+    IF octet_length(p_payload::text) > max_payload THEN
+        RETURN QUERY SELECT 'too_large'::text, found_job.status;
+        RETURN;
+    END IF;
+    -- The job's row is locked above: signals of one job are counted one sender at a time.
+    IF (SELECT count(*) FROM job_signals s WHERE s.job_id = p_id AND s.taken_at IS NULL)
+       >= max_pending THEN
+        RETURN QUERY SELECT 'too_many'::text, found_job.status;
+        RETURN;
+    END IF;
+    INSERT INTO job_signals (job_id, organization_id, name, payload, sent_by, sender_role)
+    VALUES (p_id, found_job.organization_id, p_name, p_payload, p_user, member_role);
     IF found_job.status = 'waiting' AND found_job.wait_signal = p_name THEN
         UPDATE jobs j SET status = 'queued', run_after = now(), last_wakeup_at = NULL
         WHERE j.id = p_id;
@@ -187,24 +207,98 @@ END $$;
 REVOKE ALL ON FUNCTION signal_job(uuid, text, jsonb, uuid, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signal_job(uuid, text, jsonb, uuid, jsonb) TO space_app;
 
--- job_steps and job_signals: the worker reads and writes them for the jobs it holds (in
--- transactions scoped to the job's organization, fenced by lock_lease like every write of a
--- job's run); the web reads a job's steps; signals reach the table only through signal_job().
+-- job_steps and job_signals: the worker reaches them only through the functions below, each
+-- for a job whose lease token it presents; the web reads a job's steps' names; signals reach
+-- the table only through signal_job().
 ALTER TABLE job_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_steps FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_steps TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY worker_rw ON job_steps TO space_worker
-    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 CREATE POLICY tenant_read ON job_steps FOR SELECT TO space_app
     USING (organization_id = app_org());
 
 ALTER TABLE job_signals ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_signals FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_signals TO space_owner USING (true) WITH CHECK (true);
-CREATE POLICY worker_take ON job_signals TO space_worker
-    USING (organization_id = app_org()) WITH CHECK (organization_id = app_org());
 
-GRANT SELECT, INSERT ON job_steps TO space_worker;
 GRANT SELECT (job_id, name, recorded_at) ON job_steps TO space_app;
-GRANT SELECT (id, job_id, organization_id, name, payload, taken_at) ON job_signals TO space_worker;
-GRANT UPDATE (taken_at) ON job_signals TO space_worker;
+
+-- A step the held job recorded earlier: held is false when the token does not hold the job's
+-- lease (the caller stops: it is no longer the job's runner); found says whether the step was
+-- recorded, and result is what it returned.
+CREATE FUNCTION step_result(p_id uuid, p_token uuid, p_name text)
+RETURNS TABLE (held boolean, found boolean, result jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF lease_status(p_id, p_token) IS NULL THEN
+        RETURN QUERY SELECT false, false, NULL::jsonb;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT true, s.job_id IS NOT NULL, s.result
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN job_steps s ON s.job_id = p_id AND s.name = p_name;
+END $$;
+REVOKE ALL ON FUNCTION step_result(uuid, uuid, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION step_result(uuid, uuid, text) TO space_worker;
+
+-- What a step of the held job returned, recorded under its name in the lease holder's fenced
+-- transaction (the job's row stays locked until it commits): the first record of a name stays.
+-- False, and nothing written, when the token does not hold the lease.
+CREATE FUNCTION record_step(p_id uuid, p_token uuid, p_name text, p_result jsonb) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    holder jobs;
+BEGIN
+    SELECT * INTO holder FROM jobs j
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested')
+    FOR UPDATE;
+    IF holder.id IS NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO job_steps (job_id, name, organization_id, result)
+    VALUES (p_id, p_name, holder.organization_id, p_result)
+    ON CONFLICT (job_id, name) DO NOTHING;
+    RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION record_step(uuid, uuid, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION record_step(uuid, uuid, text, jsonb) TO space_worker;
+
+-- A wait of the held job takes the oldest signal of that name not taken yet, and records it as
+-- the step p_step in the same fenced transaction, so a later run finds the step and no other
+-- wait takes it. What is recorded, and returned, is the payload with who sent it and the role
+-- they held then ({"_taken_signal": {...}}: the kind trusts the sender the database names, never
+-- a field of the payload). The signal's own row keeps who and when, not the payload again.
+-- held is false when the token does not hold the lease; taken is false when no signal waits.
+CREATE FUNCTION take_signal(p_id uuid, p_token uuid, p_name text, p_step text)
+RETURNS TABLE (held boolean, taken boolean, recorded jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    holder jobs;
+    oldest job_signals;
+    envelope jsonb;
+BEGIN
+    SELECT * INTO holder FROM jobs j
+    WHERE j.id = p_id AND j.lease_token = p_token AND j.status IN ('leased', 'cancel_requested')
+    FOR UPDATE;
+    IF holder.id IS NULL THEN
+        RETURN QUERY SELECT false, false, NULL::jsonb;
+        RETURN;
+    END IF;
+    SELECT * INTO oldest FROM job_signals s
+    WHERE s.job_id = p_id AND s.name = p_name AND s.taken_at IS NULL
+    ORDER BY s.id LIMIT 1
+    FOR UPDATE;
+    IF oldest.id IS NULL THEN
+        RETURN QUERY SELECT true, false, NULL::jsonb;
+        RETURN;
+    END IF;
+    envelope := jsonb_build_object('_taken_signal', jsonb_build_object(
+        'payload', oldest.payload, 'sent_by', oldest.sent_by, 'sender_role', oldest.sender_role,
+        'sent_at', oldest.sent_at));
+    UPDATE job_signals s SET taken_at = now(), payload = 'null'::jsonb WHERE s.id = oldest.id;
+    INSERT INTO job_steps (job_id, name, organization_id, result)
+    VALUES (p_id, p_step, holder.organization_id, envelope)
+    ON CONFLICT (job_id, name) DO NOTHING;
+    RETURN QUERY SELECT true, true, envelope;
+END $$;
+REVOKE ALL ON FUNCTION take_signal(uuid, uuid, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION take_signal(uuid, uuid, text, text) TO space_worker;
