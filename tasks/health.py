@@ -4,7 +4,7 @@
 (models/ops/liveness.py), computed when asked, for the worker's host. It runs in the worker's
 main process, on a thread of its own, so it answers while the pool is busy or Celery's consumer
 is reconnecting. Any other path is a 404; the answer holds process ids, counts and ages, never
-tenant data.
+tenant data. It listens on ``SPACEJOBS_WORKER_HEALTH_BIND`` (127.0.0.1 unless set).
 
 One thread, whatever the clients do. The probe used to be a ``ThreadingHTTPServer``: a thread
 per connection, with no read timeout, so 300 connections that sent nothing took the main process
@@ -198,7 +198,7 @@ class Probe:
 
 
 def serve(engine: Engine, settings: Settings) -> Probe:
-    """Start the probe on ``settings.worker_health_port`` (all interfaces) in a thread of its own."""
+    """Start the probe on ``settings.worker_health_bind``:``settings.worker_health_port``."""
     hostname = socket.gethostname()
 
     def check() -> tuple[int, str]:
@@ -210,6 +210,6 @@ def serve(engine: Engine, settings: Settings) -> Probe:
             return 503, "FAIL: the database cannot be read"
         return (200 if verdict.ok else 503), verdict.summary()
 
-    probe = Probe(check, "", settings.worker_health_port).start()
+    probe = Probe(check, str(settings.worker_health_bind), settings.worker_health_port).start()
     log.info("liveness probe on %s port %d (GET /healthz)", *probe.address)
     return probe

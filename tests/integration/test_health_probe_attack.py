@@ -3,8 +3,8 @@ connections that send nothing, against a real Celery worker started with the pro
 
 Unfixed, each connection held a thread of the worker's main process forever (3 -> 303 threads),
 on every interface. The probe must keep the main process's thread count small whatever a client
-does, still answer a real ``GET /healthz`` while those connections are open, and drop them after
-its read timeout.
+does, still answer a real ``GET /healthz`` while those connections are open, drop them after its
+read timeout, and listen on loopback only unless told otherwise.
 """
 
 from __future__ import annotations
@@ -98,3 +98,11 @@ def test_idle_connections_cost_no_thread_and_the_probe_still_answers(probed: Pro
     # And the worker is none the worse for it.
     assert main.num_threads() < THREAD_BOUND
     assert healthz(port)[0] == 200
+
+
+def test_the_probe_listens_on_loopback_only_unless_told_otherwise(probed: Probed) -> None:
+    worker, port = probed
+    listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(worker.pid).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    assert listening == {("127.0.0.1", port)}
+

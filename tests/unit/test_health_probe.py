@@ -14,8 +14,12 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy
+from pydantic import ValidationError
 
+from models.settings import Settings
 from tasks import health
+from tests.kit.processes import free_port
 
 READ_TIMEOUT = 0.5
 
@@ -111,3 +115,20 @@ def test_it_is_one_thread_whatever_the_clients_do(probe: health.Probe) -> None:
     finally:
         for connection in idle:
             connection.close()
+
+
+def test_the_probe_listens_on_loopback_unless_the_bind_setting_says_otherwise() -> None:
+    assert str(Settings().worker_health_bind) == "127.0.0.1"
+    engine = sqlalchemy.create_engine("sqlite://")  # no worker tables: the check cannot read them
+    opened = health.serve(engine, Settings(worker_health_port=free_port(), worker_health_bind="0.0.0.0"))
+    try:
+        assert opened.address[0] == "0.0.0.0"
+        assert get(opened)[0] == 503
+    finally:
+        opened.close()
+
+
+def test_the_bind_setting_is_an_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPACEJOBS_WORKER_HEALTH_BIND", "everywhere")
+    with pytest.raises(ValidationError, match="worker_health_bind"):
+        Settings()
