@@ -13,9 +13,10 @@ clear error naming the variable when a value does not parse.
 from __future__ import annotations
 
 from functools import lru_cache
+from ipaddress import IPv4Address
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, IPvAnyAddress, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -97,8 +98,15 @@ class Settings(BaseSettings):
                                       "a change reaches every worker within this time")
     worker_health_port: int = Field(
         0, ge=0, le=65535, description="a worker's HTTP liveness probe (`GET /healthz` on this "
-                                       "port, all interfaces: 200 or 503 with the reason, as "
-                                       "`spacejobs worker check` says); 0 turns it off")
+                                       "port, at `SPACEJOBS_WORKER_HEALTH_BIND`: 200 or 503 with "
+                                       "the reason, as `spacejobs worker check` says); 0 turns "
+                                       "it off")
+    worker_health_bind: IPvAnyAddress = Field(
+        IPv4Address("127.0.0.1"),
+        description="the address the liveness probe listens on: loopback by default, as the "
+                    "probe has no authentication, so only the worker's own host (or container) "
+                    "reaches it; a probe from outside the container (a Kubernetes `httpGet`, "
+                    "another host) needs `0.0.0.0` (every IPv4 interface; `::`, IPv6's)")
     worker_offline_after: float = Field(
         30, gt=0, description="seconds of silence after which the dashboard shows a worker offline")
 
