@@ -1,8 +1,9 @@
 """Domain errors: a stable code and a sentence that is safe to show the user.
 
 The web maps ``code`` to an HTTP status in one place (webapp.errors); the runner stores ``code``
-and ``message`` as the job's ``error_code``/``error_message``. A message never carries a
-traceback, SQL, a URL, a token or another tenant's data.
+and ``message`` as the job's ``error_code``/``error_message``, which operators read too (/ops).
+A message never carries a traceback, SQL, a URL, a token or another tenant's data, and a job's
+never quotes its params (a workflow names its steps by place, not by the member's names).
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ SQLAlchemy's does not support SQLAlchemy 2.1) and put :class:`SafeSpans` in fron
 Flask, Celery or psycopg instrumentation), only the attributes named in :data:`ALLOWED`
 leave the process. An instrumentation's statement text (``db.statement``), full URL, query
 string, client address or user agent, a status description and an exception's message or
-stack trace are dropped; an exception keeps its class.
+stack trace are dropped; an exception keeps its class. Span names pass the same door
+(:func:`safe_name`): an HTTP span is named by its method and route template alone (the method
+alone when no route matched: the Flask instrumentation would name it from the raw path), a
+database span by its statement's verb; Celery's spans (``run/<task>``, ``apply_async/<task>``)
+and ours (``attempt <kind>``, ``spacejobs.step``) are named by registered names only.
 """
 
 from __future__ import annotations
@@ -88,22 +92,44 @@ def safe_copy(span: ReadableSpan) -> ReadableSpan:
         for event in span.events)
     links = tuple(Link(link.context, safe_attributes(link.attributes)) for link in span.links)
     return ReadableSpan(
-        name=_statement_name(span), context=span.context, parent=span.parent, resource=span.resource,
+        name=safe_name(span), context=span.context, parent=span.parent, resource=span.resource,
         attributes=safe_attributes(span.attributes), events=events, links=links, kind=span.kind,
         status=Status(span.status.status_code), start_time=span.start_time,
         end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
 
 
-def _statement_name(span: ReadableSpan) -> str:
-    """A database span's name is its statement's verb (``SELECT``, ``UPDATE``, ``WITH``), read
-    past the comments our statements start with (the instrumentation takes the first word,
-    often ``--``); any other span keeps its name."""
-    statement = (span.attributes or {}).get("db.statement")
+def safe_name(span: ReadableSpan) -> str:
+    """``span``'s name as it may leave the process: never a value from a URL or a statement.
+
+    An HTTP span (a server span, or any span with an HTTP method: the Flask instrumentation
+    makes an INTERNAL one for a request inside a span of this process) is ``{method}
+    {route}``, the route's template, or ``{method}`` alone when no route matched (an unknown
+    path, a method the path does not take), for which the instrumentation took the raw path,
+    values and all; a method the HTTP conventions do not know is ``HTTP``, as they say (a
+    server span without a method attribute: its name's first word, if it is a method). A
+    database span is its statement's verb (``SELECT``, ``UPDATE``, ``WITH``), read past the
+    comments our statements start with (the instrumentation takes the first word, often
+    ``--``), whichever conventions named the statement's attribute. Any other span keeps its
+    name: Celery's are its task's (ours), the runner's the kind's (registered)."""
+    attributes = span.attributes or {}
+    method = attributes.get("http.request.method", attributes.get("http.method"))
+    if method is not None or span.kind is SpanKind.SERVER:
+        if method is None:  # a server span without the attribute: its name's first word
+            method = span.name.split(" ", 1)[0]
+        named = method if isinstance(method, str) and method in HTTP_METHODS else "HTTP"
+        route = attributes.get("http.route")
+        return f"{named} {route}" if isinstance(route, str) and route else named
+    statement = attributes.get("db.statement", attributes.get("db.query.text"))
     if span.kind is not SpanKind.CLIENT or not isinstance(statement, str):
         return span.name
     verb = _VERB.match(_COMMENTS.sub(" ", statement))
     return verb[1].upper() if verb else "statement"
 
+
+#: the methods an HTTP span is named by (the conventions' list, as the instrumentations
+#: normalize them); any other is ``HTTP``
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
+                          "PATCH", "QUERY"})
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _VERB = re.compile(r"\s*([A-Za-z]{1,20})\b")

@@ -214,7 +214,11 @@ def api_rate_limit() -> ResponseReturnValue:
         limit = None if raw == "default" else RateLimit.parse(raw)
     except ValueError as exc:
         raise InvalidRequest(str(exc).capitalize() + ".", fields=["limit"]) from None
-    actions.set_rate_limit(engine(), parse_id(org), kind, limit, operator_id=g.user.id,
+    try:
+        organization_id = UUID(org)
+    except ValueError:  # a field of the body, not an id of the URL: the same answer as unknown
+        raise actions.no_such_organization() from None
+    actions.set_rate_limit(engine(), organization_id, kind, limit, operator_id=g.user.id,
                            request_id=g.request_id)
     return _done({"organization_id": org, "kind": kind, "limit": str(limit) if limit else None},
                  url_for("ops.overview_page"))

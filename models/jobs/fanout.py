@@ -60,11 +60,15 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
     ctx.progress("children", done=state.ended, total=state.total)
     failed = [child for child in children if child.status != Status.COMPLETED]
     if failed:
+        # Each part by its place, status and error code, never its own message: the parent's
+        # message is its error_message, which operators read too, and a part's message is its
+        # kind's sentence, which may quote what the part was given (a kind's own workflow named
+        # its steps, the params refused: models.kinds.reasons names their fields). The part's
+        # page and row keep its message.
         raise ChildrenFailed(
             f"{len(failed)} of {state.total} parts did not complete: " + "; ".join(
                 f"#{child.index + 1} {child.status}"
-                + (f" ({child.error_code}: {child.error_message})" if child.error_code else "")
-                for child in failed),
+                + (f" ({child.error_code})" if child.error_code else "") for child in failed),
             failed=[child.index for child in failed])
     return [child.result for child in children]
 

@@ -300,10 +300,16 @@ def _start(ctx: JobContext, steps: Sequence[StepNode], policy: Policy,
 
 def _failed(steps: Sequence[StepNode], children: Mapping[int, Child], failed: Sequence[int],
             skipped: Sequence[int]) -> StepsFailed:
-    parts = [f"{steps[i].name} {children[i].status}"
+    """The workflow's failure. Its message is the job's ``error_message``, which operators read
+    too (/ops): it names each step by its place (1-based) and kind, with its status and error
+    code, never by its name, which a member gives and is part of the params operators never
+    see; nor does it quote a step's own message. The names stay where members read them (the
+    job's steps on its page). Its details name the steps by place too (0-based, as the
+    submit's refusal of a step does): the runner stores no details, but nothing of the error
+    should carry the names should that change."""
+    parts = [f"step {i + 1} {steps[i].kind} {children[i].status}"
              + (f" ({children[i].error_code})" if children[i].error_code else "") for i in failed]
-    parts += [f"{steps[i].name} skipped" for i in skipped]
+    parts += [f"step {i + 1} {steps[i].kind} skipped" for i in skipped]
     return StepsFailed(f"{len(failed)} of {len(steps)} steps did not complete"
                        + (f", {len(skipped)} skipped" if skipped else "") + ": " + "; ".join(parts),
-                       failed=[steps[i].name for i in failed],
-                       skipped=[steps[i].name for i in skipped])
+                       failed=list(failed), skipped=list(skipped))

@@ -17,6 +17,10 @@ WHERE kind = :kind
 UPDATE kind_settings SET concurrency_limit = :limit, updated_at = now(), updated_by = :operator
 WHERE kind = :kind
 
+-- organization_exists --
+-- In a transaction scoped to the organization: the web role sees one only so.
+SELECT 1 FROM organizations WHERE id = :id
+
 -- set_rate_limit --
 -- Checks that :operator is an operator and writes the operator audit line itself (set_rate_limit()
 -- in the schema): the web role has no grant on job_rate_limits.

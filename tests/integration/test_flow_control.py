@@ -20,13 +20,15 @@ from models.db.transaction import transaction
 from models.jobs import store
 from models.jobs.records import KindControl
 from models.kinds import RateLimit
-from models.tenancy import accounts
-from tests.conftest import submit
+from models.tenancy import accounts, passwords
+from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers
-from tests.kit.stack import Stack, running_stack
+from tests.kit.stack import Stack, running_stack, wait_until
 
 # -- helpers ---------------------------------------------------------------------------------
+
+PASSWORD = "operator's long password"
 
 
 @pytest.fixture()
@@ -385,6 +387,74 @@ def test_operators_set_a_rate_limit_on_the_dashboard_and_it_is_audited(stack: St
     with stack.admin() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_rate_limits WHERE organization_id = :o"),
                             {"o": org}).scalar_one() == 0
+
+
+def rate_limit_writes(stack: Stack) -> tuple[int, int]:
+    """How many rate limits and rate-limit lines of the operator audit log there are."""
+    with stack.admin() as conn:
+        counts = conn.execute(text(
+            "SELECT (SELECT count(*) FROM job_rate_limits),"
+            " (SELECT count(*) FROM operator_audit WHERE action = 'rate_limit')")).one()
+    return counts[0], counts[1]
+
+
+def test_an_operator_naming_an_unknown_organization_gets_a_400_and_nothing_is_written(
+        stack: Stack, app, client):
+    """Attack (operator): a rate limit for an organization that does not exist answered 500 (a
+    foreign-key violation out of set_rate_limit()), and its removal wrote an audit line for it.
+    Through the JSON API and through the overview's form, signed in."""
+    operator = stack.operator()
+    url = "/ops/api/rate-limits"
+    before = rate_limit_writes(stack)
+    refused = {"code": "invalid_request", "message": "There is no organization with that id.",
+               "fields": ["organization_id"]}
+    answers = [client.post(url, headers=operator.auth, json={
+        "organization_id": organization_id, "kind": "bench.noop", "limit": limit})
+        for organization_id, limit in ((str(uuid.uuid4()), "50 per 10 seconds"),
+                                       (str(uuid.uuid4()), "default"), ("not-an-id", "1 per minute"))]
+    print("answered:", [(a.status_code, a.get_json().get("error", {}).get("code")) for a in answers],
+          "rate limits and their audit lines (before, after):", (before, rate_limit_writes(stack)))
+    assert [(a.status_code, a.get_json().get("error")) for a in answers] == [(400, refused)] * 3
+    browser = app.test_client()
+    with stack.admin() as conn:
+        passwords.set_password(conn, operator.id, PASSWORD)
+    sign_in(browser, TestUser(operator.id, operator.email, operator.token, PASSWORD))
+    page = browser.post(url, data={"csrf": csrf_of(browser.get("/ops")),
+                                   "organization_id": str(uuid.uuid4()), "kind": "bench.noop",
+                                   "limit": "50 per 10 seconds"}, headers={"Accept": "text/html"})
+    assert (page.status_code, refused["message"] in page.get_data(as_text=True)) == (400, True)
+    assert rate_limit_writes(stack) == before
+
+
+def test_an_organization_deleted_while_its_rate_limit_is_set_gets_the_same_400(
+        stack: Stack, app):
+    """The race the check before set_rate_limit() cannot close: the organization is deleted
+    between the check and the insert, whose foreign key then refuses it."""
+    org = stack.org()
+    operator = stack.operator()
+    before = rate_limit_writes(stack)
+    answers: list = []
+    form = {"organization_id": str(org), "kind": "bench.noop", "limit": "50 per 10 seconds"}
+    with stack.admin_db.connect() as deleting:
+        deleting.execute(text("DELETE FROM organizations WHERE id = :o"), {"o": org})
+        xid = deleting.execute(text(
+            "SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text")).scalar_one()
+        # The web's transaction sees the organization (the delete is not committed) and its
+        # insert waits on the deleting transaction until it commits.
+        poster = threading.Thread(target=lambda: answers.append(app.test_client().post(
+            "/ops/api/rate-limits", json=form, headers=operator.auth)))
+        poster.start()
+        with stack.admin() as conn:
+            wait_until(lambda: conn.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+                " AND transactionid::text = :xid"), {"xid": xid}).scalar_one() > 0, 4,
+                "the web's set_rate_limit() waiting on the deleted organization")
+        deleting.commit()
+        poster.join(10)
+    error = answers[0].get_json()["error"]
+    assert (answers[0].status_code, error["code"], error.get("fields")) == (
+        400, "invalid_request", ["organization_id"])
+    assert rate_limit_writes(stack) == before
 
 
 def test_the_cli_sets_and_removes_a_rate_limit(bare_stack: Stack):

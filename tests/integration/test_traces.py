@@ -5,6 +5,7 @@ span. And with no OTEL_* variable, nothing is set up at all."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -87,6 +88,40 @@ def test_one_trace_runs_from_the_submit_through_a_wait_and_a_retry_to_the_end(
     carried = [value for span in collector.spans for value in span.values()]
     assert not [value for value in carried if "tenant-note" in value or "hunter2" in value]
     assert not [value for value in carried if value.startswith(("db.statement=", "http.target="))]
+
+
+def test_a_request_no_route_matched_leaves_no_url_value_in_any_span(
+        bare_stack: Stack, traced_web: str, collector: otlp.Collector) -> None:
+    """Any client may ask for a URL that holds whatever it likes. Flask's instrumentation names
+    the server span of a request no route matched (an unknown path, a method the path does not
+    take) from the raw path: it leaves as the method alone; a matched route keeps its template."""
+    org = bare_stack.org()
+    vera = bare_stack.user(org)
+    marker = f"ZXQ-{uuid.uuid4().hex}"
+    base = f"{traced_web}/api/v1/orgs/{org}"
+    asked = {"unknown path": ("GET", f"{base}/{marker}-path", 404, "GET"),
+             "method not allowed": ("PUT", f"{base}/jobs/{marker}", 405, "PUT"),
+             "matched route": ("GET", f"{base}/jobs/{marker}", 404,
+                               "GET /api/v1/orgs/<org>/jobs/<job_id>")}
+    traces = {}
+    for what, (method, url, status, _) in asked.items():
+        traces[what] = trace_id = uuid.uuid4().hex
+        answer = requests.request(method, url, timeout=10, headers={
+            "Authorization": f"Bearer {vera.token}",
+            "traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"})
+        assert answer.status_code == status, (what, answer.text)
+
+    def server_spans() -> dict[str, otlp.ReceivedSpan] | None:
+        found = {what: [s for s in collector.trace(trace_id) if s.kind == "server"]
+                 for what, trace_id in traces.items()}
+        return {what: spans[0] for what, spans in found.items()} if all(found.values()) else None
+
+    servers = wait_until(server_spans, 15, "a server span of each request exported")
+    print({what: span.name for what, span in servers.items()})
+    for what, (_, _, _, name) in asked.items():
+        assert servers[what].name == name, what
+    carried = [value for span in collector.spans for value in span.values()]
+    assert not [value for value in carried if marker in value]
 
 
 def test_children_and_a_bulk_submit_carry_the_submitting_span(bare_stack: Stack,

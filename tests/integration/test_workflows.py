@@ -11,7 +11,11 @@ from sqlalchemy import text
 
 from models.errors import OrganizationReadOnly, UnknownKind
 from models.jobs.workflows import chain, chord, graph, group, sig
+from tests.conftest import sign_in
 from tests.kit.stack import Stack, wait_until
+
+HTML = {"Accept": "text/html"}
+PASSWORD = "a member's long password"
 
 
 def steps_of(stack: Stack, job_id: object) -> dict[str, str]:
@@ -62,7 +66,7 @@ def test_fail_fast_cancels_what_is_left_and_fails_the_workflow(stack: Stack):
                                      sig("test.collect", name="callback")))
     outcome = stack.jobs.wait(job.id, 60, organization_id=org)
     assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
-    assert "boom failed (boom)" in outcome.job.error_message
+    assert "step 1 test.boom failed (boom)" in outcome.job.error_message
     wait_for_steps = steps_of(stack, job.id)
     assert wait_for_steps["boom"] == "failed"
     assert wait_for_steps["slow"] in ("cancelled", "cancel_requested")
@@ -75,7 +79,9 @@ def test_run_all_runs_what_can_run_and_lists_every_failed_and_skipped_step(stack
     org, _, job = start(stack, canvas, policy="run_all")
     outcome = stack.jobs.wait(job.id, 60, organization_id=org)
     assert outcome.job.error_code == "steps_failed"
-    assert outcome.job.error_message == "1 of 4 steps did not complete, 1 skipped: b failed (boom); d skipped"
+    assert outcome.job.error_message == (
+        "1 of 4 steps did not complete, 1 skipped: step 2 test.boom failed (boom);"
+        " step 4 test.collect skipped")
     assert steps_of(stack, job.id) == {"a": "completed", "b": "failed", "c": "completed"}
 
 
@@ -87,8 +93,43 @@ def test_a_chord_whose_member_fails_under_run_all_runs_the_others_and_skips_the_
     outcome = stack.jobs.wait(job.id, 60, organization_id=org)
     assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
     assert outcome.job.error_message == (
-        "1 of 4 steps did not complete, 1 skipped: boom failed (boom); callback skipped")
+        "1 of 4 steps did not complete, 1 skipped: step 2 test.boom failed (boom);"
+        " step 4 test.collect skipped")
     assert steps_of(stack, job.id) == {"one": "completed", "boom": "failed", "two": "completed"}
+
+
+def test_a_failed_workflow_names_its_steps_to_operators_by_place_never_by_their_names(
+        stack: Stack, app, client):
+    """Attack (operators see tenant text): members name their steps, and a step's name is part
+    of the params operators never see; the failed workflow's error message, shown on /ops,
+    carried the names ('customer ACME-4711 renewal failed'). It names each step by its place,
+    kind, status and error code; the names stay on the members' page of the job."""
+    org = stack.org()
+    anna = stack.user(org, role="owner", password=PASSWORD)
+    marker = f"customer ACME-{uuid.uuid4().hex}"
+    _, _, job = start(stack, chain(sig("test.add", n=1, name=f"{marker} prepare"),
+                                   sig("test.boom", name=f"{marker} renewal"),
+                                   sig("test.collect", name=f"{marker} notify")),
+                      org=org, user=anna, policy="run_all")
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert (outcome.job.status, outcome.job.error_code) == ("failed", "steps_failed")
+    olga = stack.operator()
+    seen = {"the workflow's error_message": stack.job_row(job.id)["error_message"],
+            "/ops/api/jobs": client.get(f"/ops/api/jobs?organization_id={org}",
+                                        headers=olga.auth).get_data(as_text=True),
+            "/ops/api/jobs/<id>": client.get(f"/ops/api/jobs/{job.id}",
+                                             headers=olga.auth).get_data(as_text=True),
+            "/ops/jobs/<id>": client.get(f"/ops/jobs/{job.id}",
+                                         headers=olga.auth | HTML).get_data(as_text=True)}
+    print("step names found in:", [place for place, shown in seen.items() if marker in shown]
+          or "nothing")
+    assert [place for place, shown in seen.items() if marker in shown] == []
+    assert outcome.job.error_message == (
+        "1 of 3 steps did not complete, 1 skipped: step 2 test.boom failed (boom);"
+        " step 3 test.collect skipped")
+    browser = app.test_client()
+    sign_in(browser, anna)
+    assert f"{marker} renewal" in browser.get(f"/orgs/{org}/jobs/{job.id}").get_data(as_text=True)
 
 
 def test_a_failed_step_is_retried_as_a_new_attempt_of_that_step_only(stack: Stack):

@@ -156,7 +156,9 @@ def test_every_failed_part_is_listed_once_all_have_ended():
     with pytest.raises(ChildrenFailed) as failed:
         run(FakeContext(runtime), items(4), max_parallel=4)
     assert failed.value.details["failed"] == [1, 3]
-    assert failed.value.message.startswith("2 of 4 parts did not complete: #2 failed (internal_error")
+    # each by its place, status and code: a part's own message is its row's alone
+    assert failed.value.message == (
+        "2 of 4 parts did not complete: #2 failed (internal_error); #4 failed (internal_error)")
     assert all(c.status not in ACTIVE for c in runtime.children_of.values())
 
 

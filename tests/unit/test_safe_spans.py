@@ -62,3 +62,45 @@ def test_a_statement_outside_any_trace_starts_none() -> None:
         pass
     assert [span.name for span in exported.get_finished_spans()] == ["SELECT", "attempt test.kind"]
     assert exported.get_finished_spans()[0].parent is not None
+
+
+def test_a_span_named_from_a_url_without_a_route_leaves_with_the_method_alone() -> None:
+    """What the Flask instrumentation names a request no route matched (a 404, a 405): the
+    method and the raw path, values and all. It leaves as the method (``HTTP`` for one the
+    instrumentation does not know), as the HTTP conventions name a request without a route; a
+    matched route keeps its template, whatever kind of span the instrumentation made."""
+    provider, exported = traced()
+    tracer = provider.get_tracer("test")
+    path = f"/api/v1/orgs/0b9c/ZXQ-{SECRET}-path"
+    for name, kind, attributes in (
+            (f"GET {path}", SpanKind.SERVER, {"http.method": "GET", "http.target": path}),
+            # the new conventions' attribute; a request inside a span of this process: INTERNAL
+            (f"PUT {path}", SpanKind.INTERNAL, {"http.request.method": "PUT"}),
+            (path, SpanKind.SERVER, {"http.method": "_OTHER"}),
+            (f"BREW {path}", SpanKind.SERVER, {}),
+            (f"DELETE {path}", SpanKind.SERVER, {}),
+            ("POST /api/v1/orgs/<org>/jobs", SpanKind.SERVER,
+             {"http.method": "POST", "http.route": "/api/v1/orgs/<org>/jobs"})):
+        with tracer.start_as_current_span(name, kind=kind, attributes=attributes):
+            pass
+    assert [span.name for span in exported.get_finished_spans()] == [
+        "GET", "PUT", "HTTP", "HTTP", "DELETE", "POST /api/v1/orgs/<org>/jobs"]
+
+
+def test_the_other_spans_keep_names_that_carry_no_value() -> None:
+    """Celery's spans are named by the task (ours), the runner's by the kind (registered),
+    a database span by its statement's verb, whichever convention put the statement on it."""
+    provider, exported = traced()
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("run/spacejobs.wake", kind=SpanKind.CONSUMER,
+                                      attributes={"celery.task_name": "spacejobs.wake"}):
+        with tracer.start_as_current_span("apply_async/spacejobs.wake", kind=SpanKind.PRODUCER):
+            pass
+        with tracer.start_as_current_span("attempt test.kind", kind=SpanKind.CONSUMER):
+            pass
+        with tracer.start_as_current_span("--", kind=SpanKind.CLIENT, attributes={
+                "db.system.name": "postgresql",
+                "db.query.text": f"/* claim */ -- {SECRET}\nupdate jobs SET x = '{SECRET}'"}):
+            pass
+    assert [span.name for span in exported.get_finished_spans()] == [
+        "apply_async/spacejobs.wake", "attempt test.kind", "UPDATE", "run/spacejobs.wake"]
