@@ -1,0 +1,132 @@
+"""The depth and size checks of every JSON door (models/json_limits.py): exact at the limit,
+iterative (never a RecursionError, whatever the depth), and refusals that name the field and
+the limit, never the value."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from models.errors import InvalidRequest, ResultNotStorable
+from models.json_limits import (
+    MAX_DEPTH,
+    MAX_ENVELOPE_DEPTH,
+    check_depth,
+    check_params,
+    check_size,
+    check_written,
+    encoded_size,
+    nests_past,
+)
+
+MARKER = "MARKER-" + uuid.uuid4().hex[:8]
+
+
+def lists(depth: int, inner: Any = None) -> Any:
+    """``depth`` levels of lists around ``inner`` (``[]`` innermost when None)."""
+    value: Any = [] if inner is None else [inner]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def objects(depth: int) -> Any:
+    value: Any = {"leaf": MARKER}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_the_limits_are_64_for_a_value_and_8_more_for_what_carries_one():
+    assert (MAX_DEPTH, MAX_ENVELOPE_DEPTH) == (64, 72)
+
+
+@pytest.mark.parametrize("make", [lists, objects,
+                                  lambda n: (lists(n - 1),),  # a tuple, as json.dumps writes one
+                                  lambda n: {"x": [1, "s", lists(n - 3, {"k": None})]}])
+def test_exactly_64_levels_pass_and_65_do_not(make):
+    assert not nests_past(make(64), 64)
+    assert nests_past(make(65), 64)
+
+
+@pytest.mark.parametrize(("value", "depth"), [
+    (None, 0), (1, 0), ("[[[[", 0), ([], 1), ({}, 1), ([1, "x", None], 1), ({"a": []}, 2),
+    ([[], [[]], []], 3), ({"a": 1, "b": {"c": [1, [2]]}}, 4),
+])
+def test_depth_counts_levels_of_arrays_and_objects_only(value, depth):
+    assert not nests_past(value, depth)
+    assert nests_past(value, depth - 1) == (depth > 0)
+
+
+def test_a_list_100000_deep_is_refused_without_recursion_even_on_a_tiny_stack():
+    deep = lists(100_000)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(60)  # a recursive walk would need 100,000 frames
+    try:
+        assert nests_past(deep, 64)
+        with pytest.raises(InvalidRequest):
+            check_depth(deep, "A signal's payload", "payload")
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_a_value_that_contains_itself_is_too_deep_not_an_endless_walk():
+    loop: list[Any] = []
+    loop.append(loop)
+    assert nests_past(loop, 64)
+
+
+def test_a_refusal_names_the_field_and_the_limit_never_the_value():
+    with pytest.raises(InvalidRequest) as refused:
+        check_depth(objects(65), "A signal's payload", "payload")
+    assert refused.value.message == "A signal's payload may nest arrays and objects at most 64 levels deep."
+    assert refused.value.details == {"fields": ["payload"]}
+    assert MARKER not in str(refused.value)
+
+
+def test_a_jobs_params_may_use_every_level_and_a_workflows_steps_theirs():
+    check_params({"data": lists(63)})
+    with pytest.raises(InvalidRequest) as refused:
+        check_params({"data": lists(64)})
+    assert refused.value.details == {"fields": ["params"]}
+    step = {"name": "a", "kind": "test.echo", "params": {"data": lists(63)}}  # 64 levels
+    check_params({"steps": [step, step]}, workflow=True)  # the whole: 3 + 64 = 67
+    too_deep = {**step, "params": {"data": lists(64)}}
+    with pytest.raises(InvalidRequest) as refused:
+        check_params({"steps": [step, too_deep]}, workflow=True)
+    assert refused.value.details == {"fields": ["steps"], "step": 1}
+    with pytest.raises(InvalidRequest) as refused:  # what is not a step's params: 72 for the whole
+        check_params({"steps": [step], "policy": lists(72)}, workflow=True)
+    assert refused.value.details == {"fields": ["params"]}
+    check_params({"steps": "not a list"}, workflow=True)  # the kind's model refuses the shape
+
+
+def test_a_size_is_compact_utf8_json_exact_at_its_limit():
+    value = {"s": "é" * 10}  # {"s":"éé…"}: 8 bytes + 20
+    assert encoded_size(value) == 28
+    check_size(value, "A signal's payload", "payload", 28)
+    with pytest.raises(InvalidRequest) as refused:
+        check_size(value, "A signal's payload", "payload", 27)
+    assert refused.value.details == {"fields": ["payload"]}
+    assert refused.value.message == "A signal's payload holds at most 27 bytes."
+    with pytest.raises(InvalidRequest, match="at most 64 KiB"):
+        check_size("x" * 65_536, "A signal's payload", "payload", 64 * 1024)
+
+
+@pytest.mark.parametrize("value", [float("nan"), [float("inf")], {"at": object()}])
+def test_a_value_json_cannot_hold_is_refused_by_the_size_check_not_raised_through(value):
+    with pytest.raises(InvalidRequest) as refused:
+        check_size(value, "A signal's payload", "payload", 1024)
+    assert refused.value.details == {"fields": ["payload"]}
+
+
+def test_what_a_kind_writes_may_wrap_a_value_at_the_limit_and_no_more():
+    check_written(lists(72), "The job's result")
+    with pytest.raises(ResultNotStorable) as refused:
+        check_written(lists(73), "The job's result")
+    assert refused.value.permanent and refused.value.code == "result_not_storable"
+    assert refused.value.message == ("The job's result cannot be kept: it nests arrays and objects "
+                                     "more than 72 levels deep.")
