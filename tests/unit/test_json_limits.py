@@ -9,8 +9,9 @@ import uuid
 from typing import Any
 
 import pytest
+from flask import Flask, request
 
-from models.errors import InvalidRequest, ResultNotStorable
+from models.errors import DomainError, InvalidRequest, ResultNotStorable
 from models.json_limits import (
     MAX_DEPTH,
     MAX_ENVELOPE_DEPTH,
@@ -21,6 +22,8 @@ from models.json_limits import (
     encoded_size,
     nests_past,
 )
+from webapp import inputs
+from webapp.inputs import NestedTooDeep, parse_json
 
 MARKER = "MARKER-" + uuid.uuid4().hex[:8]
 
@@ -130,3 +133,47 @@ def test_what_a_kind_writes_may_wrap_a_value_at_the_limit_and_no_more():
     assert refused.value.permanent and refused.value.code == "result_not_storable"
     assert refused.value.message == ("The job's result cannot be kept: it nests arrays and objects "
                                      "more than 72 levels deep.")
+
+
+
+# -- the web's parser ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("depth", [73, 950, 100_000])
+def test_a_body_past_72_levels_is_refused_as_nested_too_deep(depth):
+    with pytest.raises(NestedTooDeep) as refused:
+        parse_json("[" * depth + "]" * depth)
+    assert str(refused.value) == "it nests arrays and objects more than 72 levels deep"
+
+
+def test_a_body_may_carry_a_value_at_the_limit_in_its_envelope():
+    batch = '{"jobs": [{"params": {"steps": [{"params": ' + "[" * 64 + "]" * 64 + "}]}}]}"
+    assert parse_json(batch)["jobs"][0]["params"]["steps"][0]["params"] == lists(64)
+    assert parse_json("[" * 72 + "]" * 72) == lists(72)
+
+
+def test_a_file_is_held_to_the_limit_of_a_value():
+    assert parse_json("[" * 64 + "]" * 64, max_depth=MAX_DEPTH) == lists(64)
+    with pytest.raises(NestedTooDeep, match="more than 64 levels deep"):
+        parse_json("[" * 65 + "]" * 65, max_depth=MAX_DEPTH)
+
+
+def test_the_apps_json_provider_answers_a_deep_body_with_the_limit_on_any_route():
+    app = Flask(__name__)
+    inputs.install(app)
+
+    @app.errorhandler(DomainError)
+    def domain_error(error: DomainError):
+        return {"code": error.code, "message": error.message, "fields": error.details["fields"]}, 400
+
+    @app.post("/echo")
+    def echo():
+        return {"json": request.get_json(silent=True)}
+
+    client = app.test_client()
+    deep = client.post("/echo", data="[" * 950 + "]" * 950, content_type="application/json")
+    assert deep.status_code == 400 and deep.get_json() == {
+        "code": "invalid_request", "fields": ["body"],
+        "message": "The body nests arrays and objects too deeply: the values it carries (params, "
+                   "a signal's payload) may nest them at most 64 levels deep."}
+    fine = client.post("/echo", data="[" * 72 + "]" * 72, content_type="application/json")
+    assert fine.status_code == 200
