@@ -12,6 +12,7 @@ import pytest
 from flask import Flask, request
 
 from models.errors import DomainError, InvalidRequest, ResultNotStorable
+from models.jobs.context import _jsonable
 from models.json_limits import (
     MAX_DEPTH,
     MAX_ENVELOPE_DEPTH,
@@ -22,6 +23,7 @@ from models.json_limits import (
     encoded_size,
     nests_past,
 )
+from models.results.attempt import encode_result
 from webapp import inputs
 from webapp.inputs import NestedTooDeep, parse_json
 
@@ -134,6 +136,14 @@ def test_what_a_kind_writes_may_wrap_a_value_at_the_limit_and_no_more():
     assert refused.value.message == ("The job's result cannot be kept: it nests arrays and objects "
                                      "more than 72 levels deep.")
 
+
+@pytest.mark.parametrize("depth", [73, 950, 100_000])
+def test_a_result_or_a_step_nested_past_the_limit_is_not_storable_never_a_recursion_error(depth):
+    with pytest.raises(ResultNotStorable):
+        encode_result({"x": lists(depth - 1)})
+    with pytest.raises(ResultNotStorable):
+        _jsonable(lists(depth), "the step")
+    assert encode_result(lists(72)) == ("[" * 72 + "]" * 72).encode()
 
 
 # -- the web's parser ------------------------------------------------------------------------
