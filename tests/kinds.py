@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from sqlalchemy import text
@@ -302,3 +302,33 @@ def approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
 def admin_step(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     """A step only admins may start, whose result only admins may read (its kind's role)."""
     return {"for": "admins only"}
+
+
+class EchoAnyParams(Params):
+    #: free-form, as a kind's ``dict[str, Any]`` field: any JSON the caller sends
+    data: Any = None
+
+
+@job_kind("test.echo", org_states={"active"}, max_attempts=2, backoff=0.2, params=EchoAnyParams)
+def echo(ctx: JobContext, params: EchoAnyParams) -> dict[str, Any]:
+    """Completes with its params as they came (a value at the depth limit comes back whole)."""
+    return {"data": params.data}
+
+
+class NestedParams(Params):
+    depth: Annotated[int, Field(ge=1, le=100_000)]
+    #: where the nested value goes: the job's result, or the value of a step
+    into: Literal["result", "step"] = "result"
+
+
+@job_kind("test.nested", org_states={"active"}, max_attempts=3, backoff=0.2, params=NestedParams)
+def nested(ctx: JobContext, params: NestedParams) -> Any:
+    """Makes lists nested ``depth`` levels deep (``[[…[]…]]``) and returns them or records them
+    as a step: what a kind may write, against the depth limit (models/json_limits.py)."""
+    value: list[Any] = []
+    for _ in range(params.depth - 1):
+        value = [value]
+    if params.into == "step":
+        ctx.step("nested", lambda: value)
+        return {}
+    return value

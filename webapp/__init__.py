@@ -15,6 +15,7 @@ from models import tracing
 from models.db.engine import make_engine
 from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
 from models.jobs.service import Jobs
+from models.json_limits import MAX_BODY_BYTES
 from models.kinds import load_kinds
 from models.ops.counters import BufferedCounters
 from models.results.configured import open_store
@@ -57,7 +58,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         # when to come back (Retry-After, webapp/limits.py).
         RATELIMIT_HEADERS_ENABLED=False,
         RATELIMIT_KEY_PREFIX="spacejobs",
-        MAX_CONTENT_LENGTH=1024 * 1024,
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,  # a body, or a form with its file (models/json_limits.py)
         OPERATOR_DATABASE_URL=settings.operator_database_url,
         # Without a configured key every process makes its own, so a login would not survive
         # a restart or cross web processes.

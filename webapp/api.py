@@ -18,6 +18,7 @@ from models.db.transaction import transaction
 from models.errors import InvalidRequest, NotFound
 from models.jobs import service
 from models.jobs.records import Job
+from models.json_limits import MAX_SIGNAL_BYTES
 from models.tenancy import audit
 from models.tenancy import projects as tenant_projects
 from models.tenancy.access import find_membership
@@ -238,12 +239,14 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
 @api.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
 @api_limit
 def signal_job(org: str, job_id: str, name: str) -> ResponseReturnValue:
-    """The body, any JSON document of at most 64 KiB (none: null), is the signal's payload."""
+    """The body, any JSON document of at most 64 KiB nesting arrays and objects at most 64 levels
+    deep (none: null), is the signal's payload (models/json_limits.py)."""
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, membership):
         raw = request.get_data(cache=True)
-        if len(raw) > service.MAX_SIGNAL_BYTES:
-            raise InvalidRequest("A signal's payload holds at most 64 KiB.", fields=["payload"])
+        if len(raw) > MAX_SIGNAL_BYTES:
+            raise InvalidRequest(f"A signal's payload holds at most {MAX_SIGNAL_BYTES // 1024} KiB.",
+                                 fields=["payload"])
         payload = request.get_json(silent=True) if raw.strip() else None
         if payload is None and raw.strip() and raw.strip() != b"null":
             raise InvalidRequest("The body must be a JSON document (the signal's payload).")

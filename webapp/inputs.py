@@ -2,8 +2,10 @@
 is a 400 ``invalid_request`` here, never a 500 later.
 
 - JSON, wherever it enters (request bodies through the app's JSON provider, uploaded files):
-  one parser, :func:`parse_json`. It refuses text that is not UTF-8, nesting past Python's
-  recursion limit (``RecursionError`` in the parser), ``NaN``/``Infinity`` and numbers that
+  one parser, :func:`parse_json`. It refuses text that is not UTF-8, nesting past the depth
+  limits of models/json_limits.py (a body as a whole: ``MAX_ENVELOPE_DEPTH``, 72 levels, so
+  that a value it carries may use all of ``MAX_DEPTH``, 64, which the job API then holds it
+  to; an uploaded file, which is a job's params: 64), ``NaN``/``Infinity`` and numbers that
   overflow to infinity (PostgreSQL's jsonb has neither) or have more digits than Python
   converts, an object that repeats a key (two readers could take different values), and
   strings with a NUL character or a lone surrogate (PostgreSQL text cannot hold NUL; a lone
@@ -23,6 +25,7 @@ from flask import Flask, request
 from flask.json.provider import DefaultJSONProvider
 
 from models.errors import InvalidRequest
+from models.json_limits import MAX_DEPTH, MAX_ENVELOPE_DEPTH, nests_past
 
 INT4_MAX = 2**31 - 1
 
@@ -32,9 +35,20 @@ class MalformedJSON(ValueError):
     (where, or what kind of value), never the document's content."""
 
 
-def parse_json(document: str | bytes) -> Any:
+class NestedTooDeep(MalformedJSON):
+    """A document past its depth limit: well-formed, but refused by a rule the sender should
+    be told (the app's JSON provider answers it with the limit, not as "no JSON")."""
+
+
+#: what a body may carry at most, in the words of a refusal (the values, not the envelope)
+BODY_TOO_DEEP = (f"The body nests arrays and objects too deeply: the values it carries (params, "
+                 f"a signal's payload) may nest them at most {MAX_DEPTH} levels deep.")
+
+
+def parse_json(document: str | bytes, *, max_depth: int = MAX_ENVELOPE_DEPTH) -> Any:
     """The one parser of every JSON document that enters the web; MalformedJSON for anything
-    PostgreSQL could not store or Python could not handle (the module's docstring lists them)."""
+    PostgreSQL could not store or Python could not handle (the module's docstring lists them),
+    NestedTooDeep past ``max_depth`` levels of arrays and objects (a body's by default)."""
     try:
         text = document.decode("utf-8-sig") if isinstance(document, bytes) else document
         value = json.loads(text, parse_float=_finite, parse_int=_whole, parse_constant=_no_constant,
@@ -45,12 +59,18 @@ def parse_json(document: str | bytes) -> Any:
         raise MalformedJSON(f"line {error.lineno}, column {error.colno}") from None
     except UnicodeDecodeError:
         raise MalformedJSON("it is not UTF-8 text") from None
-    except RecursionError:
-        raise MalformedJSON("it is nested too deeply") from None
+    except RecursionError:  # far past any limit: Python's own parser gave up first
+        raise NestedTooDeep(_nested_past(max_depth)) from None
     except ValueError:
         raise MalformedJSON("it cannot be read") from None
+    if nests_past(value, max_depth):
+        raise NestedTooDeep(_nested_past(max_depth))
     _check_strings(value)
     return value
+
+
+def _nested_past(limit: int) -> str:
+    return f"it nests arrays and objects more than {limit} levels deep"
 
 
 def _finite(text: str) -> float:
@@ -100,12 +120,17 @@ def _check_strings(value: Any) -> None:
 
 class StrictJSONProvider(DefaultJSONProvider):
     """Flask's JSON, read by :func:`parse_json`. Its failures are ValueErrors, which
-    ``request.get_json(silent=True)`` turns into "no JSON object" (400)."""
+    ``request.get_json(silent=True)`` turns into "no JSON object" (400), but for a body nested
+    too deep: that is InvalidRequest (400 ``invalid_request``), saying the limit, on every
+    route alike."""
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         if kwargs:
             raise TypeError("the strict JSON parser takes no options")
-        return parse_json(s)
+        try:
+            return parse_json(s)
+        except NestedTooDeep:
+            raise InvalidRequest(BODY_TOO_DEEP, fields=["body"]) from None
 
 
 def install(app: Flask) -> None:

@@ -25,6 +25,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from models.jobs.records import ALL_STATUSES
 from models.jobs.service import SIGNAL_NAME
+from models.json_limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SIGNAL_BYTES
 from models.kinds import submittable_kinds
 from models.tenancy import audit
 from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
@@ -342,7 +343,12 @@ def _build(app: Flask) -> dict[str, Any]:
         "info": {"title": "Space Jobs API", "version": "1",
                  "description": "Durable, tenant-scoped background jobs. Errors are "
                                 "`{\"error\": {\"code\", \"message\", ...}}`; the codes of each "
-                                "answer are listed with it."},
+                                "answer are listed with it. A body holds at most "
+                                f"{MAX_BODY_BYTES // 2**20} MiB (413 `payload_too_large`); a job's "
+                                f"params at most {MAX_PARAMS_BYTES // 2**20} MiB and a signal's "
+                                f"payload {MAX_SIGNAL_BYTES // 1024} KiB; each may nest arrays "
+                                f"and objects at most {MAX_DEPTH} levels deep (400 "
+                                "`invalid_request`)."},
         "paths": paths,
         "components": {
             "schemas": schemas["$defs"],
@@ -396,7 +402,9 @@ def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:
             "application/json": {"schema": _ref(op.body)}}}
     if op.raw_body:
         operation["requestBody"] = {"required": False, "content": {
-            "application/json": {"schema": {"description": "any JSON, at most 64 KiB"}}}}
+            "application/json": {"schema": {"description": (
+                f"any JSON, at most {MAX_SIGNAL_BYTES // 1024} KiB, nesting arrays and objects "
+                f"at most {MAX_DEPTH} levels deep")}}}}
     if op.public:
         operation["security"] = []
     return operation

@@ -37,6 +37,7 @@ from models.db.transaction import transaction
 from models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
 from models.jobs.records import ALL_STATUSES, Job, Status
 from models.jobs.service import JobRights
+from models.json_limits import MAX_DEPTH, too_deep
 from models.kinds import get_kind, load_kinds
 from models.tenancy import passwords
 from models.tenancy.access import Membership, check_allowed
@@ -54,7 +55,7 @@ from webapp.auth import (
     sign_out,
 )
 from webapp.errors import HTTP_STATUS
-from webapp.inputs import MalformedJSON, parse_json
+from webapp.inputs import MalformedJSON, NestedTooDeep, parse_json
 from webapp.jobs import job_api, list_page, start_job
 from webapp.limits import address_key, limited, login_account_global_key, login_account_key, retry_after
 from webapp.results import stored_result_response
@@ -328,7 +329,9 @@ def _import_file() -> Any:
     if upload is None or not upload.filename:
         raise InvalidParams("Choose a JSON file to import.")
     try:
-        return parse_json(upload.read())
+        return parse_json(upload.read(), max_depth=MAX_DEPTH)  # the file is the job's params
+    except NestedTooDeep:
+        raise InvalidRequest(too_deep("An imported file"), fields=["file"]) from None
     except MalformedJSON as error:
         raise InvalidParams(f"The file is not valid JSON ({error}).") from None
 

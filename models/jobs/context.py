@@ -29,6 +29,7 @@ from models.errors import (
 )
 from models.jobs import fanout, workflows
 from models.jobs.records import LeasedJob, Status
+from models.json_limits import check_written
 from models.kinds.rules import KindRules
 from models.results.attempt import AttemptResults
 from models.results.records import StoredResult
@@ -307,6 +308,9 @@ _TAKEN_SIGNAL = "_taken_signal"
 
 
 def _jsonable(value: Any, name: str) -> Any:
+    # Nested past the limit: ResultNotStorable, which fails the attempt at once (before the
+    # encoder below recurses into it, and instead of a later run that could not read it).
+    check_written(value, "A step's value")
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from models.errors import CancelRequested, DomainError, LeaseLost, WaitRequested
 from models.jobs.records import Status
+from models.json_limits import check_params
 from models.kinds import get_any_kind
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def fan_out(ctx: JobContext, kind: str, items: Sequence[dict[str, Any]], *,
         state = ctx.runtime.fan_out_state(ctx.job)
         if state is None:
             for item in items:
+                check_params(item)  # a child's params, as any job's (models/json_limits.py)
                 child_kind.parse_params(item)  # a bad item fails the parent now, not n children later
             state = _start(ctx, child_kind.rules, items, max(1, max_parallel))
         if not state.done:

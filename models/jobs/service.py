@@ -25,7 +25,6 @@ errors (models.errors) say what was refused; nothing has been written when one i
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -53,6 +52,14 @@ from models.errors import (
 )
 from models.jobs import store, waiting, workflows
 from models.jobs.records import ACTIVE, Job, Status
+from models.json_limits import (
+    MAX_PARAMS_BYTES,
+    MAX_SIGNAL_BYTES,
+    check_depth,
+    check_params,
+    check_size,
+    check_step_params,
+)
 from models.kinds import JobKind, KindRules, get_any_kind, get_kind, kind_roles
 from models.ops import actions
 from models.ops.dashboard import job_organization
@@ -77,10 +84,10 @@ MIN_PRIORITY, MAX_PRIORITY = -10, 10
 MAX_SEQUENCE_KEY, MAX_DEBOUNCE_SECONDS = 200, 86_400
 #: a page of an organization's jobs holds at most this many
 MAX_PAGE = 200
-#: a signal's name (the job_signals CHECK says the same), the most its payload may hold, and the
-#: most signals a job may hold that it has not taken (signal_job() in the schema holds both)
+#: a signal's name (the job_signals CHECK says the same); its payload's limits:
+#: models/json_limits.py; the most signals a job may hold that it has not taken (signal_job()
+#: in the schema holds it, and the payload's size)
 SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-MAX_SIGNAL_BYTES = 64 * 1024
 MAX_PENDING_SIGNALS = 10
 #: a job's page lists at most this many of its steps (then says how many more)
 MAX_STEPS_LISTED = 200
@@ -253,6 +260,8 @@ class Jobs:
         models/jobs/workflows.py) as ONE job in the caller's transaction: all of it or nothing,
         the wake-up after COMMIT. Its steps become jobs as their dependencies complete; wait
         for the whole with :meth:`wait` on the returned job."""
+        for place, step in enumerate(workflows.compile_canvas(canvas)):
+            check_step_params(step.params, place)  # before pydantic serializes them (it recurses)
         return self.submit(conn, "workflow", workflows.workflow_params(canvas, policy),
                            organization_id=organization_id, requested_by=requested_by,
                            idempotency_key=idempotency_key, request_id=request_id)
@@ -369,7 +378,8 @@ class Jobs:
 
     def signal(self, conn: Connection, member: Membership, job_id: UUID, name: str,
                payload: Any = None) -> Status | None:
-        """Send the signal ``name`` with ``payload`` (JSON, at most 64 KiB) to a job of the
+        """Send the signal ``name`` with ``payload`` (JSON, at most 64 KiB, nesting arrays and
+        objects at most 64 levels deep: models/json_limits.py) to a job of the
         member's organization; a wait of the job for that name takes it, now or later, once.
         Who may cancel the job may signal it (InsufficientRole otherwise): for a parent, the
         strictest rule of what it holds. The database keeps who sent it and their role, for the
@@ -380,10 +390,8 @@ class Jobs:
         if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
             raise InvalidRequest("A signal's name is 1 to 64 letters, digits, '.', '_' or '-'.",
                                  fields=["name"])
-        encoded = json.dumps(payload, allow_nan=False, separators=(",", ":"))
-        if len(encoded.encode()) > MAX_SIGNAL_BYTES:
-            raise InvalidRequest(f"A signal's payload holds at most {MAX_SIGNAL_BYTES // 1024} KiB.",
-                                 fields=["payload"])
+        check_depth(payload, "A signal's payload", "payload")
+        check_size(payload, "A signal's payload", "payload", MAX_SIGNAL_BYTES)
         roles = kind_roles()
         outcome, status = store.signal_job(conn, job_id, name, payload, member.user_id,
                                            kind_roles=roles)
@@ -547,7 +555,9 @@ def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str 
                              fields=["sequence_key"])
     if dedup_key is not None and not job_kind.rules.dedupable:
         raise InvalidRequest("This kind of job cannot be de-duplicated.", fields=["dedup_key"])
+    check_params(params, workflow=job_kind.rules.name == "workflow")  # before the kind's model
     result: dict[str, Any] = job_kind.parse_params(params).model_dump(mode="json")
+    check_size(result, "A job's params", "params", MAX_PARAMS_BYTES)
     return result
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from models.errors import ResultNotStorable
 from models.jobs.records import LeasedJob
+from models.json_limits import check_written
 from models.results.records import FILE, JSON, StoredResult, safe_filename
 from models.results.store import ResultStore, Source, new_key
 
@@ -29,8 +30,11 @@ _ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 def encode_result(value: Any) -> bytes:
     """A result as the finish stores it, or ResultNotStorable for one jsonb refuses (a NUL in a
-    string, NaN, an infinity): refused here, it fails its own job, instead of the batched finish
-    that would carry it and every other job finishing beside it, whatever their organization."""
+    string, NaN, an infinity) or that nests past the depth limit (models/json_limits.py: every
+    reader of it, a later step, the web, ``Jobs.wait``, reads it then): refused here, it fails
+    its own job, instead of the batched finish that would carry it and every other job
+    finishing beside it, whatever their organization."""
+    check_written(value, "The job's result")  # first: the encoder below recurses
     try:
         encoded = json.dumps(value, allow_nan=False).encode()
     except ValueError:  # NaN or an infinity (a value JSON cannot hold at all raises TypeError)

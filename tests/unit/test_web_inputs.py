@@ -17,7 +17,7 @@ from webapp.inputs import INT4_MAX, MalformedJSON, bounded_float, parse_json, wh
 
 @pytest.mark.parametrize(("document", "reason"), [
     (b"\xff\xfe{}", "it is not UTF-8 text"),
-    ("[" * 100_000 + "]" * 100_000, "it is nested too deeply"),
+    ("[" * 100_000 + "]" * 100_000, "it nests arrays and objects more than 72 levels deep"),
     ('{"a": NaN}', "NaN is not a JSON value"),
     ('[Infinity]', "Infinity is not a JSON value"),
     ('[-Infinity]', "-Infinity is not a JSON value"),
