@@ -30,6 +30,11 @@ def approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
 
     draft = ctx.step("prepare the draft", prepare)
     # Holds no worker while it waits; SignalTimeout (signal_timeout) if nobody answers in time.
-    decision = ctx.wait_for_signal("approved", timeout=params.approve_within)
+    # An approval counts from an admin or an owner. Who sent a signal, and the role they held,
+    # are the database's to say (never a field of the payload, which the sender writes); a
+    # member's signal is taken and passed over, and the job waits for the next.
+    decision = ctx.receive_signal("approved", timeout=params.approve_within)
+    while decision.sender_role not in ("admin", "owner"):
+        decision = ctx.receive_signal("approved", timeout=params.approve_within)
     ctx.sleep(params.publish_after)  # a durable timer: the sweeper puts the job back when due
-    return {"draft": draft, "approved_by": decision.get("by"), "published": True}
+    return {"draft": draft, "approved_by": str(decision.sent_by), "published": True}
