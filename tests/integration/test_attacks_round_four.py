@@ -23,6 +23,7 @@ from models.jobs import store
 from models.jobs.workflows import chain, sig
 from models.ops import quota_policy
 from models.tenancy import accounts
+from tests.kit import facts
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 from tests.kit.waiting import wait_until
@@ -82,6 +83,8 @@ def test_a_batch_of_workflows_cannot_take_an_organization_past_its_cap(stack: St
         # A workflow counts as itself and its steps from its submit: 6 of the 10.
         assert post_job(client, org, anna, workflow_body(*["bench.noop"] * 5)).status_code == 202
         assert counted_active(stack, org) == 6
+        with stack.admin() as conn:  # one queued job and five reserved steps, counted exactly
+            assert facts.active_counts_off(conn) == 0
         answers = [post_job(client, org, anna, {"kind": "bench.noop"}).status_code
                    for _ in range(5)]
         assert answers == [202, 202, 202, 202, 429]

@@ -64,14 +64,21 @@ SELECT leased_by, id::text FROM jobs WHERE status = 'leased'
 
 -- active_counts_off --
 -- Owner only. The (organization, kind) pairs whose count in active_job_counts, which the jobs
--- triggers keep for the quota, is not the number of their active jobs.
+-- and reservations triggers keep for the quota, is not the number of their active jobs and of
+-- the children their parents reserved.
 SELECT count(*) FROM (
     SELECT organization_id, kind, sum(active) AS n FROM active_job_counts
     GROUP BY organization_id, kind HAVING sum(active) <> 0) AS counted
 FULL JOIN (
-    SELECT organization_id, kind, count(*) AS n FROM jobs
-    WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
-    GROUP BY organization_id, kind) AS actual USING (organization_id, kind)
+    SELECT a.organization_id, a.kind, sum(a.n) AS n FROM (
+        SELECT organization_id, kind, count(*) AS n FROM jobs
+        WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+        GROUP BY organization_id, kind
+        UNION ALL
+        SELECT organization_id, kind, sum(reserved) FROM job_reservations
+        GROUP BY organization_id, kind) AS a
+    GROUP BY a.organization_id, a.kind HAVING sum(a.n) <> 0) AS actual
+    USING (organization_id, kind)
 WHERE counted.n IS DISTINCT FROM actual.n
 
 -- taken_over_between --
