@@ -16,6 +16,7 @@ WORKDIR /src
 # Only what the distribution is built from: naming the paths keeps .venv, tests and local
 # data (.spacejobs/) out of the build.
 COPY pyproject.toml README.md celeryconfig.py ./
+COPY spacejobs ./spacejobs
 COPY models ./models
 COPY tasks ./tasks
 COPY webapp ./webapp

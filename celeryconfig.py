@@ -5,7 +5,7 @@ Redis only carries wake-up signals; the job row in PostgreSQL is the truth. That
 of what follows.
 """
 
-from models.settings import get_settings
+from spacejobs.models.settings import get_settings
 
 _settings = get_settings()
 
@@ -47,7 +47,7 @@ task_send_sent_event = _settings.task_sent_events
 worker_enable_remote_control = _settings.remote_control
 # Celery's consumer with one guard: wake-ups reserved on a lost broker connection are not put
 # back, which is where a Redis restart used to kill the worker (tasks/consumer.py).
-worker_consumer = "tasks.consumer:WakeupConsumer"
+worker_consumer = "spacejobs.tasks.consumer:WakeupConsumer"
 # Only acks_late tasks are cancelled on a connection loss, and there are none: Celery 6's
 # default, set now so that every reconnect does not log a deprecation warning.
 worker_cancel_long_running_tasks_on_connection_loss = True
@@ -63,7 +63,7 @@ timezone = "UTC"
 
 # Beat runs the sweep itself (tasks/beat.py): a sweep recovers lost wake-ups and expired leases,
 # so it must never wait for a pool process behind a backlog of jobs.
-beat_scheduler = "tasks.beat:SweepingScheduler"
+beat_scheduler = "spacejobs.tasks.beat:SweepingScheduler"
 beat_schedule = {
     "spacejobs-sweep": {"task": "spacejobs.sweep", "schedule": _settings.sweep_interval},
 }

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from bench.harness import percentile
-from models.db.transaction import transaction
-from models.jobs import store
-from models.kinds import get_kind, load_kinds
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.kinds import get_kind, load_kinds
 from tests.kit.servers import find_or_start
 from tests.kit.stack import running_stack
 

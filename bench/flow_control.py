@@ -47,11 +47,11 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.harness import percentile
-from models.db.engine import make_engine
-from models.db.transaction import transaction
-from models.jobs import store
-from models.kinds import RateLimit, load_kinds
-from models.tenancy import accounts
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.kinds import RateLimit, load_kinds
+from spacejobs.models.tenancy import accounts
 from tests.kit.servers import Servers, find_or_start
 from tests.kit.stack import Stack, running_stack
 

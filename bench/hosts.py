@@ -13,7 +13,7 @@ Run as root from the repository root (it creates network namespaces):
 - **Servers.** A private PostgreSQL cluster (Debian's initdb and pg_ctl, run as ``postgres``) and
   a private redis-server, bound to 127.0.0.1 and to the bridge's address. The machine's own
   servers listen on 127.0.0.1 only and are left alone.
-- **Workers.** One ``celery -A tasks.celery_app worker`` per namespace (``ip netns exec``),
+- **Workers.** One ``celery -A spacejobs.tasks.celery_app worker`` per namespace (``ip netns exec``),
   connecting to the bridge's address. Then, for comparison, the same N workers on 127.0.0.1.
 - **Figures.** They are read from the job rows (bench/rows.py):
   - the drain rate of M pre-filled ``bench.noop`` jobs (first start to last finish);
@@ -50,7 +50,7 @@ from sqlalchemy.engine import make_url
 
 from bench import rows
 from bench.harness import paced, percentile, poll
-from models.db.engine import libpq_url
+from spacejobs.models.db.engine import libpq_url
 from tests.kit import broker
 from tests.kit.processes import (
     WORKER_READY,
@@ -352,16 +352,16 @@ class Figures:
 
 def run_placement(stack: Stack, placement: Placement, args: argparse.Namespace,
                   round_number: int) -> Figures:
-    from models.db.transaction import transaction
-    from models.jobs import service
-    from models.jobs.service import Jobs
-    from tasks.wakeups import WakeupPublisher
+    from spacejobs.models.db.transaction import transaction
+    from spacejobs.models.jobs import service
+    from spacejobs.models.jobs.service import Jobs
+    from spacejobs.tasks.wakeups import WakeupPublisher
 
     workers: list[LoggedProcess] = []
     try:
         for n, host in enumerate(placement.hosts):
             name = f"{placement.name}-{round_number}-{n}"
-            argv = celery_worker_argv("tasks.celery_app", stack.queue, name, args.concurrency)
+            argv = celery_worker_argv("spacejobs.tasks.celery_app", stack.queue, name, args.concurrency)
             env = stack.env(DATABASE_URL=on_host(stack.admin_url, host.server),
                             REDIS_URL=on_host(stack.redis_url, host.server))
             workers.append(stack.processes.start(name, host.prefix + argv, env, ready=WORKER_READY))
@@ -499,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.hosts creates network namespaces: run it as root", file=sys.stderr)
         return 2
     os.environ["SPACEJOBS_BENCH_KINDS"] = "1"  # bench.noop in this process too
-    from models.kinds import load_kinds
-    from models.settings import reload_settings
+    from spacejobs.models.kinds import load_kinds
+    from spacejobs.models.settings import reload_settings
 
     reload_settings()
     load_kinds()
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                             " (private cluster), redis-server (private), all on this machine"),
                 ("network", f"{args.hosts} namespaces on {network.subnet}, bridge address "
                             f"{network.host_address}; {network.delay_note}"),
-                ("workers", f"{args.hosts} x `celery -A tasks.celery_app worker -c "
+                ("workers", f"{args.hosts} x `celery -A spacejobs.tasks.celery_app worker -c "
                             f"{args.concurrency}` per placement"),
                 ("jobs", f"drain of {args.jobs} {KIND} (submitted in bulk while the workers were "
                          f"stopped); latency of {round(args.rate * args.latency_seconds)} jobs "

@@ -32,10 +32,10 @@ from pathlib import Path
 from bench import rows
 from bench.harness import paced, percentile, poll
 from bench.servers import add_embedded_option, measured_on
-from models.jobs.service import JobRequest, Jobs
-from models.kinds import load_kinds
-from models.settings import Settings, reload_settings
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.jobs.service import JobRequest, Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import Settings, reload_settings
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import clean_up_on_signals
 from tests.kit.servers import Servers

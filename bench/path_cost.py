@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.harness import percentile
-from models.jobs.leases import Finished, WorkerLeases
-from models.jobs.service import Jobs
-from models.kinds import get_kind, load_kinds
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.jobs.leases import Finished, WorkerLeases
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.kit.servers import find_or_start
 from tests.kit.stack import running_stack
 

@@ -33,7 +33,7 @@ import psycopg
 
 from bench import rows
 from bench.harness import poll
-from models.db.engine import libpq_url, make_engine
+from spacejobs.models.db.engine import libpq_url, make_engine
 from tests.kit import seeding
 from tests.kit.servers import Servers
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             env.pop(variable, None)
         log_path = args.out / "worker.log"
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "worker", "--loglevel",
+            [sys.executable, "-m", "celery", "-A", "spacejobs.tasks.celery_app", "worker", "--loglevel",
              "INFO", "-c", str(args.concurrency), "-Q", queue, "-n", f"profile-{queue}@%h",
              "--without-mingle", "--without-gossip"],
             env=env, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if spy is None:
             raise SystemExit(PY_SPY_MISSING)
         time.sleep(1)  # py-spy attaches to every process of the group
-        from tasks.wakeups import WakeupPublisher
+        from spacejobs.tasks.wakeups import WakeupPublisher
 
         publisher = WakeupPublisher(args.redis, queue)
         started = time.monotonic()

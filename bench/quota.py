@@ -67,8 +67,8 @@ END $$
 def submits_per_second(db_url: str, org: uuid.UUID, user: uuid.UUID, connections: int,
                        seconds: float) -> float:
     """``connections`` threads submitting one job per transaction as space_app, for ``seconds``."""
-    from models.db.engine import libpq_url
-    from models.db.roles import APP_ROLE, role_url
+    from spacejobs.models.db.engine import libpq_url
+    from spacejobs.models.db.roles import APP_ROLE, role_url
 
     done: list[int] = []
     stop_at = time.monotonic() + seconds
@@ -112,8 +112,8 @@ def main() -> None:
 def measure_all(args: argparse.Namespace, server: str, redis_url: str) -> None:
     """The three versions through the web, then without it, on the given servers."""
 
-    from models.db.engine import make_engine
-    from models.db.transaction import owner_transaction
+    from spacejobs.models.db.engine import make_engine
+    from spacejobs.models.db.transaction import owner_transaction
     from tests.kit import broker, seeding
     from tests.kit.processes import free_port
     from tests.kit.servers import Servers
@@ -140,7 +140,7 @@ def measure_all(args: argparse.Namespace, server: str, redis_url: str) -> None:
                    SPACEJOBS_ORG_SUBMIT_RATE_LIMIT="100000000 per minute",
                    PYTHONPATH=str(ROOT))
         web = subprocess.Popen(
-            [sys.executable, "-m", "webapp.cli", "web", "--port", str(port), "--workers",
+            [sys.executable, "-m", "spacejobs.webapp.cli", "web", "--port", str(port), "--workers",
              str(args.workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         url = f"http://127.0.0.1:{port}"

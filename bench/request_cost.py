@@ -37,7 +37,7 @@ from typing import Any
 from bench.peers import load_peer
 from bench.peers.spacejobs import REQUEST_LIMITS, UNLIMITED
 from bench.servers import add_embedded_option, measured_on
-from webapp.limits import limiter_storage
+from spacejobs.webapp.limits import limiter_storage
 
 WARM_UP = 100
 

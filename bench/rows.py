@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.jobs.records import TERMINAL
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.jobs.records import TERMINAL
 from tests.kit import facts
 
 Q = queries_beside(__file__)

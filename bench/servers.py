@@ -30,7 +30,7 @@ def measured_on(embedded: bool) -> Iterator[tuple[str, str]]:
         yield (os.environ.get("DATABASE_URL", MACHINE_DATABASE_URL),
                os.environ.get("REDIS_URL", MACHINE_REDIS_URL))
         return
-    from webapp import embedded as embedded_servers
+    from spacejobs.webapp import embedded as embedded_servers
 
     # A short path: PostgreSQL's unix socket lives in it.
     started = embedded_servers.start(Path(tempfile.mkdtemp(prefix="sj-bench-")), ephemeral=True)

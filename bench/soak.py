@@ -49,12 +49,12 @@ from sqlalchemy import Engine
 
 from bench.harness import percentile
 from bench.servers import add_embedded_option, measured_on
-from models.db.engine import libpq_url, make_engine
-from models.db.queries import queries_beside
-from models.jobs.service import JobRequest, Jobs
-from models.kinds import load_kinds
-from models.settings import reload_settings
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.db.engine import libpq_url, make_engine
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.jobs.service import JobRequest, Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import reload_settings
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.kit.processes import clean_up_on_signals
 from tests.kit.seeding import Tenant
 from tests.kit.servers import Servers

@@ -30,15 +30,15 @@ from uuid import UUID
 import psycopg
 from sqlalchemy import Engine
 
-from models.db.engine import libpq_url, make_engine, with_database
-from models.db.migrate import upgrade
-from models.db.queries import queries_beside
-from models.db.roles import APP_ROLE, role_url
-from models.db.transaction import owner_transaction, transaction
-from models.jobs import service
-from models.jobs.service import Jobs
-from models.kinds import load_kinds
-from models.tenancy import accounts
+from spacejobs.models.db.engine import libpq_url, make_engine, with_database
+from spacejobs.models.db.migrate import upgrade
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.roles import APP_ROLE, role_url
+from spacejobs.models.db.transaction import owner_transaction, transaction
+from spacejobs.models.jobs import service
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.tenancy import accounts
 
 Q = queries_beside(__file__)
 KIND = "bench.noop"
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     # the second round was refused. The quota still runs at every submit; its cost does not
     # depend on the limit (the count is kept by the jobs triggers).
     os.environ.setdefault("SPACEJOBS_ACTIVE_JOBS_QUOTA", str(10**9))
-    from models.settings import reload_settings
+    from spacejobs.models.settings import reload_settings
 
     reload_settings()
     load_kinds()

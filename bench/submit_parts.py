@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psycopg
 
-from models.db.engine import libpq_url, make_engine
+from spacejobs.models.db.engine import libpq_url, make_engine
 from tests.kit import seeding
 from tests.kit.servers import find_or_start
 

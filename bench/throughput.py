@@ -34,7 +34,7 @@ import redis
 from bench.peers import PEERS, Figure, Peer, PeerError, load_peer
 from bench.peers.plain_celery import redis_py_url
 from bench.servers import add_embedded_option, measured_on
-from models.db.engine import libpq_url
+from spacejobs.models.db.engine import libpq_url
 from tests.kit.processes import clean_up_on_signals
 
 SPACEJOBS = "spacejobs"

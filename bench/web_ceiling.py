@@ -63,8 +63,8 @@ from bench.profile import (
     stop_py_spy,
 )
 from bench.servers import add_embedded_option, measured_on
-from models.db.engine import libpq_url
-from models.db.queries import queries_beside
+from spacejobs.models.db.engine import libpq_url
+from spacejobs.models.db.queries import queries_beside
 from tests.kit.sampling import QuerySampler
 
 
@@ -234,7 +234,7 @@ def cpu_report(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, i
     for pid, (command, now) in after.items():
         if command.startswith("postgres:"):
             name = "postgres: " + " ".join(command.split()[2:3])  # the role, or the process
-        elif "webapp.cli web" in command:
+        elif "spacejobs.webapp.cli web" in command:
             name = "spacejobs web (gunicorn)"
         else:
             name = command.split(" ")[0].rsplit("/", 1)[-1]

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.errors import InvalidRequest, ResultNotStorable
+from spacejobs.models.errors import InvalidRequest, ResultNotStorable
 
 #: levels of arrays and objects one value that enters may nest (see the module's table)
 MAX_DEPTH = 64

@@ -10,8 +10,8 @@ import logging
 import sys
 from types import TracebackType
 
-from models.diagnostics import diagnose
-from models.settings import get_settings
+from spacejobs.models.diagnostics import diagnose
+from spacejobs.models.settings import get_settings
 
 CONTEXT_KEYS = ("request_id", "job_id", "kind", "organization_id", "attempt")
 

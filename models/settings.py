@@ -258,7 +258,7 @@ class Settings(BaseSettings):
         False, description="`1` registers `demo.slow_export`, an export slow enough to watch "
                            "(`spacejobs demo` sets it)")
     kind_modules: str = Field(
-        "tasks.kinds.projects,tasks.kinds.workflow",
+        "spacejobs.tasks.kinds.projects,spacejobs.tasks.kinds.workflow",
         description="comma-separated modules whose `@job_kind`s every process registers at start")
     extra_kind_modules: str = Field("", description="comma-separated modules with more kinds, "
                                                     "after `SPACEJOBS_KIND_MODULES`")
@@ -299,7 +299,8 @@ class Settings(BaseSettings):
         """Every module whose kinds this process registers, in order: the configured ones, the
         benchmark's and the demo's when enabled, then the extra ones."""
         names = [name.strip() for name in self.kind_modules.split(",") if name.strip()]
-        names += ["tasks.kinds.bench"] * self.bench_kinds + ["tasks.kinds.demo"] * self.demo_kinds
+        names += (["spacejobs.tasks.kinds.bench"] * self.bench_kinds
+                  + ["spacejobs.tasks.kinds.demo"] * self.demo_kinds)
         return names + self.extra_kind_module_names
 
     @property

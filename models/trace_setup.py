@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status
 from opentelemetry.util.types import Attributes
 
-from models.settings import Settings
+from spacejobs.models.settings import Settings
 
 log = logging.getLogger("spacejobs.tracing")
 

@@ -28,8 +28,8 @@ import psycopg
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from models.diagnostics import diagnose
-from models.settings import Settings
+from spacejobs.models.diagnostics import diagnose
+from spacejobs.models.settings import Settings
 
 log = logging.getLogger("spacejobs.tracing")
 
@@ -91,7 +91,7 @@ def configure(settings: Settings, service_name: str) -> bool:
     if not wanted(settings):
         return False
     try:
-        from models import trace_setup
+        from spacejobs.models import trace_setup
     except ImportError:
         log.warning("OTEL_* variables ask for traces, but the OpenTelemetry SDK is not installed "
                     "(pip install 'spacejobs[otel]'): no traces")
@@ -112,7 +112,7 @@ def instrument_connection(connection: Connected) -> Connected:
     """A database span per statement of this connection, when this process traces (the
     statement's text never leaves the process: models/trace_setup.py)."""
     if _tracer is not None:
-        from models import trace_setup
+        from spacejobs.models import trace_setup
 
         trace_setup.instrument_connection(connection)
     return connection

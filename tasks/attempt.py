@@ -24,8 +24,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import cast
 
-from models.diagnostics import diagnose
-from models.errors import (
+from spacejobs.models.diagnostics import diagnose
+from spacejobs.models.errors import (
     CancelRequested,
     DomainError,
     InternalJobError,
@@ -34,16 +34,16 @@ from models.errors import (
     UnknownKind,
     WaitRequested,
 )
-from models.jobs.context import JobContext, LeaseFlags
-from models.jobs.leases import Failure, Finished
-from models.jobs.records import LeasedJob
-from models.jobs.workflows import AFTER, INPUTS
-from models.kinds import JobKind
-from models.kinds.rules import KindRules
-from models.results.attempt import AttemptResults
-from tasks.ends import Ends, Outcome, Stats
-from tasks.ports import Ports, Signals
-from tasks.tracing import NO_SPANS, NoSpans
+from spacejobs.models.jobs.context import JobContext, LeaseFlags
+from spacejobs.models.jobs.leases import Failure, Finished
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.jobs.workflows import AFTER, INPUTS
+from spacejobs.models.kinds import JobKind
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.results.attempt import AttemptResults
+from spacejobs.tasks.ends import Ends, Outcome, Stats
+from spacejobs.tasks.ports import Ports, Signals
+from spacejobs.tasks.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 

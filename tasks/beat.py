@@ -27,13 +27,13 @@ from typing import Any
 from celery.beat import PersistentScheduler, ScheduleEntry
 from pydantic import TypeAdapter
 
-from models.db.transaction import transaction
-from models.jobs import periodic
-from models.kinds import load_kinds
-from models.settings import get_settings
-from tasks import sweeper, worker_process
-from tasks.timer_rounds import TimerRounds
-from tasks.wakeups import SWEEP_TASK
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import periodic
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import get_settings
+from spacejobs.tasks import sweeper, worker_process
+from spacejobs.tasks.timer_rounds import TimerRounds
+from spacejobs.tasks.wakeups import SWEEP_TASK
 
 log = logging.getLogger("spacejobs.beat")
 

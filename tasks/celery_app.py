@@ -15,16 +15,16 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from models.kinds import load_kinds
-from models.logs import configure_logging
-from tasks import health, presence, sweeper, worker_process
-from tasks.floor import Floor
-from tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
-from tasks.task_failures import reported_without_messages
-from tasks.wakeups import SWEEP_TASK, WAKE_TASK
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.logs import configure_logging
+from spacejobs.tasks import health, presence, sweeper, worker_process
+from spacejobs.tasks.floor import Floor
+from spacejobs.tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
+from spacejobs.tasks.task_failures import reported_without_messages
+from spacejobs.tasks.wakeups import SWEEP_TASK, WAKE_TASK
 
 app = Celery("spacejobs")
-app.config_from_object("celeryconfig")
+app.config_from_object("spacejobs.celeryconfig")
 # The worker's (and beat's) start: every kind the settings name is registered before a task runs.
 load_kinds()
 

@@ -1,7 +1,7 @@
 """The job API for application code outside the web and the workers (a script, a notebook, a
 management command): one call builds it from the settings, wake-ups included::
 
-    from tasks.client import connect
+    from spacejobs.tasks.client import connect
 
     jobs = connect()
     with jobs.engine.begin() as conn:
@@ -14,13 +14,13 @@ message (sent by name, tasks.wakeups), and ``models/`` knows nothing of Celery.
 
 from __future__ import annotations
 
-from models.db.engine import make_engine
-from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
-from models.jobs.service import Jobs
-from models.kinds import load_kinds
-from models.ops.counters import BufferedCounters
-from models.settings import Settings, get_settings
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.ops.counters import BufferedCounters
+from spacejobs.models.settings import Settings, get_settings
+from spacejobs.tasks.wakeups import WakeupPublisher
 
 
 def connect(settings: Settings | None = None, *, pool_size: int = 2) -> Jobs:

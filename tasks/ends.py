@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 
-from models.errors import WaitRequested
-from models.jobs.leases import Failure
-from models.jobs.records import LeasedJob, Status
-from tasks.ports import Ports, Signals
-from tasks.tracing import NO_SPANS, NoSpans
+from spacejobs.models.errors import WaitRequested
+from spacejobs.models.jobs.leases import Failure
+from spacejobs.models.jobs.records import LeasedJob, Status
+from spacejobs.tasks.ports import Ports, Signals
+from spacejobs.tasks.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
-from models.jobs.leases import Finished, FinishReport
-from models.jobs.records import KindControl
-from models.jobs.store import NO_ORGANIZATION
-from models.kinds import JobKind
-from models.results.attempt import delete_quietly
-from tasks.ends import Ends, Outcome
-from tasks.ports import Ports
+from spacejobs.models.jobs.leases import Finished, FinishReport
+from spacejobs.models.jobs.records import KindControl
+from spacejobs.models.jobs.store import NO_ORGANIZATION
+from spacejobs.models.kinds import JobKind
+from spacejobs.models.results.attempt import delete_quietly
+from spacejobs.tasks.ends import Ends, Outcome
+from spacejobs.tasks.ports import Ports
 
 log = logging.getLogger("spacejobs.runner")
 

@@ -35,8 +35,8 @@ from http import HTTPStatus
 
 from sqlalchemy import Engine
 
-from models.ops import liveness
-from models.settings import Settings
+from spacejobs.models.ops import liveness
+from spacejobs.models.settings import Settings
 
 log = logging.getLogger("spacejobs.health")
 

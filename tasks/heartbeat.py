@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
-from models.diagnostics import diagnose
-from models.errors import TimedOut
-from models.jobs.context import LeaseFlags
-from models.jobs.leases import Failure
-from models.jobs.records import LeasedJob, Status
-from models.kinds.rules import KindRules
+from spacejobs.models.diagnostics import diagnose
+from spacejobs.models.errors import TimedOut
+from spacejobs.models.jobs.context import LeaseFlags
+from spacejobs.models.jobs.leases import Failure
+from spacejobs.models.jobs.records import LeasedJob, Status
+from spacejobs.models.kinds.rules import KindRules
 
 log = logging.getLogger("spacejobs.heartbeat")
 

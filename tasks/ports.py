@@ -10,12 +10,12 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from models.jobs.context import JobRuntime, LeaseFlags
-from models.jobs.leases import Failure, Finished, FinishReport
-from models.jobs.records import KindControl, LeasedJob, Status
-from models.kinds.rules import KindRules
-from models.results.attempt import DEFAULT_INLINE_MAX_BYTES
-from models.results.store import ResultStore
+from spacejobs.models.jobs.context import JobRuntime, LeaseFlags
+from spacejobs.models.jobs.leases import Failure, Finished, FinishReport
+from spacejobs.models.jobs.records import KindControl, LeasedJob, Status
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.results.attempt import DEFAULT_INLINE_MAX_BYTES
+from spacejobs.models.results.store import ResultStore
 
 
 class Leases(JobRuntime, Protocol):

@@ -10,10 +10,10 @@ import socket
 import threading
 from importlib.metadata import PackageNotFoundError, version
 
-from models.db.transaction import transaction
-from models.kinds import registered_kinds
-from models.ops import presence
-from tasks.worker_process import WorkerProcess
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.kinds import registered_kinds
+from spacejobs.models.ops import presence
+from spacejobs.tasks.worker_process import WorkerProcess
 
 log = logging.getLogger("spacejobs.presence")
 

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from uuid import UUID
 
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.records import Status
-from models.results.attempt import delete_quietly
-from models.results.sweep import sweep_orphans
-from models.tenancy import audit
-from tasks.worker_process import WorkerProcess
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.results.attempt import delete_quietly
+from spacejobs.models.results.sweep import sweep_orphans
+from spacejobs.models.tenancy import audit
+from spacejobs.tasks.worker_process import WorkerProcess
 
 log = logging.getLogger("spacejobs.sweeper")
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from models.diagnostics import diagnose
+from spacejobs.models.diagnostics import diagnose
 
 log = logging.getLogger("spacejobs.tasks")
 

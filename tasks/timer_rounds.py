@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from tasks.sweeper import TimersReport
+from spacejobs.tasks.sweeper import TimersReport
 
 log = logging.getLogger("spacejobs.beat")
 

@@ -21,9 +21,9 @@ from uuid import UUID
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, StatusCode
 
-from models import tracing
-from models.jobs.records import LeasedJob
-from models.settings import Settings
+from spacejobs.models import tracing
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.settings import Settings
 
 log = logging.getLogger("spacejobs.tracing")
 

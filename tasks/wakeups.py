@@ -21,8 +21,8 @@ import time
 import redis
 from celery import Celery
 
-from models.ops.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED, BufferedCounters
-from models.settings import get_settings
+from spacejobs.models.ops.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED, BufferedCounters
+from spacejobs.models.settings import get_settings
 
 log = logging.getLogger("spacejobs.wakeups")
 
@@ -39,7 +39,7 @@ class WakeupPublisher:
         self._skip_until = 0.0
         if celery is None:
             celery = Celery("spacejobs-publisher", set_as_current=False)
-            celery.config_from_object("celeryconfig")
+            celery.config_from_object("spacejobs.celeryconfig")
             if broker_url:
                 # celery-types makes conf.broker_url a read-only property; Celery's conf takes it.
                 celery.conf.broker_url = broker_url  # type: ignore[misc]

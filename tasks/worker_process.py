@@ -20,21 +20,21 @@ import time
 import psycopg
 from celery import Celery
 
-from models.db.engine import make_engine, with_connection_options
-from models.db.roles import WORKER_ROLE, listen_url, role_url
-from models.jobs.leases import WorkerLeases
-from models.jobs.records import KindControl
-from models.jobs.service import Jobs
-from models.ops.counters import BufferedCounters
-from models.results.configured import open_store
-from models.results.store import ResultStore
-from models.settings import Settings, get_settings
-from tasks.floor import Drains, Floor
-from tasks.heartbeat import LeaseKeeper
-from tasks.runner import Ring, Stats
-from tasks.shutdown import Shutdown
-from tasks.tracing import start as start_tracing
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.db.engine import make_engine, with_connection_options
+from spacejobs.models.db.roles import WORKER_ROLE, listen_url, role_url
+from spacejobs.models.jobs.leases import WorkerLeases
+from spacejobs.models.jobs.records import KindControl
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.ops.counters import BufferedCounters
+from spacejobs.models.results.configured import open_store
+from spacejobs.models.results.store import ResultStore
+from spacejobs.models.settings import Settings, get_settings
+from spacejobs.tasks.floor import Drains, Floor
+from spacejobs.tasks.heartbeat import LeaseKeeper
+from spacejobs.tasks.runner import Ring, Stats
+from spacejobs.tasks.shutdown import Shutdown
+from spacejobs.tasks.tracing import start as start_tracing
+from spacejobs.tasks.wakeups import WakeupPublisher
 
 log = logging.getLogger("spacejobs.worker")
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from models.kinds import load_kinds
-from models.settings import reload_settings
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import reload_settings
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers, find_or_start
@@ -83,7 +83,7 @@ def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restarta
 @pytest.fixture(scope="module")
 def app_db(stack: Stack) -> Iterator[Any]:
     """An engine of the web role on the module's stack, as application code would make one."""
-    from models.db.engine import make_engine
+    from spacejobs.models.db.engine import make_engine
 
     engine = make_engine(stack.app_url, pool_size=2)
     yield engine

@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from sqlalchemy import text
 
-from models.errors import DomainError
-from models.jobs.context import JobContext
-from models.kinds import NoParams, Params, job_kind
+from spacejobs.models.errors import DomainError
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import NoParams, Params, job_kind
 
 # Planted in exceptions: it must never reach error_message, an HTTP body or a user.
 SECRET_MARKER = "SECRET-7f3a postgresql://space:hunter2@db.internal/tenants"

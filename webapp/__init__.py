@@ -11,21 +11,21 @@ from typing import Any
 
 from flask import Flask, g, has_request_context, request
 
-from models import tracing
-from models.db.engine import make_engine
-from models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
-from models.jobs.service import Jobs
-from models.json_limits import MAX_BODY_BYTES
-from models.kinds import load_kinds
-from models.ops.counters import BufferedCounters
-from models.results.configured import open_store
-from models.settings import get_settings
-from tasks.wakeups import WakeupPublisher
-from webapp import errors, failed_auth, inputs, limits, ops, ui
-from webapp.api import api
-from webapp.auth import presented_credential
-from webapp.limits import limiter_storage
-from webapp.streams import StreamSlots
+from spacejobs.models import tracing
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, role_url
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.json_limits import MAX_BODY_BYTES
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.ops.counters import BufferedCounters
+from spacejobs.models.results.configured import open_store
+from spacejobs.models.settings import get_settings
+from spacejobs.tasks.wakeups import WakeupPublisher
+from spacejobs.webapp import errors, failed_auth, inputs, limits, ops, ui
+from spacejobs.webapp.api import api
+from spacejobs.webapp.auth import presented_credential
+from spacejobs.webapp.limits import limiter_storage
+from spacejobs.webapp.streams import StreamSlots
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

@@ -14,17 +14,17 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from flask.typing import ResponseReturnValue
 from pydantic import ValidationError
 
-from models.db.transaction import transaction
-from models.errors import InvalidRequest, NotFound
-from models.jobs import service
-from models.jobs.records import Job
-from models.json_limits import MAX_SIGNAL_BYTES
-from models.tenancy import audit
-from models.tenancy import projects as tenant_projects
-from models.tenancy.access import find_membership
-from models.tenancy.accounts import memberships_of
-from models.tenancy.projects import Projects
-from webapp.auth import (
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InvalidRequest, NotFound
+from spacejobs.models.jobs import service
+from spacejobs.models.jobs.records import Job
+from spacejobs.models.json_limits import MAX_SIGNAL_BYTES
+from spacejobs.models.tenancy import audit
+from spacejobs.models.tenancy import projects as tenant_projects
+from spacejobs.models.tenancy.access import find_membership
+from spacejobs.models.tenancy.accounts import memberships_of
+from spacejobs.models.tenancy.projects import Projects
+from spacejobs.webapp.auth import (
     current_user,
     engine,
     org_transaction,
@@ -32,13 +32,13 @@ from webapp.auth import (
     still_authorized,
     user_transaction,
 )
-from webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
-from webapp.jobs import job_api, list_page
-from webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
-from webapp.openapi import document as openapi_document_of
-from webapp.paging import decode_cursor, page_of, request_limit
-from webapp.results import stored_result_response
-from webapp.streams import StreamSlots
+from spacejobs.webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, SubmitBatch, SubmitJob
+from spacejobs.webapp.jobs import job_api, list_page
+from spacejobs.webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
+from spacejobs.webapp.openapi import document as openapi_document_of
+from spacejobs.webapp.paging import decode_cursor, page_of, request_limit
+from spacejobs.webapp.results import stored_result_response
+from spacejobs.webapp.streams import StreamSlots
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
 log = logging.getLogger("spacejobs.web")

@@ -25,12 +25,12 @@ from flask import current_app, g, request, session
 from flask.sessions import SessionMixin
 from sqlalchemy import Connection, Engine
 
-from models.db.transaction import opened, transaction
-from models.errors import InvalidRequest, NotFound, Unauthorized
-from models.tenancy import sessions
-from models.tenancy.access import Membership, current_member, require_membership
-from models.tenancy.accounts import User, authenticate, principal
-from webapp.failed_auth import count_failure, count_success
+from spacejobs.models.db.transaction import opened, transaction
+from spacejobs.models.errors import InvalidRequest, NotFound, Unauthorized
+from spacejobs.models.tenancy import sessions
+from spacejobs.models.tenancy.access import Membership, current_member, require_membership
+from spacejobs.models.tenancy.accounts import User, authenticate, principal
+from spacejobs.webapp.failed_auth import count_failure, count_success
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
-from models.jobs import service
+from spacejobs.models.jobs import service
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,200}")

@@ -26,16 +26,16 @@ import click
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from models.db.engine import make_engine
-from models.db.roles import WORKER_ROLE, admin_url, role_url
-from models.db.transaction import owner_transaction
-from models.errors import DomainError
-from models.kinds import RateLimit
-from models.logs import configure_logging
-from models.ops import liveness, quota_policy, retention
-from models.settings import get_settings, reload_settings
-from models.tenancy import accounts, passwords, sessions
-from models.tenancy.access import ORG_STATES, ROLE_RANK
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.roles import WORKER_ROLE, admin_url, role_url
+from spacejobs.models.db.transaction import owner_transaction
+from spacejobs.models.errors import DomainError
+from spacejobs.models.kinds import RateLimit
+from spacejobs.models.logs import configure_logging
+from spacejobs.models.ops import liveness, quota_policy, retention
+from spacejobs.models.settings import get_settings, reload_settings
+from spacejobs.models.tenancy import accounts, passwords, sessions
+from spacejobs.models.tenancy.access import ORG_STATES, ROLE_RANK
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Create the roles and migrate the schema to the newest revision (idempotent)."""
-    from models.db.migrate import upgrade
+    from spacejobs.models.db.migrate import upgrade
 
     try:
         upgrade(admin_url())
@@ -346,7 +346,7 @@ def web(host: str, port: int, workers: int) -> None:
                 self.cfg.set(key, value)
 
         def load(self) -> Any:
-            from webapp import create_app
+            from spacejobs.webapp import create_app
 
             configure_logging()
             return create_app()
@@ -355,7 +355,7 @@ def web(host: str, port: int, workers: int) -> None:
 
 
 def _celery_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tasks.celery_app", *args]
+    return [sys.executable, "-m", "celery", "-A", "spacejobs.tasks.celery_app", *args]
 
 
 @main.group(invoke_without_command=True)
@@ -414,7 +414,7 @@ def beat() -> None:
 def demo(host: str, port: int, data_dir: Path) -> None:
     """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
     demo data, web + worker + beat. Ctrl-C stops all of it."""
-    from webapp import demo_session
+    from spacejobs.webapp import demo_session
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -424,9 +424,9 @@ def demo(host: str, port: int, data_dir: Path) -> None:
 
 
 def _run_demo(host: str, port: int, data_dir: Path) -> None:
-    from models.db.migrate import upgrade
-    from webapp import demo_session, embedded
-    from webapp.demo_data import seed
+    from spacejobs.models.db.migrate import upgrade
+    from spacejobs.webapp import demo_session, embedded
+    from spacejobs.webapp.demo_data import seed
 
     configure_logging("INFO")
     settings = get_settings()
@@ -456,7 +456,7 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
         reload_settings()
         upgrade(database_url)
         demo_users = _run(seed)
-        spacejobs = [sys.executable, "-m", "webapp.cli"]
+        spacejobs = [sys.executable, "-m", "spacejobs.webapp.cli"]
         for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
                      [*spacejobs, "worker", "--concurrency", "2"],
                      [*spacejobs, "beat"]):

@@ -11,8 +11,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from models.diagnostics import diagnose
-from models.errors import DomainError, Unavailable
+from spacejobs.models.diagnostics import diagnose
+from spacejobs.models.errors import DomainError, Unavailable
 
 log = logging.getLogger("spacejobs.web")
 

@@ -36,8 +36,8 @@ from flask import Flask, current_app
 from limits import parse
 from limits.errors import StorageError
 
-from models.errors import RateLimited
-from webapp.limits import address_key
+from spacejobs.models.errors import RateLimited
+from spacejobs.webapp.limits import address_key
 
 log = logging.getLogger("spacejobs.web")
 

@@ -24,8 +24,8 @@ from typing import Any
 from flask import Flask, request
 from flask.json.provider import DefaultJSONProvider
 
-from models.errors import InvalidRequest
-from models.json_limits import MAX_DEPTH, MAX_ENVELOPE_DEPTH, nests_past
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.json_limits import MAX_DEPTH, MAX_ENVELOPE_DEPTH, nests_past
 
 INT4_MAX = 2**31 - 1
 

@@ -9,13 +9,13 @@ from uuid import UUID
 from flask import current_app, g
 from sqlalchemy import Connection
 
-from models.errors import InvalidRequest
-from models.jobs.records import ALL_STATUSES, Job
-from models.jobs.service import Jobs
-from models.tenancy.access import Membership
-from models.tenancy.accounts import User
-from webapp.auth import org_transaction
-from webapp.paging import decode_cursor, page_of
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.jobs.records import ALL_STATUSES, Job
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.tenancy.access import Membership
+from spacejobs.models.tenancy.accounts import User
+from spacejobs.webapp.auth import org_transaction
+from spacejobs.webapp.paging import decode_cursor, page_of
 
 PAGE_SIZE = 50
 

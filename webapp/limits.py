@@ -32,8 +32,8 @@ from limits.errors import StorageError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from models.errors import RateLimited, Unavailable
-from webapp.errors import UNAVAILABLE_RETRY_AFTER
+from spacejobs.models.errors import RateLimited, Unavailable
+from spacejobs.webapp.errors import UNAVAILABLE_RETRY_AFTER
 
 log = logging.getLogger("spacejobs.web")
 

@@ -23,13 +23,13 @@ from flask import Flask
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from models.jobs.records import ALL_STATUSES
-from models.jobs.service import SIGNAL_NAME
-from models.json_limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SIGNAL_BYTES
-from models.kinds import submittable_kinds
-from models.tenancy import audit
-from webapp.bodies import CreateProject, SubmitBatch, SubmitJob
-from webapp.errors import HTTP_STATUS
+from spacejobs.models.jobs.records import ALL_STATUSES
+from spacejobs.models.jobs.service import SIGNAL_NAME
+from spacejobs.models.json_limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SIGNAL_BYTES
+from spacejobs.models.kinds import submittable_kinds
+from spacejobs.models.tenancy import audit
+from spacejobs.webapp.bodies import CreateProject, SubmitBatch, SubmitJob
+from spacejobs.webapp.errors import HTTP_STATUS
 
 if TYPE_CHECKING:
     JobStatus = str  # to the checker; the schema's enum is made from the statuses at run time

@@ -27,17 +27,17 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from sqlalchemy import Engine
 
-from models.db.transaction import transaction
-from models.errors import InvalidRequest, NotFound
-from models.jobs.records import ALL_STATUSES
-from models.kinds import RateLimit, load_kinds
-from models.ops import actions, dashboard
-from models.ops.metrics import render as render_metrics
-from models.tenancy.accounts import User
-from webapp.auth import csrf_token, engine, identify, parse_id, remember, untouched_session
-from webapp.inputs import bounded_float, whole_number
-from webapp.jobs import job_api
-from webapp.limits import api_limit
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InvalidRequest, NotFound
+from spacejobs.models.jobs.records import ALL_STATUSES
+from spacejobs.models.kinds import RateLimit, load_kinds
+from spacejobs.models.ops import actions, dashboard
+from spacejobs.models.ops.metrics import render as render_metrics
+from spacejobs.models.tenancy.accounts import User
+from spacejobs.webapp.auth import csrf_token, engine, identify, parse_id, remember, untouched_session
+from spacejobs.webapp.inputs import bounded_float, whole_number
+from spacejobs.webapp.jobs import job_api
+from spacejobs.webapp.limits import api_limit
 
 bp = Blueprint("ops", __name__)
 

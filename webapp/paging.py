@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from flask import request
 
-from models.errors import InvalidRequest
+from spacejobs.models.errors import InvalidRequest
 
 T = TypeVar("T")
 K = TypeVar("K")

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 from flask import Response, current_app
 
-from models.errors import ResultMissing
-from models.jobs.records import Job
-from models.results.records import JSON, StoredResult, safe_filename
-from models.results.store import ResultStore, StoredFile, belongs_to
+from spacejobs.models.errors import ResultMissing
+from spacejobs.models.jobs.records import Job
+from spacejobs.models.results.records import JSON, StoredResult, safe_filename
+from spacejobs.models.results.store import ResultStore, StoredFile, belongs_to
 
 log = logging.getLogger("spacejobs.web")
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from models.jobs.records import ACTIVE, Job, Status
+from spacejobs.models.jobs.records import ACTIVE, Job, Status
 
 if TYPE_CHECKING:
-    from models.jobs.store import Steps
+    from spacejobs.models.jobs.store import Steps
 
 LABELS = {
     "projects_export": "Export projects",

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from uuid import UUID
 
-from models.errors import DomainError
+from spacejobs.models.errors import DomainError
 
 
 class TooManyStreams(DomainError):

@@ -33,17 +33,17 @@ from flask.typing import ResponseReturnValue
 from flask_limiter import RequestLimit
 from sqlalchemy import Connection
 
-from models.db.transaction import transaction
-from models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
-from models.jobs.records import ALL_STATUSES, Job, Status
-from models.jobs.service import JobRights
-from models.json_limits import MAX_DEPTH, too_deep
-from models.kinds import get_kind, load_kinds
-from models.tenancy import passwords
-from models.tenancy.access import Membership, check_allowed
-from models.tenancy.accounts import User, get_user, memberships_of, names_of
-from models.tenancy.projects import Projects, create_project
-from webapp.auth import (
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
+from spacejobs.models.jobs.records import ALL_STATUSES, Job, Status
+from spacejobs.models.jobs.service import JobRights
+from spacejobs.models.json_limits import MAX_DEPTH, too_deep
+from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.models.tenancy import passwords
+from spacejobs.models.tenancy.access import Membership, check_allowed
+from spacejobs.models.tenancy.accounts import User, get_user, memberships_of, names_of
+from spacejobs.models.tenancy.projects import Projects, create_project
+from spacejobs.webapp.auth import (
     SAFE_METHODS,
     check_csrf,
     csrf_token,
@@ -54,12 +54,18 @@ from webapp.auth import (
     sign_in,
     sign_out,
 )
-from webapp.errors import HTTP_STATUS
-from webapp.inputs import MalformedJSON, NestedTooDeep, parse_json
-from webapp.jobs import job_api, list_page, start_job
-from webapp.limits import address_key, limited, login_account_global_key, login_account_key, retry_after
-from webapp.results import stored_result_response
-from webapp.status import StepList, describe, label_of, step_list
+from spacejobs.webapp.errors import HTTP_STATUS
+from spacejobs.webapp.inputs import MalformedJSON, NestedTooDeep, parse_json
+from spacejobs.webapp.jobs import job_api, list_page, start_job
+from spacejobs.webapp.limits import (
+    address_key,
+    limited,
+    login_account_global_key,
+    login_account_key,
+    retry_after,
+)
+from spacejobs.webapp.results import stored_result_response
+from spacejobs.webapp.status import StepList, describe, label_of, step_list
 
 bp = Blueprint("ui", __name__)
 

@@ -7,7 +7,7 @@ N jobs are submitted through the Flask API (spread over several organizations): 
 without a worker, on a timer (``bench.wait``) or for a signal the client sends through the API
 before or after the wait (``bench.await_signal``), and (``--workflows``) workflows, chains and
 chords of bench steps, and fan-outs (``chaos.fan``, bench/chaos/kinds.py), some of them
-cancelled mid-way. They run on worker processes (``celery -A tasks.celery_app worker -c 2``
+cancelled mid-way. They run on worker processes (``celery -A spacejobs.tasks.celery_app worker -c 2``
 each, plus one beat). Meanwhile a driver SIGKILLs a random worker's whole process group every
 ~``--kill-every`` seconds and starts a replacement, restarts Redis once and PostgreSQL once
 (the workers and beat are NOT restarted for those: they must reconnect), freezes one worker

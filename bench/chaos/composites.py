@@ -19,8 +19,8 @@ from sqlalchemy.exc import DBAPIError
 from bench.chaos.client import ClientTally
 from bench.chaos.kinds import DRAW_STEP
 from bench.chaos.mix import PARENT_KINDS, Shape
-from models.db.queries import queries_beside
-from models.jobs.records import ACTIVE, TERMINAL, Status
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.jobs.records import ACTIVE, TERMINAL, Status
 
 Q = queries_beside(__file__)
 # A waiting job's timer may be this late before the watch calls it stuck: the sweeper resumes

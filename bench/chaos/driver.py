@@ -133,7 +133,7 @@ class Fleet:
             name = f"w{slot}.{lives}"
             prefix, env = self.hosts[slot]
             incarnation = self._spawn(name, prefix + celery_worker_argv(
-                "tasks.celery_app", self.queue, f"{name}-{uuid.uuid4().hex[:6]}", self.concurrency),
+                "spacejobs.tasks.celery_app", self.queue, f"{name}-{uuid.uuid4().hex[:6]}", self.concurrency),
                 WORKER_READY, env)
             self.slots[slot] = incarnation
             return incarnation

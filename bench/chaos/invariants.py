@@ -17,7 +17,7 @@ from bench.chaos.client import ClientTally
 from bench.chaos.composites import TIMER_SLACK_SECONDS
 from bench.chaos.driver import Restart
 from bench.chaos.report import ChaosReport, Verdict
-from models.jobs.records import TERMINAL, Status
+from spacejobs.models.jobs.records import TERMINAL, Status
 from tests.kit import facts
 
 # ---------------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.jobs.context import JobContext
-from models.kinds import Params, job_kind
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import Params, job_kind
 
 CHILD_KIND = "bench.sleep"
 DRAW_STEP = "draw"

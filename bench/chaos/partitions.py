@@ -360,7 +360,7 @@ class Hosts:
                         SPACEJOBS_ORG_SUBMIT_RATE_LIMIT=UNLIMITED, SPACEJOBS_API_RATE_LIMIT=UNLIMITED,
                         SPACEJOBS_POLL_RATE_LIMIT=UNLIMITED)
         self.web = LoggedProcess.start(
-            "web", [*self.network.exec_prefix(self.web_index), sys.executable, "-m", "webapp.cli",
+            "web", [*self.network.exec_prefix(self.web_index), sys.executable, "-m", "spacejobs.webapp.cli",
                     "web", "--host", address, "--port", str(port), "--workers", "1"],
             env=env, log_dir=stack.log_dir)
         self.web_url = f"http://{address}:{port}"

@@ -116,7 +116,8 @@ class ChaosReport:
              f"bench.sleep (0-{self.max_sleep:g} s), {self.waits_fraction:.0%} waiting (bench.wait, "
              f"bench.await_signal), {self.workflows_fraction:.0%} workflows and fan-outs; "
              f"{self.organizations} organizations, submitted at {self.submit_rate:.1f}/s; "
-             f"{self.workers} x `celery -A tasks.celery_app worker -c {self.concurrency}` (prefork) "
+             f"{self.workers} x `celery -A spacejobs.tasks.celery_app worker -c "
+             f"{self.concurrency}` (prefork) "
              f"+ 1 beat; kill every ~{self.kill_every:g} s; cancel {self.cancel_fraction:.0%} of "
              f"plain and waiting jobs, {self.workflow_cancel_fraction:.0%} of workflows; seed {self.seed}"),
             ("servers", f"private to this run: {self.software}"),

@@ -45,8 +45,8 @@ from bench.chaos.partitions import (
 )
 from bench.chaos.report import ChaosReport
 from bench.harness import poll
-from models.db.transaction import transaction
-from models.jobs.records import ACTIVE
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs.records import ACTIVE
 from tests.kit import facts
 from tests.kit.private_servers import PrivateServers
 from tests.kit.seeding import Tenant

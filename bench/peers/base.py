@@ -29,8 +29,8 @@ import psycopg
 from psycopg import sql
 
 from bench.harness import paced, poll, spread
-from models.db.engine import libpq_url, with_database
-from models.db.queries import parse_blocks
+from spacejobs.models.db.engine import libpq_url, with_database
+from spacejobs.models.db.queries import parse_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 

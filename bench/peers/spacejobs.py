@@ -38,13 +38,13 @@ from bench.harness import (
     run_wrk,
 )
 from bench.peers.base import Figure, Peer, PeerError, drain_timeout, latency_figure, rate_figure
-from models.db.queries import queries_beside
-from models.db.transaction import transaction
-from models.jobs import service, store
-from models.jobs.service import Jobs
-from models.kinds import load_kinds
-from models.settings import reload_settings
-from tasks.wakeups import guard_key
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import service, store
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import reload_settings
+from spacejobs.tasks.wakeups import guard_key
 from tests.kit import broker
 from tests.kit.processes import WORKER_READY, LoggedProcess, celery_worker_argv
 from tests.kit.seeding import Tenant
@@ -87,7 +87,7 @@ class SpaceJobsPeer(Peer):
     name = "spacejobs"
     title = f"Space Jobs {_version()}"
     defaults: ClassVar[str] = (
-        "one `celery -A tasks.celery_app worker --pool prefork -c P` (what `spacejobs worker"
+        "one `celery -A spacejobs.tasks.celery_app worker --pool prefork -c P` (what `spacejobs worker"
         " --concurrency P` runs, less mingle and gossip; P pool processes under one consumer), every"
         " SPACEJOBS_* default (claim batch up to 100, drain limit 1000, linger 1 s, wake-ups coalesced"
         " over 1 s), no beat; producer: models.jobs.service.enqueue (one statement, its own"
@@ -104,7 +104,7 @@ class SpaceJobsPeer(Peer):
         os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
         reload_settings()
         load_kinds()
-        from tasks.wakeups import WakeupPublisher
+        from spacejobs.tasks.wakeups import WakeupPublisher
 
         self.servers = Servers(admin_url, redis_url, "DATABASE_URL / REDIS_URL")
         self.stack = Stack(self.servers, self.log_dir, label="bench", process_settings={})
@@ -145,7 +145,7 @@ class SpaceJobsPeer(Peer):
     def _start_worker(self, processes: int) -> LoggedProcess:
         name = f"worker-{uuid.uuid4().hex[:6]}"
         return self.stack.processes.start(
-            name, celery_worker_argv("tasks.celery_app", self.stack.queue, name, processes),
+            name, celery_worker_argv("spacejobs.tasks.celery_app", self.stack.queue, name, processes),
             self.stack.env(), ready=WORKER_READY, timeout=120)
 
     def _wait(self, what: str, done: Any, timeout: float, interval: float = 0.2) -> None:

@@ -18,8 +18,8 @@ import bench.waiting
 from bench.servers import add_embedded_option, measured_on
 from bench.waiting import targets
 from bench.waiting.figures import BenchError, ChainFigure, DrainFigure, WaitingBench, median, say
-from models.kinds import load_kinds
-from models.settings import Settings, reload_settings
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.settings import Settings, reload_settings
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import clean_up_on_signals
 from tests.kit.servers import Servers

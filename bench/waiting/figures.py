@@ -18,10 +18,10 @@ from typing import Any
 from bench.harness import Deadline, poll
 from bench.waiting import records
 from bench.waiting.usage import cpu_shares
-from models.jobs import workflows
-from models.jobs.records import Status
-from models.jobs.service import JobRequest, Jobs
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.jobs import workflows
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.jobs.service import JobRequest, Jobs
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.kit.broker import queue_length
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import LoggedProcess

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
+from spacejobs.models.db.queries import queries_beside
 
 Q = queries_beside(__file__)
 

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.jobs.context import JobContext
-from models.kinds import Params, job_kind
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import Params, job_kind
 
 
 class ApprovalParams(Params):

@@ -12,8 +12,8 @@ from uuid import UUID
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from models.errors import DomainError
-from tasks.client import connect
+from spacejobs.models.errors import DomainError
+from spacejobs.tasks.client import connect
 
 app = Flask(__name__)
 jobs = connect()

@@ -16,8 +16,8 @@ from uuid import UUID
 
 from pydantic import Field
 
-from models.jobs.context import JobContext
-from models.kinds import Params, job_kind
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import Params, job_kind
 
 
 class SyncParams(Params):
@@ -33,7 +33,7 @@ def partner_sync(ctx: JobContext, params: SyncParams) -> dict[str, Any]:
 
 
 def main(organization_id: UUID, user_id: UUID) -> list[dict[str, Any]]:
-    from tasks.client import connect
+    from spacejobs.tasks.client import connect
 
     jobs = connect()
     who = {"organization_id": organization_id, "requested_by": user_id}

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.jobs.context import JobContext
-from models.kinds import Params, job_kind
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import Params, job_kind
 
 WORD = re.compile(r"[^\W\d_]+")
 

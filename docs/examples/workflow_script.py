@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from uuid import UUID
 
-from models.jobs.workflows import chain, chord, sig
-from tasks.client import connect
+from spacejobs.models.jobs.workflows import chain, chord, sig
+from spacejobs.tasks.client import connect
 
 
 def run(organization_id: UUID, user_id: UUID) -> dict[str, object]:

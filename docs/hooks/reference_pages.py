@@ -3,7 +3,7 @@
 - ``reference/openapi.json`` and ``reference/http-operations.md``: the OpenAPI document that
   ``GET /api/v1/openapi.json`` serves (``webapp/openapi.py``), and a page listing every operation
   in it with its parameters, body and answers;
-- ``reference/cli.md``: every ``spacejobs`` command (``webapp.cli:main``), from click itself.
+- ``reference/cli.md``: every ``spacejobs`` command (``spacejobs.webapp.cli:main``), from click itself.
 
 The configuration page is not made here: it is ``python -m models.settings``'s table, kept in
 ``docs/reference/configuration.md`` and checked by ``tests/unit/test_settings.py``, so it reads
@@ -44,11 +44,11 @@ def openapi_document() -> dict[str, Any]:
     os.environ.setdefault("DATABASE_URL", "postgresql://docs@127.0.0.1/unused")
     for name in ("SPACEJOBS_BENCH_KINDS", "SPACEJOBS_DEMO_KINDS", "SPACEJOBS_EXTRA_KIND_MODULES"):
         os.environ.pop(name, None)
-    from models.settings import reload_settings
+    from spacejobs.models.settings import reload_settings
 
     reload_settings()
-    from webapp import create_app
-    from webapp.openapi import document
+    from spacejobs.webapp import create_app
+    from spacejobs.webapp.openapi import document
 
     app = create_app({"RATELIMIT_STORAGE_URI": "memory://"})
     return document(app)
@@ -123,12 +123,12 @@ def _cell(text: str) -> str:
 # ------------------------------------------------------------------------------------ CLI
 
 def cli_page() -> str:
-    from webapp.cli import main
+    from spacejobs.webapp.cli import main
 
     lines = [
         "# CLI",
         "",
-        "`spacejobs` (`webapp.cli:main`). This page is written from the click commands when the",
+        "`spacejobs` (`spacejobs.webapp.cli:main`). This page is written from the click commands when the",
         "site is built; `spacejobs COMMAND --help` says the same. Commands that create something",
         "print only the new id or token on stdout, so scripts can capture it.",
         "",

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
-from models import tracing
-from models.settings import get_settings
+from spacejobs.models import tracing
+from spacejobs.models.settings import get_settings
 
 log = logging.getLogger("spacejobs.db")
 

@@ -37,11 +37,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
 
-from models.db.engine import make_engine
-from models.db.queries import queries_beside
-from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_password
-from models.ops import quota_policy, retention
-from models.settings import get_settings
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_password
+from spacejobs.models.ops import quota_policy, retention
+from spacejobs.models.settings import get_settings
 
 Q = queries_beside(__file__)
 MIGRATIONS = Path(__file__).parent / "migrations"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import SecretStr
 from sqlalchemy.engine import URL, make_url
 
-from models.db.engine import driver_url, libpq_url
-from models.settings import get_settings
+from spacejobs.models.db.engine import driver_url, libpq_url
+from spacejobs.models.settings import get_settings
 
 OWNER_ROLE = "space_owner"
 APP_ROLE = "space_app"

@@ -15,10 +15,10 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from models.db import hot
-from models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection, run_after_commit
-from models.db.queries import queries_beside
-from models.db.roles import OWNER_ROLE
+from spacejobs.models.db import hot
+from spacejobs.models.db.engine import LOCAL_STATEMENT_TIMEOUT, AfterCommitConnection, run_after_commit
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.roles import OWNER_ROLE
 
 Q = queries_beside(__file__)
 

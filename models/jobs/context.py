@@ -18,8 +18,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models import tracing
-from models.errors import (
+from spacejobs.models import tracing
+from spacejobs.models.errors import (
     CancelRequested,
     LeaseLost,
     ReleaseRequested,
@@ -27,16 +27,16 @@ from models.errors import (
     TimedOut,
     WaitRequested,
 )
-from models.jobs import fanout, workflows
-from models.jobs.records import LeasedJob, Status
-from models.json_limits import check_written
-from models.kinds.rules import KindRules
-from models.results.attempt import AttemptResults
-from models.results.records import StoredResult
-from models.tenancy.projects import Projects
+from spacejobs.models.jobs import fanout, workflows
+from spacejobs.models.jobs.records import LeasedJob, Status
+from spacejobs.models.json_limits import check_written
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.results.attempt import AttemptResults
+from spacejobs.models.results.records import StoredResult
+from spacejobs.models.tenancy.projects import Projects
 
 if TYPE_CHECKING:
-    from models.jobs.store import Child, FanOut, StepPlan, WorkflowState
+    from spacejobs.models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 
 
 class Tenant:

@@ -21,15 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from models.errors import CancelRequested, DomainError, LeaseLost, WaitRequested
-from models.jobs.records import Status
-from models.json_limits import check_params
-from models.kinds import get_any_kind
+from spacejobs.models.errors import CancelRequested, DomainError, LeaseLost, WaitRequested
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.json_limits import check_params
+from spacejobs.models.kinds import get_any_kind
 
 if TYPE_CHECKING:
-    from models.jobs.context import JobContext
-    from models.jobs.store import FanOut
-    from models.kinds.rules import KindRules
+    from spacejobs.models.jobs.context import JobContext
+    from spacejobs.models.jobs.store import FanOut
+    from spacejobs.models.kinds.rules import KindRules
 
 class ChildrenFailed(DomainError):
     code = "children_failed"

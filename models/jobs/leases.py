@@ -16,14 +16,14 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from models.db.transaction import transaction
-from models.diagnostics import Diagnosis
-from models.errors import DomainError, LeaseLost
-from models.jobs import store
-from models.jobs.context import Tenant
-from models.jobs.records import KindControl, LeasedJob, Status
-from models.kinds.rules import KindRules
-from models.tenancy.access import check_allowed
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.diagnostics import Diagnosis
+from spacejobs.models.errors import DomainError, LeaseLost
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.context import Tenant
+from spacejobs.models.jobs.records import KindControl, LeasedJob, Status
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.tenancy.access import check_allowed
 
 
 @dataclass(frozen=True)

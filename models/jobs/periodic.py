@@ -20,9 +20,9 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
-from models.errors import InvalidRequest
-from models.jobs import service
-from models.kinds import get_kind
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.jobs import service
+from spacejobs.models.kinds import get_kind
 
 _EVERY = re.compile(r"every\s+(\d+)\s*([smhd])", re.IGNORECASE)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

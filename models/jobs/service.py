@@ -38,9 +38,9 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine
 
-from models.db.roles import listen_url
-from models.db.transaction import after_commit, scope, transaction
-from models.errors import (
+from spacejobs.models.db.roles import listen_url
+from spacejobs.models.db.transaction import after_commit, scope, transaction
+from spacejobs.models.errors import (
     DomainError,
     DuplicateJob,
     InvalidRequest,
@@ -50,9 +50,9 @@ from models.errors import (
     ResultExpired,
     TooManySignals,
 )
-from models.jobs import store, waiting, workflows
-from models.jobs.records import ACTIVE, Job, Status
-from models.json_limits import (
+from spacejobs.models.jobs import store, waiting, workflows
+from spacejobs.models.jobs.records import ACTIVE, Job, Status
+from spacejobs.models.json_limits import (
     MAX_PARAMS_BYTES,
     MAX_SIGNAL_BYTES,
     check_depth,
@@ -60,12 +60,12 @@ from models.json_limits import (
     check_size,
     check_step_params,
 )
-from models.kinds import JobKind, KindRules, get_any_kind, get_kind, kind_roles
-from models.ops import actions
-from models.ops.dashboard import job_organization
-from models.results.records import StoredResult
-from models.tenancy import audit
-from models.tenancy.access import (
+from spacejobs.models.kinds import JobKind, KindRules, get_any_kind, get_kind, kind_roles
+from spacejobs.models.ops import actions
+from spacejobs.models.ops.dashboard import job_organization
+from spacejobs.models.results.records import StoredResult
+from spacejobs.models.tenancy import audit
+from spacejobs.models.tenancy.access import (
     Membership,
     cancel_refused,
     check_may_read_result,

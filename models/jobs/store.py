@@ -18,11 +18,11 @@ from uuid import UUID
 
 from sqlalchemy import Connection, RowMapping
 
-from models import tracing
-from models.db import hot
-from models.db.queries import queries_beside
-from models.diagnostics import Diagnosis
-from models.errors import (
+from spacejobs.models import tracing
+from spacejobs.models.db import hot
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.diagnostics import Diagnosis
+from spacejobs.models.errors import (
     DomainError,
     DuplicateJob,
     IdempotencyKeyReused,
@@ -32,10 +32,10 @@ from models.errors import (
     OrganizationUnavailable,
     TooManyJobs,
 )
-from models.jobs.records import RUNNING, Job, KindControl, LeasedJob, Status
-from models.kinds.registry import registered_kinds
-from models.kinds.rules import KindRules
-from models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
+from spacejobs.models.jobs.records import RUNNING, Job, KindControl, LeasedJob, Status
+from spacejobs.models.kinds.registry import registered_kinds
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.tenancy.access import ROLE_RANK, cancel_refused, check_allowed
 
 Q = queries_beside(__file__)
 

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import psycopg
 
-from models.db.engine import with_connection_options
+from spacejobs.models.db.engine import with_connection_options
 
 log = logging.getLogger("spacejobs.waiting")
 

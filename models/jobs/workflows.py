@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from models.errors import CancelRequested, DomainError, InvalidRequest, LeaseLost, WaitRequested
-from models.jobs.records import ACTIVE, Status
-from models.jobs.store import StepPlan, WorkflowState
-from models.kinds import JobKind, KindRules, Params, get_any_kind, get_kind
-from models.tenancy.access import ROLE_RANK
+from spacejobs.models.errors import CancelRequested, DomainError, InvalidRequest, LeaseLost, WaitRequested
+from spacejobs.models.jobs.records import ACTIVE, Status
+from spacejobs.models.jobs.store import StepPlan, WorkflowState
+from spacejobs.models.kinds import JobKind, KindRules, Params, get_any_kind, get_kind
+from spacejobs.models.tenancy.access import ROLE_RANK
 
 if TYPE_CHECKING:
-    from models.jobs.context import JobContext
-    from models.jobs.store import Child
+    from spacejobs.models.jobs.context import JobContext
+    from spacejobs.models.jobs.store import Child
 
 #: the key of a step's params that names the places of its dependencies, whose results it reads
 #: when it runs (ctx.inputs); the step's own kind never sees it: the runner takes it out before

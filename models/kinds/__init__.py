@@ -6,7 +6,7 @@ JSON-able result. The web reads the same rules to refuse a submit early; the run
 them before and during execution.
 """
 
-from models.kinds.registry import (
+from spacejobs.models.kinds.registry import (
     get_any_kind,
     get_kind,
     job_kind,
@@ -16,7 +16,7 @@ from models.kinds.registry import (
     required_role,
     submittable_kinds,
 )
-from models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
+from spacejobs.models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
 
 __all__ = ["JobKind", "KindRules", "NoParams", "Params", "RateLimit", "get_any_kind", "get_kind", "job_kind",
            "kind_roles", "load_kinds", "registered_kinds", "required_role", "submittable_kinds"]

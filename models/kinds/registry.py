@@ -15,10 +15,10 @@ from datetime import timedelta
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
-from models.errors import UnknownKind
-from models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
-from models.settings import get_settings
-from models.tenancy.access import ORG_STATES, ROLE_RANK
+from spacejobs.models.errors import UnknownKind
+from spacejobs.models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
+from spacejobs.models.settings import get_settings
+from spacejobs.models.tenancy.access import ORG_STATES, ROLE_RANK
 
 _REGISTRY: dict[str, JobKind] = {}
 
@@ -108,7 +108,7 @@ def _params_model(kind: str, run: RunFunction, given: type[Params] | None) -> ty
     if not (isinstance(hint, type) and issubclass(hint, Params)):
         raise ValueError(f"job kind {kind!r}: the params of {run.__qualname__} are hinted as "
                          f"{_describe(hint)}, which is not a Params model (a subclass of "
-                         "models.kinds.Params)")
+                         "spacejobs.models.kinds.Params)")
     if given is not None and hint is not given:
         raise ValueError(f"job kind {kind!r}: params={given.__qualname__} but {run.__qualname__}"
                          f"'s params are hinted as {hint.__qualname__}; give one model")

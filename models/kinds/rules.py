@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from models.errors import InvalidParams
-from models.kinds.reasons import field_reasons, summary
+from spacejobs.models.errors import InvalidParams
+from spacejobs.models.kinds.reasons import field_reasons, summary
 
 
 class Params(BaseModel):

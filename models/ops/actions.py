@@ -13,10 +13,10 @@ from psycopg.errors import ForeignKeyViolation
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from models.db.queries import queries_beside
-from models.db.transaction import transaction
-from models.errors import InvalidRequest
-from models.kinds import RateLimit, get_any_kind
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.kinds import RateLimit, get_any_kind
 
 Q = queries_beside(__file__)
 

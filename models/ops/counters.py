@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from models.db.queries import queries_beside
-from models.db.transaction import transaction
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import transaction
 
 log = logging.getLogger("spacejobs.counters")
 

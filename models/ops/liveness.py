@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.settings import Settings
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.settings import Settings
 
 Q = queries_beside(__file__)
 

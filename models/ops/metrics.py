@@ -19,8 +19,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Engine
 
-from models.db.queries import queries_beside
-from models.db.transaction import transaction
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import transaction
 
 Q = queries_beside(__file__)
 

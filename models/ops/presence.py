@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
+from spacejobs.models.db.queries import queries_beside
 
 Q = queries_beside(__file__)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.errors import InvalidRequest
-from models.settings import Settings
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.settings import Settings
 
 Q = queries_beside(__file__)
 

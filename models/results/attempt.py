@@ -13,11 +13,11 @@ import logging
 import re
 from typing import Any
 
-from models.errors import ResultNotStorable
-from models.jobs.records import LeasedJob
-from models.json_limits import check_written
-from models.results.records import FILE, JSON, StoredResult, safe_filename
-from models.results.store import ResultStore, Source, new_key
+from spacejobs.models.errors import ResultNotStorable
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.json_limits import check_written
+from spacejobs.models.results.records import FILE, JSON, StoredResult, safe_filename
+from spacejobs.models.results.store import ResultStore, Source, new_key
 
 log = logging.getLogger("spacejobs.results")
 

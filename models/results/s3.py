@@ -14,9 +14,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from models.errors import ResultMissing
-from models.results.store import CountingReader, Source, StoredFile, StoredObject
-from models.settings import Settings
+from spacejobs.models.errors import ResultMissing
+from spacejobs.models.results.store import CountingReader, Source, StoredFile, StoredObject
+from spacejobs.models.settings import Settings
 
 
 class S3ResultStore:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 from uuid import UUID
 
-from models.errors import ResultMissing
+from spacejobs.models.errors import ResultMissing
 
 _IDS = (r"(?P<org>[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})/"
         r"(?P<job>[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})/")

@@ -21,10 +21,10 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from models.db.queries import queries_beside
-from models.db.transaction import transaction
-from models.results.attempt import delete_quietly
-from models.results.store import ResultStore, is_partial, job_of
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.results.attempt import delete_quietly
+from spacejobs.models.results.store import ResultStore, is_partial, job_of
 
 Q = queries_beside(__file__)
 log = logging.getLogger("spacejobs.results")

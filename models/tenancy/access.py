@@ -9,8 +9,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.errors import (
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.errors import (
     InsufficientRole,
     NotFound,
     OrganizationReadOnly,

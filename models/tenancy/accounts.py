@@ -18,11 +18,11 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db import hot
-from models.db.queries import queries_beside
-from models.errors import InvalidRequest, NotFound
-from models.kinds.rules import RateLimit
-from models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
+from spacejobs.models.db import hot
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.errors import InvalidRequest, NotFound
+from spacejobs.models.kinds.rules import RateLimit
+from spacejobs.models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
 
 Q = queries_beside(__file__)
 

@@ -22,10 +22,10 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.errors import InsufficientRole, InvalidRequest
-from models.jobs.records import Job
-from models.tenancy.access import Membership, has_role
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.errors import InsufficientRole, InvalidRequest
+from spacejobs.models.jobs.records import Job
+from spacejobs.models.tenancy.access import Membership, has_role
 
 Q = queries_beside(__file__)
 

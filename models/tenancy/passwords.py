@@ -18,9 +18,9 @@ from argon2 import PasswordHasher, Type
 from argon2.low_level import hash_secret_raw
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.errors import InvalidRequest
-from models.tenancy import sessions
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.tenancy import sessions
 
 Q = queries_beside(__file__)
 

@@ -11,8 +11,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.tenancy.access import Membership, check_allowed
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.tenancy.access import Membership, check_allowed
 
 Q = queries_beside(__file__)
 

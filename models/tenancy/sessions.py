@@ -14,8 +14,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.tenancy.accounts import User, hash_token
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.tenancy.accounts import User, hash_token
 
 Q = queries_beside(__file__)
 

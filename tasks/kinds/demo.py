@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from models.jobs.context import JobContext
-from models.kinds import Params, job_kind
-from tasks.kinds.projects import export
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.kinds import Params, job_kind
+from spacejobs.tasks.kinds.projects import export
 
 
 class SlowExportParams(Params):

@@ -12,10 +12,10 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
-from models.jobs.context import JobContext
-from models.jobs.workflows import chord, sig
-from models.kinds import NoParams, Params, job_kind
-from models.results.records import StoredResult
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.jobs.workflows import chord, sig
+from spacejobs.models.kinds import NoParams, Params, job_kind
+from spacejobs.models.results.records import StoredResult
 
 WRITE_BATCH = 500  # export: projects written between two progress reports
 ARCHIVE_BATCH = 100  # archive: projects written between two progress reports

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from models.jobs.context import JobContext
-from models.jobs.workflows import WorkflowParams, run_workflow
-from models.kinds import job_kind
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.jobs.workflows import WorkflowParams, run_workflow
+from spacejobs.models.kinds import job_kind
 
 
 # Each step re-checks its own kind's organization states and role when it runs; the workflow

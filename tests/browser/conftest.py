@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from spacejobs.webapp.demo_data import seed
 from tests.conftest import served
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack
-from webapp.demo_data import seed
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -17,10 +17,10 @@ import pytest
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
-from models.jobs.workflows import Signature, chain, sig
+from spacejobs.models.jobs.workflows import Signature, chain, sig
+from spacejobs.webapp.demo_data import ORGS
 from tests.browser.conftest import Live
 from tests.kit.stack import Stack, wait_until
-from webapp.demo_data import ORGS
 
 pytestmark = pytest.mark.browser
 PASSWORD = "a long and careful password"

@@ -8,7 +8,7 @@ from typing import Any
 
 import schemathesis
 
-from webapp.errors import HTTP_STATUS
+from spacejobs.webapp.errors import HTTP_STATUS
 
 
 @schemathesis.check

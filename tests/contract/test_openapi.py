@@ -18,10 +18,10 @@ import sys
 import pytest
 import requests
 
+from spacejobs.webapp.errors import HTTP_STATUS
 from tests.conftest import served
 from tests.kit.processes import REPO_ROOT as ROOT
 from tests.kit.stack import Stack
-from webapp.errors import HTTP_STATUS
 
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
           "response_headers_conformance,response_schema_conformance,error_code_is_stable")

@@ -7,8 +7,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from models.jobs import store
-from models.jobs.records import LeasedJob
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import LeasedJob
 
 
 def claim_one(conn: Connection, worker: str) -> LeasedJob | None:

@@ -17,12 +17,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.transaction import transaction
-from models.errors import InsufficientRole
-from models.jobs import store
-from models.jobs.workflows import chain, sig
-from models.ops import quota_policy
-from models.tenancy import accounts
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InsufficientRole
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.workflows import chain, sig
+from spacejobs.models.ops import quota_policy
+from spacejobs.models.tenancy import accounts
 from tests.kit import facts
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack

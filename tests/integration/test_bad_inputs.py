@@ -125,7 +125,7 @@ def test_a_failing_statement_never_carries_its_parameters(bare_stack: Stack):
     from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError
 
-    from models.db.engine import make_engine
+    from spacejobs.models.db.engine import make_engine
 
     engine = make_engine(bare_stack.app_url, pool_size=1)
     try:

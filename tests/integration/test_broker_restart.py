@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.wakeups import WakeupPublisher
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.conftest import submit
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import LoggedProcess

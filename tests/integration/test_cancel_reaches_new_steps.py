@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.records import LeasedJob
-from models.kinds import get_any_kind, get_kind
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.kinds import get_any_kind, get_kind
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 

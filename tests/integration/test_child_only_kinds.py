@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from models.errors import UnknownKind
-from models.jobs import service
-from models.jobs.service import Jobs
+from spacejobs.models.errors import UnknownKind
+from spacejobs.models.jobs import service
+from spacejobs.models.jobs.service import Jobs
 from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.stack import Stack
 

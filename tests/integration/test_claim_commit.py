@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from models.db.engine import make_engine
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.leases import Finished, WorkerLeases
-from models.kinds import get_kind, load_kinds
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.leases import Finished, WorkerLeases
+from spacejobs.models.kinds import get_kind, load_kinds
 from tests.conftest import submit
 from tests.kit import facts
 from tests.kit.private_servers import PrivateServers

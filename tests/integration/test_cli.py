@@ -15,8 +15,8 @@ from tests.kit.stack import Stack
 
 
 def spacejobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=REPO_ROOT, env=stack.env(),
-                          input=stdin, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "spacejobs.webapp.cli", *args], cwd=REPO_ROOT,
+                          env=stack.env(), input=stdin, capture_output=True, text=True, timeout=60)
 
 
 def test_help_lists_every_command(bare_stack: Stack):

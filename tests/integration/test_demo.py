@@ -20,7 +20,7 @@ import pytest
 import redis
 import requests
 
-from models.db.engine import libpq_url
+from spacejobs.models.db.engine import libpq_url
 from tests.kit.broker import redis_py_url
 from tests.kit.processes import LoggedProcess, free_port
 
@@ -40,7 +40,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory):
            if k not in ("DATABASE_URL", "REDIS_URL", "XDG_RUNTIME_DIR")
            and not k.startswith("SPACEJOBS_")}
     env["TMPDIR"] = str(system_tmp)
-    demo = LoggedProcess.start("demo", [sys.executable, "-m", "webapp.cli", "demo", "--port",
+    demo = LoggedProcess.start("demo", [sys.executable, "-m", "spacejobs.webapp.cli", "demo", "--port",
                                         str(port), "--data-dir", str(data_dir)],
                                env=env, log_dir=root)
     try:

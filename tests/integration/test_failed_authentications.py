@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import uuid
 
-from models.tenancy import accounts
+from spacejobs.models.tenancy import accounts
 from tests.conftest import csrf_of, sign_in
 from tests.kit.stack import Stack
 from tests.netproxy import Partition, postgres_address, through

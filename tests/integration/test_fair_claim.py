@@ -11,12 +11,12 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from models.db.engine import libpq_url
-from models.db.roles import WORKER_ROLE
-from models.db.transaction import transaction
-from models.jobs import store
-from models.kinds import RateLimit
-from models.tenancy import accounts
+from spacejobs.models.db.engine import libpq_url
+from spacejobs.models.db.roles import WORKER_ROLE
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.kinds import RateLimit
+from spacejobs.models.tenancy import accounts
 from tests.kit.stack import Stack
 
 

@@ -172,8 +172,8 @@ def test_a_part_takes_only_a_uuid_for_a_project_id_and_a_bad_one_fails_its_paren
 
 
 def test_a_parents_children_count_against_its_organizations_quota(stack: Stack, client):
-    from models.db.transaction import owner_transaction
-    from models.tenancy import accounts
+    from spacejobs.models.db.transaction import owner_transaction
+    from spacejobs.models.tenancy import accounts
 
     org = stack.org()
     anna = stack.user(org, role="owner")

@@ -15,11 +15,11 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.errors import LeaseLost
-from models.jobs import store
-from models.jobs.records import LeasedJob
-from models.kinds import get_any_kind, get_kind, load_kinds
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import LeaseLost
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.kinds import get_any_kind, get_kind, load_kinds
 from tests.kit.stack import Stack
 
 load_kinds()
@@ -68,7 +68,7 @@ def end_child(stack: Stack, child_id: uuid.UUID, *, fail: bool = False) -> None:
             " RETURNING lease_token"), {"id": child_id}).scalar_one()
     with transaction(stack.worker_db, actor="worker:w") as conn:
         if fail:
-            from models.errors import InternalJobError
+            from spacejobs.models.errors import InternalJobError
             error = InternalJobError()
             error.permanent = True
             assert store.fail_attempt(conn, child_id, token, error, retry_in=0) == "failed"

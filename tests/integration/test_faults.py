@@ -12,9 +12,9 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from models.db.engine import libpq_url
-from models.db.transaction import transaction
-from models.jobs.records import Status
+from spacejobs.models.db.engine import libpq_url
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs.records import Status
 from tests.conftest import submit
 from tests.kinds import SECRET_MARKER
 from tests.kit import broker
@@ -184,8 +184,8 @@ def test_the_first_linger_looks_again_before_it_waits(bare_stack: Stack, monkeyp
     """A job committed between the claim that found the queue empty and the LISTEN that starts
     a process's first linger notified nobody. So the first wait answers at once (the runner
     claims again); from then on the LISTEN stands, and a wait ends only on a new job."""
-    from models.settings import get_settings
-    from tasks import worker_process
+    from spacejobs.models.settings import get_settings
+    from spacejobs.tasks import worker_process
 
     stack = bare_stack
     monkeypatch.setattr(worker_process, "role_url", lambda role: stack.worker_url)

@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.records import KindControl
-from models.kinds import RateLimit
-from models.tenancy import accounts, passwords
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import KindControl
+from spacejobs.models.kinds import RateLimit
+from spacejobs.models.tenancy import accounts, passwords
 from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from models.db.engine import libpq_url
+from spacejobs.models.db.engine import libpq_url
 from tests.kit.processes import REPO_ROOT
 from tests.kit.stack import Stack
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, DBAPIError
 
-from models.db import hot
-from models.db.engine import make_engine
-from models.db.transaction import transaction
+from spacejobs.models.db import hot
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
 from tests.kit.stack import Stack
 
 SECRET = "tenant-text-7f3a"

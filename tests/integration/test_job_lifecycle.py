@@ -81,7 +81,7 @@ def test_result_before_completion_is_409_job_not_completed(stack: Stack, client)
 
 
 def test_polling_is_rate_limited_per_token_with_retry_after(stack: Stack):
-    from webapp.limits import limiter_storage
+    from spacejobs.webapp.limits import limiter_storage
 
     # Counters in Redis, as in production, so every web process shares them.
     app = stack.make_app(POLL_RATE_LIMIT="3 per minute",

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.errors import NotFound
-from models.jobs import store
-from models.jobs.workflows import Signature, chain, sig
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import NotFound
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.workflows import Signature, chain, sig
 from tests.conftest import sign_in, submit
 from tests.kit.stack import Stack, wait_until
 
@@ -136,7 +136,7 @@ def stack_job(stack: Stack, org, user, job_id):
 
 def test_a_fan_outs_parts_are_numbered_with_their_kind_and_the_list_is_bounded(
         stack: Stack, app, client, monkeypatch):
-    import webapp.ui
+    import spacejobs.webapp.ui
 
     org = stack.org()
     owner = stack.user(org, role="owner", password=PASSWORD)
@@ -146,7 +146,7 @@ def test_a_fan_outs_parts_are_numbered_with_their_kind_and_the_list_is_bounded(
     ids = child_ids(stack, job["id"])
     browser = app.test_client()
     sign_in(browser, owner)
-    monkeypatch.setattr(webapp.ui, "STEPS_SHOWN", 3)
+    monkeypatch.setattr(spacejobs.webapp.ui, "STEPS_SHOWN", 3)
     html = browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(as_text=True)
     assert listed(html) == [(f"#{n + 1}", "Completed", f"/orgs/{org}/jobs/{ids[n]}") for n in range(3)]
     assert "Its parts (4)" in html and "and 1 more" in html and "test.part" in html

@@ -8,14 +8,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.migrate import schema_files
-from models.db.transaction import scope, transaction
-from models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
-from models.jobs import store
-from models.jobs.context import JobContext
-from models.jobs.leases import WorkerLeases
-from models.jobs.records import Job
-from models.kinds import get_kind, load_kinds
+from spacejobs.models.db.migrate import schema_files
+from spacejobs.models.db.transaction import scope, transaction
+from spacejobs.models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.context import JobContext
+from spacejobs.models.jobs.leases import WorkerLeases
+from spacejobs.models.jobs.records import Job
+from spacejobs.models.kinds import get_kind, load_kinds
 from tests.integration.leasing import claim_one, complete_one, release_one
 from tests.kit.stack import Stack
 

@@ -24,9 +24,9 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from models.errors import DomainError, InvalidRequest
-from models.jobs.service import JobRequest
-from models.jobs.workflows import chain, sig
+from spacejobs.models.errors import DomainError, InvalidRequest
+from spacejobs.models.jobs.service import JobRequest
+from spacejobs.models.jobs.workflows import chain, sig
 from tests.conftest import csrf_of, served, sign_in, submit
 from tests.kit.stack import Stack
 

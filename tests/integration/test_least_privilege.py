@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import libpq_url, make_engine
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.leases import Finished, WorkerLeases
-from models.kinds import get_kind
+from spacejobs.models.db.engine import libpq_url, make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.leases import Finished, WorkerLeases
+from spacejobs.models.kinds import get_kind
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit import facts
 from tests.kit.stack import Stack

@@ -16,10 +16,10 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from models.db.engine import make_engine
-from models.db.migrate import MIGRATIONS, schema_files, upgrade
-from models.db.queries import queries_beside
-from models.db.transaction import owner_transaction
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.migrate import MIGRATIONS, schema_files, upgrade
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.db.transaction import owner_transaction
 from tests.kit.servers import Servers
 
 CATALOG = queries_beside(__file__)

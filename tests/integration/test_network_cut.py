@@ -28,7 +28,7 @@ from tests.netproxy import Partition, postgres_address, through
 CUT_OFF = r"""
 import sys, time
 from sqlalchemy import text
-from models.db.engine import make_engine
+from spacejobs.models.db.engine import make_engine
 
 engine = make_engine(sys.argv[1], pool_size=1)
 

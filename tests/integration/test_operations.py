@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.tenancy import passwords
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.tenancy import passwords
 from tests.conftest import csrf_of, sign_in, submit
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack, wait_until
@@ -169,7 +169,7 @@ def test_metrics_parse_and_move_as_jobs_run(stack: Stack, client, operator):
 
 
 def test_histogram_buckets_are_the_same_in_sql_and_in_metrics(stack: Stack):
-    from models.ops.metrics import BUCKETS
+    from spacejobs.models.ops.metrics import BUCKETS
 
     with transaction(stack.operator_db) as conn:
         assert tuple(conn.execute(text("SELECT metric_buckets()")).scalar_one()) == BUCKETS
@@ -287,7 +287,7 @@ def test_one_exports_request_id_is_in_the_web_line_and_every_worker_line(stack: 
 
 def test_waiting_jobs_are_counted_by_kind_and_by_what_they_wait_for_never_by_signal_name(
         stack: Stack, client, operator):
-    from models.ops.dashboard import waiting
+    from spacejobs.models.ops.dashboard import waiting
 
     def scrape() -> dict[tuple[str, tuple], float]:
         body = client.get("/metrics", headers=operator.auth).get_data(as_text=True)

@@ -18,13 +18,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import make_engine
-from models.db.transaction import transaction
-from models.errors import DuplicateJob
-from models.jobs import service, store
-from models.jobs.service import Jobs
-from models.tenancy import accounts
-from models.tenancy.access import find_membership
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import DuplicateJob
+from spacejobs.models.jobs import service, store
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.tenancy import accounts
+from spacejobs.models.tenancy.access import find_membership
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.leasing import complete_one
 from tests.kit.processes import REPO_ROOT as ROOT
@@ -246,7 +246,7 @@ def test_membership_and_state_changes_through_the_cli_are_audited(bare_stack: St
     vera = bare_stack.user()
 
     def spacejobs(*args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "spacejobs.webapp.cli", *args], cwd=ROOT,
                               env=bare_stack.env(), capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
 

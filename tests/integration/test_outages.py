@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from models.db.engine import libpq_url
-from models.db.roles import WORKER_ROLE, role_url
+from spacejobs.models.db.engine import libpq_url
+from spacejobs.models.db.roles import WORKER_ROLE, role_url
 from tests.conftest import submit
 from tests.kit.stack import Stack, wait_until
 from tests.netproxy import Partition, postgres_address, through

@@ -9,9 +9,9 @@ from argon2 import PasswordHasher
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
-from models.db.engine import make_engine
-from models.db.transaction import transaction
-from models.tenancy import passwords, sessions
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.tenancy import passwords, sessions
 from tests.kit.stack import Stack
 
 PASSWORD = "correct horse battery staple"

@@ -80,7 +80,7 @@ def test_a_next_that_leaves_the_site_is_ignored(stack: Stack, browser, acme, tar
 def test_operators_land_on_the_dashboard_and_members_never_see_it(stack: Stack, browser, acme):
     operator = stack.operator()
     with stack.admin() as conn:
-        from models.tenancy import passwords
+        from spacejobs.models.tenancy import passwords
         passwords.set_password(conn, operator.id, PASSWORD)
     operator.password = PASSWORD
     assert sign_in(browser, operator).headers["Location"] == "/ops"
@@ -277,7 +277,7 @@ def test_the_switcher_lists_memberships_and_its_choice_is_checked_again_on_every
     first, second = stack.org("First Fleet"), stack.org("Second Star")
     person = stack.user(first, role="owner", password=PASSWORD)
     with stack.admin() as conn:
-        from models.tenancy import accounts
+        from spacejobs.models.tenancy import accounts
         accounts.add_member(conn, second, person.id, "member")
     browser = app.test_client()
     sign_in(browser, person)
@@ -316,7 +316,7 @@ def test_a_timer_job_shows_until_when_it_waits_and_is_cancelled_from_its_page(st
                                                                              client):
     from datetime import UTC, datetime
 
-    from webapp.status import moment
+    from spacejobs.webapp.status import moment
 
     org = stack.org()
     owner = stack.user(org, role="owner", password=PASSWORD)

@@ -11,13 +11,13 @@ import requests
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import make_engine
-from models.db.transaction import transaction
-from models.errors import DuplicateJob, InternalJobError
-from models.jobs import service, store
-from models.jobs.service import Jobs
-from models.ops import quota_policy
-from models.tenancy import accounts
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import DuplicateJob, InternalJobError
+from spacejobs.models.jobs import service, store
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.ops import quota_policy
+from spacejobs.models.tenancy import accounts
 from tests.conftest import served
 from tests.integration.leasing import complete_one
 from tests.kit import facts
@@ -241,7 +241,7 @@ def test_two_transactions_that_each_submit_twice_never_both_wait_forever(bare_st
     503 unavailable, to be tried again (SQLSTATE 40P01 is an OperationalError)."""
     from flask import Flask
 
-    from webapp.errors import register
+    from spacejobs.webapp.errors import register
 
     org = bare_stack.org()
     anna, vera = bare_stack.user(org), bare_stack.user(org)

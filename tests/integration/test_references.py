@@ -14,7 +14,7 @@ from psycopg import errors
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from models.jobs.service import Jobs
+from spacejobs.models.jobs.service import Jobs
 from tests.kit.stack import Stack
 
 INSERT_JOB = ("INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"

@@ -15,7 +15,7 @@ import time
 import pytest
 from celery import Celery
 
-from tasks.wakeups import WakeupPublisher
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.conftest import submit
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.processes import REPO_ROOT
@@ -25,7 +25,7 @@ from tests.kit.waiting import wait_until
 
 def _celery(stack: Stack, redis: RestartableRedis, *args: str) -> subprocess.CompletedProcess[str]:
     """The `celery` command line, as an operator (or an attacker with the broker URL) runs it."""
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "tasks.celery_app", *args],
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "spacejobs.tasks.celery_app", *args],
                           env=stack.env(REDIS_URL=redis.url), cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
 

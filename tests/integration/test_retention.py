@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.transaction import transaction
-from models.jobs import store
-from models.ops import retention
-from models.tenancy import audit
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.ops import retention
+from spacejobs.models.tenancy import audit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 from tests.kit.waiting import wait_until

@@ -10,9 +10,9 @@ import hmac
 import pytest
 from sqlalchemy import text
 
-from models.db.engine import make_engine
-from models.db.migrate import ensure_roles
-from models.settings import reload_settings
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.migrate import ensure_roles
+from spacejobs.models.settings import reload_settings
 from tests.kit.servers import Servers
 
 PASSWORDS = {"space_app": "app-7c1e", "space_worker": "worker-93ad", "space_operator": "ops-5b20"}

@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from models.db.engine import make_engine
-from models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
-from models.db.transaction import transaction
-from models.jobs import store
-from models.jobs.records import LeasedJob
-from models.kinds import get_kind
-from models.tenancy.projects import Projects
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.kinds import get_kind
+from spacejobs.models.tenancy.projects import Projects
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 

@@ -15,12 +15,12 @@ import pytest
 from flask import url_for
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.errors import InsufficientRole, NotFound
-from models.jobs import store
-from models.jobs.service import Jobs
-from models.kinds import kind_roles
-from models.tenancy import accounts, passwords
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InsufficientRole, NotFound
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import kind_roles
+from spacejobs.models.tenancy import accounts, passwords
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.test_job_lifecycle import read_events
 from tests.kit.seeding import TestUser

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from models.db.engine import make_engine
-from models.errors import (
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.errors import (
     DuplicateJob,
     InvalidParams,
     InvalidRequest,
@@ -23,8 +23,8 @@ from models.errors import (
     RequesterNotMember,
     UnknownKind,
 )
-from models.jobs import service
-from models.jobs.service import Jobs
+from spacejobs.models.jobs import service
+from spacejobs.models.jobs.service import Jobs
 from tests.kit.stack import Stack
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.tenancy import accounts
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.tenancy import accounts
 from tests.kit.stack import Stack
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from models.db.roles import WORKER_ROLE, role_url
+from spacejobs.models.db.roles import WORKER_ROLE, role_url
 from tests.conftest import submit
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.stack import Stack, wait_until

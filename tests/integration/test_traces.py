@@ -14,11 +14,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from sqlalchemy import text
 
-from models import tracing
-from models.jobs.service import JobRequest
-from models.settings import reload_settings
-from tasks.tracing import NO_SPANS
-from tasks.worker_process import WorkerProcess
+from spacejobs.models import tracing
+from spacejobs.models.jobs.service import JobRequest
+from spacejobs.models.settings import reload_settings
+from spacejobs.tasks.tracing import NO_SPANS
+from spacejobs.tasks.worker_process import WorkerProcess
 from tests.kinds import SECRET_MARKER
 from tests.kit import otlp
 from tests.kit.stack import Stack

@@ -12,9 +12,9 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
-from models.errors import InternalJobError
-from models.jobs import store
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import InternalJobError
+from spacejobs.models.jobs import store
 from tests.conftest import submit
 from tests.kit.stack import Stack, wait_until
 
@@ -270,8 +270,8 @@ def test_a_waiting_job_is_still_active_for_its_dedup_key(stack: Stack, client):
 
 
 def test_a_waiting_job_counts_against_its_organizations_quota(stack: Stack, client):
-    from models.db.transaction import owner_transaction
-    from models.tenancy import accounts
+    from spacejobs.models.db.transaction import owner_transaction
+    from spacejobs.models.tenancy import accounts
 
     org = stack.org()
     anna = stack.user(org, role="owner")

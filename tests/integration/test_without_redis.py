@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from models.settings import Settings
-from tasks.wakeups import WakeupPublisher
+from spacejobs.models.settings import Settings
+from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.conftest import submit
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.servers import Servers

@@ -34,7 +34,7 @@ def fresh_stack(servers: Servers, tmp_path: Path) -> Iterator[Stack]:
 
 
 def check(stack: Stack, *args: str) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "webapp.cli", "worker", "check", *args],
+    done = subprocess.run([sys.executable, "-m", "spacejobs.webapp.cli", "worker", "check", *args],
                           cwd=REPO_ROOT, env=stack.env(**FAST), capture_output=True, text=True,
                           timeout=60, check=False)
     return done.returncode, (done.stdout + done.stderr).strip()

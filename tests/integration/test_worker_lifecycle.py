@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from models.db.transaction import transaction
+from spacejobs.models.db.transaction import transaction
 from tests.conftest import submit
 from tests.integration.leasing import complete_one
 from tests.kit.stack import Stack

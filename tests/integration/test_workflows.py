@@ -9,8 +9,8 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from models.errors import OrganizationReadOnly, UnknownKind
-from models.jobs.workflows import chain, chord, graph, group, sig
+from spacejobs.models.errors import OrganizationReadOnly, UnknownKind
+from spacejobs.models.jobs.workflows import chain, chord, graph, group, sig
 from tests.conftest import sign_in
 from tests.kit.stack import Stack, wait_until
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from models.db.queries import queries_beside
-from models.jobs.records import Status
+from spacejobs.models.db.queries import queries_beside
+from spacejobs.models.jobs.records import Status
 
 Q = queries_beside(__file__)
 

@@ -201,7 +201,7 @@ def celery_worker_argv(app_module: str, queue: str, name: str, concurrency: int)
 
 
 def celery_beat_argv(schedule: Path) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tasks.celery_app", "beat", "--loglevel", "INFO",
+    return [sys.executable, "-m", "celery", "-A", "spacejobs.tasks.celery_app", "beat", "--loglevel", "INFO",
             "--schedule", str(schedule)]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from models.db.engine import libpq_url
+from spacejobs.models.db.engine import libpq_url
 
 
 class QuerySampler(threading.Thread):

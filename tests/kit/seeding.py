@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from models.db.transaction import owner_transaction
-from models.tenancy import accounts, passwords
+from spacejobs.models.db.transaction import owner_transaction
+from spacejobs.models.tenancy import accounts, passwords
 
 # What job_events would name as the actor; seeding touches no job, so it is only a label.
 ACTOR = "seeding"

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from models.db.engine import libpq_url, with_database
+from spacejobs.models.db.engine import libpq_url, with_database
 
 
 @dataclass
@@ -40,8 +40,8 @@ class Servers:
         url = with_database(self.admin_url, name)
         if template:
             # What upgrade() does to a database that CREATE DATABASE does not copy (no TEMP).
-            from models.db.engine import make_engine
-            from models.db.migrate import secure_database
+            from spacejobs.models.db.engine import make_engine
+            from spacejobs.models.db.migrate import secure_database
 
             engine = make_engine(url, pool_size=1)
             try:
@@ -60,7 +60,7 @@ class Servers:
     def migrated_template(self) -> str:
         """The name of a database holding the current schema, made on first use."""
         if self._template is None:
-            from models.db.migrate import upgrade
+            from spacejobs.models.db.migrate import upgrade
 
             name = f"sj_tpl_{uuid.uuid4().hex[:10]}"
             upgrade(self.create_database(name))
@@ -91,7 +91,7 @@ def find_or_start(data_dir: Path | None = None) -> Servers:
     database_url, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
     if database_url and redis_url:
         return Servers(database_url, redis_url, "DATABASE_URL / REDIS_URL")
-    from webapp import embedded as embedded_servers
+    from spacejobs.webapp import embedded as embedded_servers
 
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="spacejobs-servers-"))
     embedded = embedded_servers.start(data_dir, ephemeral=True)

@@ -20,15 +20,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from models.db.engine import make_engine
-from models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
-from models.db.transaction import owner_transaction, transaction
-from models.jobs.records import Status
-from models.jobs.service import Jobs
-from models.kinds import load_kinds
-from models.ops import retention
-from models.results.store import LocalResultStore
-from tasks.wakeups import guard_key
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, WORKER_ROLE, role_url
+from spacejobs.models.db.transaction import owner_transaction, transaction
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import load_kinds
+from spacejobs.models.ops import retention
+from spacejobs.models.results.store import LocalResultStore
+from spacejobs.tasks.wakeups import guard_key
 from tests.kit import broker, facts, seeding
 from tests.kit.processes import (
     BEAT_READY,
@@ -126,7 +126,7 @@ class Stack:
 
     def worker_argv(self, name: str, concurrency: int, *, queue: str | None = None) -> list[str]:
         """The command of a worker on this stack's queues (or on ``queue``'s)."""
-        return celery_worker_argv("tasks.celery_app", queue or self.queue, name, concurrency)
+        return celery_worker_argv("spacejobs.tasks.celery_app", queue or self.queue, name, concurrency)
 
     def start_web(self, *, workers: int = 1, env: Mapping[str, str] | None = None,
                   timeout: float = 60, **extra_env: str) -> tuple[LoggedProcess, str]:
@@ -135,7 +135,7 @@ class Stack:
         is the whole environment instead (a test with kinds of its own)."""
         port = free_port()
         web = self.processes.start(
-            f"web-{port}", [sys.executable, "-m", "webapp.cli", "web", "--port", str(port),
+            f"web-{port}", [sys.executable, "-m", "spacejobs.webapp.cli", "web", "--port", str(port),
                             "--workers", str(workers)],
             dict(env) if env is not None else self.env(**extra_env))
         url = f"http://127.0.0.1:{port}"
@@ -164,7 +164,7 @@ class Stack:
 
     def wake(self) -> None:
         """Publish one wake-up, as the web does after a submit."""
-        from tasks.wakeups import WakeupPublisher
+        from spacejobs.tasks.wakeups import WakeupPublisher
 
         assert WakeupPublisher(self.redis_url, self.queue).wake("manual")
 
@@ -200,7 +200,7 @@ class Stack:
         tokens on purpose, hundreds a minute through one app (every URL, every method), to see
         each one refused alike; tests/integration/test_failed_authentications.py sets its own.
         """
-        from webapp import create_app
+        from spacejobs.webapp import create_app
 
         unlimited = "100000 per minute"
         settings = {"TESTING": True, "DATABASE_URL": self.app_url, "BROKER_URL": self.redis_url,
@@ -222,7 +222,7 @@ class Stack:
 
     def cli(self, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
         """``spacejobs ARGS`` against this stack's database, as an operator runs it."""
-        return subprocess.run([sys.executable, "-m", "webapp.cli", *args], input=stdin, text=True,
+        return subprocess.run([sys.executable, "-m", "spacejobs.webapp.cli", *args], input=stdin, text=True,
                               capture_output=True, env=self.env(**env), cwd=REPO_ROOT, timeout=60)
 
     def set_retention(self, **days: float) -> None:

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from models.diagnostics import Diagnosis
-from models.errors import DomainError, LeaseLost
-from models.jobs.context import Tenant
-from models.jobs.leases import Failure, Finished, FinishReport
-from models.jobs.records import LeasedJob, Status
-from models.jobs.store import Child, FanOut, StepPlan, WorkflowState
-from models.kinds.rules import KindRules
-from models.tenancy.access import check_allowed
+from spacejobs.models.diagnostics import Diagnosis
+from spacejobs.models.errors import DomainError, LeaseLost
+from spacejobs.models.jobs.context import Tenant
+from spacejobs.models.jobs.leases import Failure, Finished, FinishReport
+from spacejobs.models.jobs.records import LeasedJob, Status
+from spacejobs.models.jobs.store import Child, FanOut, StepPlan, WorkflowState
+from spacejobs.models.kinds.rules import KindRules
+from spacejobs.models.tenancy.access import check_allowed
 
 
 @dataclass

@@ -15,6 +15,6 @@ NOWHERE = {"DATABASE_URL": "postgresql://nobody@127.0.0.1:9/nowhere",
 
 
 def offline_app(**config: Any) -> Flask:
-    from webapp import create_app
+    from spacejobs.webapp import create_app
 
     return create_app({"TESTING": True, **NOWHERE, "RATELIMIT_STORAGE_URI": "memory://", **config})

@@ -6,14 +6,14 @@ import uuid
 
 import pytest
 
-from models.errors import (
+from spacejobs.models.errors import (
     InsufficientRole,
     NotFound,
     OrganizationReadOnly,
     OrganizationUnavailable,
     RequesterNotMember,
 )
-from models.tenancy.access import (
+from spacejobs.models.tenancy.access import (
     ORG_STATES,
     ROLE_RANK,
     Membership,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from models.jobs.records import LeasedJob
-from models.results.attempt import AttemptResults, NoResultStore, delete_quietly
-from models.results.records import JSON, StoredResult
-from models.results.store import LocalResultStore, belongs_to
+from spacejobs.models.jobs.records import LeasedJob
+from spacejobs.models.results.attempt import AttemptResults, NoResultStore, delete_quietly
+from spacejobs.models.results.records import JSON, StoredResult
+from spacejobs.models.results.store import LocalResultStore, belongs_to
 
 
 def leased() -> LeasedJob:

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from models.trace_setup import SafeSpans
-from tasks.tracing import AttemptSpans
+from spacejobs.models.trace_setup import SafeSpans
+from spacejobs.tasks.tracing import AttemptSpans
 from tests.unit.test_runner import UNSAFE_MESSAGE, Harness
 
 SUBMITTED_IN = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"

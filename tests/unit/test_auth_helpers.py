@@ -8,9 +8,8 @@ import uuid
 import pytest
 from flask import Flask, session
 
-from models.errors import InvalidRequest, NotFound
-from tests.unit.offline_app import offline_app
-from webapp.auth import (
+from spacejobs.models.errors import InvalidRequest, NotFound
+from spacejobs.webapp.auth import (
     bearer_token,
     check_csrf,
     csrf_token,
@@ -18,7 +17,8 @@ from webapp.auth import (
     presented_credential,
     remember,
 )
-from webapp.failed_auth import credential_digest
+from spacejobs.webapp.failed_auth import credential_digest
+from tests.unit.offline_app import offline_app
 
 
 @pytest.fixture(scope="module")

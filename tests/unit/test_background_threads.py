@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from models.jobs import waiting
+from spacejobs.models.jobs import waiting
 
 NOWHERE = "postgresql://nobody@127.0.0.1:9/nowhere?connect_timeout=1"
 
@@ -42,7 +42,7 @@ def test_without_a_url_to_listen_on_nobody_is_ever_announced():
 def test_counters_that_cannot_be_flushed_warn_once_and_keep_their_counts(caplog):
     from sqlalchemy import create_engine
 
-    from models.ops.counters import BufferedCounters
+    from spacejobs.models.ops.counters import BufferedCounters
 
     nowhere = create_engine("postgresql+psycopg://nobody@127.0.0.1:9/nowhere?connect_timeout=1")
     counters = BufferedCounters(lambda: nowhere, interval=3600)

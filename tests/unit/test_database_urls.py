@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from models.db.engine import driver_url, libpq_url, with_database
-from models.db.roles import OWNER_ROLE, WORKER_ROLE, admin_url, role_password, role_url
-from models.settings import reload_settings
+from spacejobs.models.db.engine import driver_url, libpq_url, with_database
+from spacejobs.models.db.roles import OWNER_ROLE, WORKER_ROLE, admin_url, role_password, role_url
+from spacejobs.models.settings import reload_settings
 
 
 @pytest.fixture

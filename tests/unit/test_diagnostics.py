@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg.errors
 
-from models.diagnostics import MAX_CHAIN, condition_name, diagnose
+from spacejobs.models.diagnostics import MAX_CHAIN, condition_name, diagnose
 
 SECRET = "tenant-secret-4711"
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 from flask import Flask, request
 
-from models.errors import RateLimited
+from spacejobs.models.errors import RateLimited
+from spacejobs.webapp import failed_auth
+from spacejobs.webapp.failed_auth import EVERYONE, SpentBudgets, count_failure, count_success
 from tests.unit.offline_app import offline_app
-from webapp import failed_auth
-from webapp.failed_auth import EVERYONE, SpentBudgets, count_failure, count_success
 
 ADDRESS = "addr:203.0.113.5"
 

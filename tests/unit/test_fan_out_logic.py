@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from models.errors import CancelRequested, InvalidParams, LeaseLost, WaitRequested
-from models.jobs.fanout import ChildrenFailed, fan_out
-from models.jobs.records import ACTIVE, Status
-from models.jobs.store import FanOut
-from models.kinds import load_kinds
+from spacejobs.models.errors import CancelRequested, InvalidParams, LeaseLost, WaitRequested
+from spacejobs.models.jobs.fanout import ChildrenFailed, fan_out
+from spacejobs.models.jobs.records import ACTIVE, Status
+from spacejobs.models.jobs.store import FanOut
+from spacejobs.models.kinds import load_kinds
 
 load_kinds()
 PART = "projects_report.project"

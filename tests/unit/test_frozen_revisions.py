@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from models.db.migrate import MIGRATIONS
+from spacejobs.models.db.migrate import MIGRATIONS
 
 VERSIONS = MIGRATIONS / "versions"
 MANIFEST = VERSIONS / "FROZEN"

@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy
 from pydantic import ValidationError
 
-from models.settings import Settings
-from tasks import health
+from spacejobs.models.settings import Settings
+from spacejobs.tasks import health
 from tests.kit.processes import free_port
 
 READ_TIMEOUT = 0.5

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from flask import Flask, request
 
-from models.errors import DomainError, InvalidRequest, ResultNotStorable
-from models.jobs.context import _jsonable
-from models.json_limits import (
+from spacejobs.models.errors import DomainError, InvalidRequest, ResultNotStorable
+from spacejobs.models.jobs.context import _jsonable
+from spacejobs.models.json_limits import (
     MAX_DEPTH,
     MAX_ENVELOPE_DEPTH,
     check_depth,
@@ -23,9 +23,9 @@ from models.json_limits import (
     encoded_size,
     nests_past,
 )
-from models.results.attempt import encode_result
-from webapp import inputs
-from webapp.inputs import NestedTooDeep, parse_json
+from spacejobs.models.results.attempt import encode_result
+from spacejobs.webapp import inputs
+from spacejobs.webapp.inputs import NestedTooDeep, parse_json
 
 MARKER = "MARKER-" + uuid.uuid4().hex[:8]
 

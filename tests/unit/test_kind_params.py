@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from models.errors import InvalidParams
-from models.kinds import NoParams, Params, get_any_kind, job_kind
-from models.kinds.registry import registered_kinds
+from spacejobs.models.errors import InvalidParams
+from spacejobs.models.kinds import NoParams, Params, get_any_kind, job_kind
+from spacejobs.models.kinds.registry import registered_kinds
 
 
 class Greeting(Params):

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from models.errors import InvalidParams, UnknownKind
-from models.kinds import get_any_kind, get_kind, job_kind, load_kinds, registry, submittable_kinds
-from models.kinds.registry import kind_roles, required_role
-from models.kinds.rules import Params
+from spacejobs.models.errors import InvalidParams, UnknownKind
+from spacejobs.models.kinds import get_any_kind, get_kind, job_kind, load_kinds, registry, submittable_kinds
+from spacejobs.models.kinds.registry import kind_roles, required_role
+from spacejobs.models.kinds.rules import Params
 from tests.unit.test_pure_logic import rules
 
 load_kinds()

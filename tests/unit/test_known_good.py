@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from webapp.failed_auth import KnownGood, credential_digest
+from spacejobs.webapp.failed_auth import KnownGood, credential_digest
 
 
 def test_the_oldest_credential_is_forgotten_first_when_the_memory_is_full():

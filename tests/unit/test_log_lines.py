@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from models.logs import ContextFormatter
+from spacejobs.models.logs import ContextFormatter
 
 SECRET = 'invalid input syntax for type uuid: "a member\'s text"'
 

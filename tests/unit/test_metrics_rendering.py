@@ -9,7 +9,7 @@ import contextlib
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from models.ops import metrics
+from spacejobs.models.ops import metrics
 
 ROWS = {
     "active_by_status": [("projects_export", "queued", 3), ("projects_export", "leased", 1),

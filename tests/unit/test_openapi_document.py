@@ -9,10 +9,10 @@ import re
 import pytest
 from flask import Flask
 
-from models.kinds import get_any_kind, submittable_kinds
+from spacejobs.models.kinds import get_any_kind, submittable_kinds
+from spacejobs.webapp import openapi
+from spacejobs.webapp.errors import HTTP_STATUS
 from tests.unit.offline_app import offline_app
-from webapp import openapi
-from webapp.errors import HTTP_STATUS
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_core._pydantic_core import list_all_errors
 
-from models.errors import InvalidParams
-from models.kinds import reasons
-from models.kinds.rules import JobKind, KindRules, Params
+from spacejobs.models.errors import InvalidParams
+from spacejobs.models.kinds import reasons
+from spacejobs.models.kinds.rules import JobKind, KindRules, Params
 
 #: what a member might type into a params field: it must never come back in the error
 SECRET = "TENANT-SECRET-4711-xyz"

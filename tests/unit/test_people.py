@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-from models.jobs.records import Job, Status
-from models.tenancy.passwords import answer_challenge, hash_password
-from webapp.api import event_id
-from webapp.cli import banner
-from webapp.status import describe
-from webapp.ui import safe_next
+from spacejobs.models.jobs.records import Job, Status
+from spacejobs.models.tenancy.passwords import answer_challenge, hash_password
+from spacejobs.webapp.api import event_id
+from spacejobs.webapp.cli import banner
+from spacejobs.webapp.status import describe
+from spacejobs.webapp.ui import safe_next
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models.errors import InvalidRequest, UnknownKind
-from models.jobs.periodic import PeriodicEntry, Schedule, resolve
-from models.kinds import load_kinds
+from spacejobs.models.errors import InvalidRequest, UnknownKind
+from spacejobs.models.jobs.periodic import PeriodicEntry, Schedule, resolve
+from spacejobs.models.kinds import load_kinds
 
 load_kinds()
 

@@ -7,15 +7,15 @@ from datetime import timedelta
 
 import pytest
 
-from models import errors
-from models.db.migrate import schema_files
-from models.db.roles import listen_url, role_url
-from models.errors import InvalidParams, UnknownKind
-from models.jobs import store
-from models.jobs.records import Job
-from models.kinds import KindRules, NoParams, get_any_kind, get_kind, load_kinds
-from models.settings import reload_settings
-from webapp.errors import HTTP_STATUS
+from spacejobs.models import errors
+from spacejobs.models.db.migrate import schema_files
+from spacejobs.models.db.roles import listen_url, role_url
+from spacejobs.models.errors import InvalidParams, UnknownKind
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import Job
+from spacejobs.models.kinds import KindRules, NoParams, get_any_kind, get_kind, load_kinds
+from spacejobs.models.settings import reload_settings
+from spacejobs.webapp.errors import HTTP_STATUS
 
 load_kinds()
 

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from models import errors
-from models.jobs.records import ACTIVE, ALL_STATUSES, RUNNING, TERMINAL, Job, LeasedJob, Status
+from spacejobs.models import errors
+from spacejobs.models.jobs.records import ACTIVE, ALL_STATUSES, RUNNING, TERMINAL, Job, LeasedJob, Status
 from tests.unit.test_people import job
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from models.errors import ResultMissing, ResultNotStorable
-from models.results.attempt import encode_result
-from models.results.configured import open_store
-from models.results.records import StoredResult, safe_filename
-from models.results.s3 import S3ResultStore
-from models.results.store import (
+from spacejobs.models.errors import ResultMissing, ResultNotStorable
+from spacejobs.models.results.attempt import encode_result
+from spacejobs.models.results.configured import open_store
+from spacejobs.models.results.records import StoredResult, safe_filename
+from spacejobs.models.results.s3 import S3ResultStore
+from spacejobs.models.results.store import (
     KEY,
     LocalResultStore,
     ResultStore,
@@ -27,7 +27,7 @@ from models.results.store import (
     job_of,
     new_key,
 )
-from models.settings import Settings
+from spacejobs.models.settings import Settings
 from tests import s3server
 from tests.s3server import new_bucket, s3_client
 

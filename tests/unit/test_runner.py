@@ -14,12 +14,12 @@ from typing import Any
 import psycopg.errors
 import pytest
 
-from models.errors import DomainError
-from models.jobs.records import Status
-from models.kinds import NoParams, job_kind
-from models.results.store import LocalResultStore
-from tasks.heartbeat import LeaseKeeper
-from tasks.runner import (
+from spacejobs.models.errors import DomainError
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.kinds import NoParams, job_kind
+from spacejobs.models.results.store import LocalResultStore
+from spacejobs.tasks.heartbeat import LeaseKeeper
+from spacejobs.tasks.runner import (
     ON_EXCEPTION,
     Action,
     BatchSize,
@@ -399,7 +399,7 @@ def test_a_failure_that_cannot_be_recorded_leaves_the_lease_to_expire():
 
 
 def test_every_exception_maps_to_exactly_one_action():
-    from models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
+    from spacejobs.models.errors import CancelRequested, LeaseLost, ReleaseRequested, TimedOut
 
     assert action_for(LeaseLost()) is Action.NOTHING
     assert action_for(ReleaseRequested()) is Action.RELEASE
@@ -615,7 +615,7 @@ class Ending:
 
 
 def _endings() -> list[Ending]:
-    from models.errors import CancelRequested, LeaseLost, ReleaseRequested, WaitRequested
+    from spacejobs.models.errors import CancelRequested, LeaseLost, ReleaseRequested, WaitRequested
 
     return [
         Ending(LeaseLost(), Action.NOTHING, Outcome.LEASE_LOST, Status.LEASED),
@@ -681,7 +681,7 @@ def test_a_cancel_noticed_before_the_start_never_runs_the_kind():
 
 
 def ok_kind(name: str) -> Any:
-    from models.kinds import get_any_kind
+    from spacejobs.models.kinds import get_any_kind
 
     return get_any_kind(name)
 
@@ -689,7 +689,7 @@ def ok_kind(name: str) -> Any:
 # ------------------------------------------------- the worker's log of a kind's exception
 
 def test_a_kind_that_raises_leaves_its_traceback_in_the_worker_log_without_its_message(caplog):
-    from models.logs import ContextFormatter
+    from spacejobs.models.logs import ContextFormatter
 
     h = Harness()
     h.leases.add("unit.crash")
@@ -729,13 +729,13 @@ class FakeClock:
 
 
 def _buffer(h: Harness, clock: FakeClock) -> Any:
-    from tasks.finishes import FinishBuffer
+    from spacejobs.tasks.finishes import FinishBuffer
 
     return FinishBuffer(h.runner.ports, h.runner.ends, clock=clock, flush_after=0.005)
 
 
 def test_the_buffer_asks_for_a_flush_once_a_result_waited_or_before_a_hard_limited_job():
-    from models.jobs.leases import Finished
+    from spacejobs.models.jobs.leases import Finished
 
     h, clock = Harness(), FakeClock()
     buffer = _buffer(h, clock)
@@ -755,7 +755,7 @@ def test_the_buffer_asks_for_a_flush_once_a_result_waited_or_before_a_hard_limit
 
 
 def test_a_flush_that_fails_ends_every_pending_attempt_as_crashed_and_raises():
-    from models.jobs.leases import Finished
+    from spacejobs.models.jobs.leases import Finished
 
     h = Harness()
     buffer = _buffer(h, FakeClock())
@@ -811,10 +811,10 @@ def test_a_stopping_worker_does_not_linger():
 
 
 def test_a_claim_that_met_only_locked_jobs_looks_again_shortly(monkeypatch):
-    import tasks.runner
+    import spacejobs.tasks.runner
 
     pauses: list[float] = []
-    monkeypatch.setattr(tasks.runner.time, "sleep", pauses.append)
+    monkeypatch.setattr(spacejobs.tasks.runner.time, "sleep", pauses.append)
     h = Harness()
     job = h.leases.add("unit.ok")
     original = h.leases.finish_and_claim

@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, StatusCode
 
-from models import tracing
-from models.trace_setup import NoOrphanClientSpans, SafeSpans
+from spacejobs.models import tracing
+from spacejobs.models.trace_setup import NoOrphanClientSpans, SafeSpans
 
 SECRET = "hunter2 tenant-note"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from models.settings import Settings, markdown_table
+from spacejobs.models.settings import Settings, markdown_table
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md"
 

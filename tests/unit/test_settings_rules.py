@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
-from models.settings import Settings, get_settings, markdown_table, reload_settings
+from spacejobs.models.settings import Settings, get_settings, markdown_table, reload_settings
 
 
 @pytest.fixture

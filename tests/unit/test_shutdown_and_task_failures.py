@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy.exc import DataError
 
-from tasks import shutdown
-from tasks.task_failures import TaskFailed, reported_without_messages
+from spacejobs.tasks import shutdown
+from spacejobs.tasks.task_failures import TaskFailed, reported_without_messages
 
 
 class Clock:

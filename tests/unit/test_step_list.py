@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from models.jobs.records import Status
-from models.jobs.store import Step, Steps
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.jobs.store import Step, Steps
+from spacejobs.webapp.status import describe, short_status, step_list
 from tests.unit.test_people import job
-from webapp.status import describe, short_status, step_list
 
 
 @pytest.mark.parametrize("status", list(Status))

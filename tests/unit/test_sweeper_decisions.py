@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.jobs.records import Status
-from models.settings import get_settings
-from tasks import sweeper
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.settings import get_settings
+from spacejobs.tasks import sweeper
 
 
 class FakeResults:

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from tasks.sweeper import TimersReport
-from tasks.timer_rounds import FAILURE_LOG_EVERY, TimerRounds
+from spacejobs.tasks.sweeper import TimersReport
+from spacejobs.tasks.timer_rounds import FAILURE_LOG_EVERY, TimerRounds
 
 
 class Clock:

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from models import tracing
+from spacejobs.models import tracing
 
 
 @pytest.mark.parametrize("value", [

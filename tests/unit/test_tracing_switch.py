@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from models import trace_setup, tracing
-from models.settings import Settings
+from spacejobs.models import trace_setup, tracing
+from spacejobs.models.settings import Settings
 
 VARIABLES = ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
              "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",

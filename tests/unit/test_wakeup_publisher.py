@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.ops.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED
-from models.settings import get_settings
-from tasks import wakeups
-from tasks.wakeups import WAKE_TASK, WakeupPublisher, guard_key, redis_py_url
+from spacejobs.models.ops.counters import WAKEUPS_FAILED, WAKEUPS_PUBLISHED
+from spacejobs.models.settings import get_settings
+from spacejobs.tasks import wakeups
+from spacejobs.tasks.wakeups import WAKE_TASK, WakeupPublisher, guard_key, redis_py_url
 
 
 class FakeRedis:

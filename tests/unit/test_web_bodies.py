@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from models.jobs.service import MAX_BATCH, MAX_PRIORITY, MIN_PRIORITY
-from webapp.bodies import IDEMPOTENCY_KEY, CreateProject, SubmitBatch, SubmitJob
+from spacejobs.models.jobs.service import MAX_BATCH, MAX_PRIORITY, MIN_PRIORITY
+from spacejobs.webapp.bodies import IDEMPOTENCY_KEY, CreateProject, SubmitBatch, SubmitJob
 
 
 def refused_fields(model, body) -> set[str]:

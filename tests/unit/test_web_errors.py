@@ -10,9 +10,9 @@ from flask import Flask, request
 from limits.errors import StorageError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from models import errors
+from spacejobs.models import errors
+from spacejobs.webapp.errors import HTTP_STATUS, UNAVAILABLE_RETRY_AFTER
 from tests.unit.offline_app import offline_app
-from webapp.errors import HTTP_STATUS, UNAVAILABLE_RETRY_AFTER
 
 SECRET = "password=hunter2 SELECT * FROM tenant_data"
 

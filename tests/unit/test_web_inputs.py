@@ -10,9 +10,9 @@ import math
 import pytest
 from flask import Flask, request
 
-from models.errors import DomainError, InvalidRequest
-from webapp import inputs
-from webapp.inputs import INT4_MAX, MalformedJSON, bounded_float, parse_json, whole_number
+from spacejobs.models.errors import DomainError, InvalidRequest
+from spacejobs.webapp import inputs
+from spacejobs.webapp.inputs import INT4_MAX, MalformedJSON, bounded_float, parse_json, whole_number
 
 
 @pytest.mark.parametrize(("document", "reason"), [

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from flask import Flask, session
 
-from webapp.limits import (
+from spacejobs.webapp.limits import (
     address_key,
     limited,
     limiter_storage,

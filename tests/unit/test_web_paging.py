@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from flask import Flask
 
-from models.errors import InvalidRequest
-from webapp.paging import MAX_LIMIT, decode_cursor, encode_cursor, page_of, request_limit
+from spacejobs.models.errors import InvalidRequest
+from spacejobs.webapp.paging import MAX_LIMIT, decode_cursor, encode_cursor, page_of, request_limit
 
 AT = datetime(2026, 12, 1, 4, 5, 6, 789, tzinfo=UTC)
 

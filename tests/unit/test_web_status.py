@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from models.jobs.records import Status
+from spacejobs.models.jobs.records import Status
+from spacejobs.webapp.status import NEXT_STEPS, TRY_AGAIN, describe, label_of, running_line
 from tests.unit.test_people import job
-from webapp.status import NEXT_STEPS, TRY_AGAIN, describe, label_of, running_line
 
 SHOWN_AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 

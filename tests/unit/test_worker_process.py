@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.settings import Settings
-from tasks import worker_process
+from spacejobs.models.settings import Settings
+from spacejobs.tasks import worker_process
 
 
 class FakeLeases:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from models.errors import InvalidRequest, UnknownKind
-from models.jobs.workflows import (
+from spacejobs.models.errors import InvalidRequest, UnknownKind
+from spacejobs.models.jobs.workflows import (
     WorkflowParams,
     chain,
     chord,
@@ -16,9 +16,10 @@ from models.jobs.workflows import (
     sig,
     workflow_params,
 )
-from models.kinds import load_kinds
+from spacejobs.models.kinds import load_kinds
 
-load_kinds(["tasks.kinds.bench", "tasks.kinds.projects", "tasks.kinds.workflow"])
+load_kinds(["spacejobs.tasks.kinds.bench", "spacejobs.tasks.kinds.projects",
+            "spacejobs.tasks.kinds.workflow"])
 
 
 def shape(canvas) -> list[tuple[str, list[int]]]:
