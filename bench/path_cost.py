@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.harness import percentile
-from spacejobs.models.jobs.leases import Finished, WorkerLeases
 from spacejobs.models.jobs.service import Jobs
 from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.tasks.engine.leases import Finished, WorkerLeases
 from spacejobs.tasks.wakeups import WakeupPublisher
 from tests.kit.servers import find_or_start
 from tests.kit.stack import running_stack

@@ -255,11 +255,15 @@ class Settings(BaseSettings):
     # -- kinds and logs --------------------------------------------------------------------
     bench_kinds: bool = Field(False, description="`1` registers `bench.noop` and `bench.sleep`")
     demo_kinds: bool = Field(
-        False, description="`1` registers `demo.slow_export`, an export slow enough to watch "
-                           "(`spacejobs demo` sets it)")
+        False, description="`1` registers the kinds of Space, the demo application "
+                           "(`spacejobs.demo.kinds`: the projects' export, import, archive and "
+                           "report, and `demo.slow_export`, an export slow enough to watch); "
+                           "`spacejobs demo` and `compose.yaml` set it")
     kind_modules: str = Field(
-        "spacejobs.tasks.kinds.projects,spacejobs.tasks.kinds.workflow",
-        description="comma-separated modules whose `@job_kind`s every process registers at start")
+        "spacejobs.tasks.kinds.workflow",
+        description="comma-separated modules whose `@job_kind`s every process registers at "
+                    "start (an application names its own here, or in "
+                    "`SPACEJOBS_EXTRA_KIND_MODULES`)")
     extra_kind_modules: str = Field("", description="comma-separated modules with more kinds, "
                                                     "after `SPACEJOBS_KIND_MODULES`")
     log_format: Literal["text", "json"] = Field(
@@ -300,7 +304,7 @@ class Settings(BaseSettings):
         benchmark's and the demo's when enabled, then the extra ones."""
         names = [name.strip() for name in self.kind_modules.split(",") if name.strip()]
         names += (["spacejobs.tasks.kinds.bench"] * self.bench_kinds
-                  + ["spacejobs.tasks.kinds.demo"] * self.demo_kinds)
+                  + ["spacejobs.demo.kinds"] * self.demo_kinds)
         return names + self.extra_kind_module_names
 
     @property

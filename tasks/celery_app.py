@@ -18,8 +18,8 @@ from celery.signals import (
 from spacejobs.models.kinds import load_kinds
 from spacejobs.models.logs import configure_logging
 from spacejobs.tasks import health, presence, sweeper, worker_process
-from spacejobs.tasks.floor import Floor
-from spacejobs.tasks.runner import BatchSize, Ports, Runner, Signals, Tuning
+from spacejobs.tasks.engine.floor import Floor
+from spacejobs.tasks.engine.runner import BatchSize, Ports, Runner, Signals, Tuning
 from spacejobs.tasks.task_failures import reported_without_messages
 from spacejobs.tasks.wakeups import SWEEP_TASK, WAKE_TASK
 

@@ -16,24 +16,27 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
+from uuid import UUID
 
 import psycopg
 from celery import Celery
 
+from spacejobs.models import tracing
 from spacejobs.models.db.engine import make_engine, with_connection_options
 from spacejobs.models.db.roles import WORKER_ROLE, listen_url, role_url
-from spacejobs.models.jobs.leases import WorkerLeases
 from spacejobs.models.jobs.records import KindControl
 from spacejobs.models.jobs.service import Jobs
 from spacejobs.models.ops.counters import BufferedCounters
 from spacejobs.models.results.configured import open_store
 from spacejobs.models.results.store import ResultStore
 from spacejobs.models.settings import Settings, get_settings
-from spacejobs.tasks.floor import Drains, Floor
-from spacejobs.tasks.heartbeat import LeaseKeeper
-from spacejobs.tasks.runner import Ring, Stats
+from spacejobs.tasks.engine.floor import Drains, Floor
+from spacejobs.tasks.engine.heartbeat import LeaseKeeper
+from spacejobs.tasks.engine.leases import WorkerLeases
+from spacejobs.tasks.engine.runner import Ring, Stats
+from spacejobs.tasks.engine.tracing import NO_SPANS, AttemptSpans, NoSpans
 from spacejobs.tasks.shutdown import Shutdown
-from spacejobs.tasks.tracing import start as start_tracing
 from spacejobs.tasks.wakeups import WakeupPublisher
 
 log = logging.getLogger("spacejobs.worker")
@@ -156,3 +159,17 @@ def _forget_parent() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_parent)
+
+
+def start_tracing(settings: Settings, traceparents: Callable[[Sequence[UUID]], dict[UUID, str]],
+                  service_name: str = "spacejobs-worker") -> NoSpans:
+    """A worker (or beat) process's spans: tracing set up once for the process when the
+    ``OTEL_*`` variables ask for it, Celery's publish and run spans included."""
+    if not tracing.configure(settings, service_name):
+        return NO_SPANS
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    CeleryInstrumentor().instrument()  # once per process; a forked child keeps its hooks
+    found = tracing.tracer()
+    assert found is not None
+    return AttemptSpans(found, traceparents)

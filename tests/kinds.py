@@ -10,9 +10,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from sqlalchemy import text
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.errors import DomainError
-from spacejobs.models.jobs.context import JobContext
 from spacejobs.models.kinds import NoParams, Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 # Planted in exceptions: it must never reach error_message, an HTTP body or a user.
 SECRET_MARKER = "SECRET-7f3a postgresql://space:hunter2@db.internal/tenants"
@@ -21,7 +22,7 @@ SECRET_MARKER = "SECRET-7f3a postgresql://space:hunter2@db.internal/tenants"
 @job_kind("test.fail", org_states={"active"}, max_attempts=3, backoff=0.4, backoff_max=2)
 def always_fails(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     with ctx.tenant() as tenant:
-        tenant.projects.list()
+        Projects.of(tenant).list()
     raise RuntimeError(f"boom: {SECRET_MARKER}")
 
 
@@ -167,7 +168,7 @@ def step_then_sleep(ctx: JobContext, params: StepThenSleepParams) -> dict[str, A
 
     def create() -> str:
         with ctx.tenant() as tenant:
-            return str(tenant.projects.create(params.project, "made by a step").id)
+            return str(Projects.of(tenant).create(params.project, "made by a step").id)
 
     made = ctx.step("create project", create)
     ctx.sleep(params.seconds)
@@ -228,7 +229,7 @@ def killed_mid_step(ctx: JobContext, params: KilledMidStepParams) -> dict[str, A
 
     def create() -> str:
         with ctx.tenant() as tenant:
-            return str(tenant.projects.create(params.project, "made by step one").id)
+            return str(Projects.of(tenant).create(params.project, "made by step one").id)
 
     def slow() -> int:
         if ctx.job.attempt == 1:

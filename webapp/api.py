@@ -14,16 +14,16 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from flask.typing import ResponseReturnValue
 from pydantic import ValidationError
 
+from spacejobs.demo import projects as tenant_projects
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InvalidRequest, NotFound
 from spacejobs.models.jobs import service
 from spacejobs.models.jobs.records import Job
 from spacejobs.models.json_limits import MAX_SIGNAL_BYTES
 from spacejobs.models.tenancy import audit
-from spacejobs.models.tenancy import projects as tenant_projects
 from spacejobs.models.tenancy.access import find_membership
 from spacejobs.models.tenancy.accounts import memberships_of
-from spacejobs.models.tenancy.projects import Projects
 from spacejobs.webapp.auth import (
     current_user,
     engine,

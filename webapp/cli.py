@@ -414,7 +414,7 @@ def beat() -> None:
 def demo(host: str, port: int, data_dir: Path) -> None:
     """Run everything: embedded servers (unless DATABASE_URL/REDIS_URL are set), migrations,
     demo data, web + worker + beat. Ctrl-C stops all of it."""
-    from spacejobs.webapp import demo_session
+    from spacejobs.demo import session as demo_session
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -424,9 +424,10 @@ def demo(host: str, port: int, data_dir: Path) -> None:
 
 
 def _run_demo(host: str, port: int, data_dir: Path) -> None:
+    from spacejobs.demo import session as demo_session
+    from spacejobs.demo.seed import seed
     from spacejobs.models.db.migrate import upgrade
-    from spacejobs.webapp import demo_session, embedded
-    from spacejobs.webapp.demo_data import seed
+    from spacejobs.webapp import embedded
 
     configure_logging("INFO")
     settings = get_settings()

@@ -74,7 +74,7 @@ def moment(when: datetime, now: datetime) -> str:
 
 
 # What the job's children are called, by the stage a parent reports before it waits for them:
-# a fan-out's (models/jobs/fanout.py) and a workflow's (models/jobs/workflows.py).
+# a fan-out's (tasks/engine/fanout.py) and a workflow's (models/jobs/canvas.py).
 CHILDREN_STAGES = {"children": "parts", "steps": "steps"}
 
 

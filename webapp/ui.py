@@ -33,6 +33,7 @@ from flask.typing import ResponseReturnValue
 from flask_limiter import RequestLimit
 from sqlalchemy import Connection
 
+from spacejobs.demo.projects import Projects, create_project
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
 from spacejobs.models.jobs.records import ALL_STATUSES, Job, Status
@@ -42,7 +43,6 @@ from spacejobs.models.kinds import get_kind, load_kinds
 from spacejobs.models.tenancy import passwords
 from spacejobs.models.tenancy.access import Membership, check_allowed
 from spacejobs.models.tenancy.accounts import User, get_user, memberships_of, names_of
-from spacejobs.models.tenancy.projects import Projects, create_project
 from spacejobs.webapp.auth import (
     SAFE_METHODS,
     check_csrf,

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from spacejobs.models.jobs.context import JobContext
 from spacejobs.models.kinds import Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 CHILD_KIND = "bench.sleep"
 DRAW_STEP = "draw"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from spacejobs.models.jobs.workflows import chain, chord, sig, workflow_params
+from spacejobs.models.jobs.canvas import chain, chord, sig, workflow_params
 
 SIGNAL_NAME = "go"
 # A signal job's own deadline: far beyond any outage of the run, so that a signal_timeout can

@@ -18,7 +18,7 @@ from typing import Any
 from bench.harness import Deadline, poll
 from bench.waiting import records
 from bench.waiting.usage import cpu_shares
-from spacejobs.models.jobs import workflows
+from spacejobs.models.jobs import canvas as workflows
 from spacejobs.models.jobs.records import Status
 from spacejobs.models.jobs.service import JobRequest, Jobs
 from spacejobs.tasks.wakeups import WakeupPublisher

@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from spacejobs.models.jobs.context import JobContext
+from spacejobs.demo.projects import Projects
 from spacejobs.models.kinds import Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 
 class ApprovalParams(Params):
@@ -26,7 +27,7 @@ def approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
     def prepare() -> dict[str, Any]:
         # Done once for the job: a later run (after each wait) gets this back from its record.
         with ctx.tenant() as tenant:
-            return {"title": params.title, "projects": len(tenant.projects.list())}
+            return {"title": params.title, "projects": len(Projects.of(tenant).list())}
 
     draft = ctx.step("prepare the draft", prepare)
     # Holds no worker while it waits; SignalTimeout (signal_timeout) if nobody answers in time.

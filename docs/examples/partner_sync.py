@@ -16,8 +16,8 @@ from uuid import UUID
 
 from pydantic import Field
 
-from spacejobs.models.jobs.context import JobContext
 from spacejobs.models.kinds import Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 
 class SyncParams(Params):

@@ -12,8 +12,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from spacejobs.models.jobs.context import JobContext
+from spacejobs.demo.projects import Projects
 from spacejobs.models.kinds import Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 WORD = re.compile(r"[^\W\d_]+")
 
@@ -30,7 +31,7 @@ class WordCountParams(Params):
 def count_words(ctx: JobContext, params: WordCountParams) -> dict[str, Any]:
     # A transaction scoped to the job's organization: only its rows are visible.
     with ctx.tenant() as tenant:
-        projects = tenant.projects.list()
+        projects = Projects.of(tenant).list()
     counts: Counter[str] = Counter()
     for done, project in enumerate(projects, start=1):
         counts.update(word for word in WORD.findall(project.description.lower())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from uuid import UUID
 
-from spacejobs.models.jobs.workflows import chain, chord, sig
+from spacejobs.models.jobs.canvas import chain, chord, sig
 from spacejobs.tasks.client import connect
 
 

@@ -50,7 +50,8 @@ from spacejobs.models.errors import (
     ResultExpired,
     TooManySignals,
 )
-from spacejobs.models.jobs import store, waiting, workflows
+from spacejobs.models.jobs import canvas as canvases
+from spacejobs.models.jobs import store, waiting
 from spacejobs.models.jobs.records import ACTIVE, Job, Status
 from spacejobs.models.json_limits import (
     MAX_PARAMS_BYTES,
@@ -222,7 +223,7 @@ class Jobs:
         parts = _parts(job_kind, valid)
         job, outcome = store.submit(
             conn, organization_id=organization_id, requested_by=requested_by,
-            kind=workflows.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
+            kind=canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
             parts=parts,
             params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
             request_id=request_id, run_after=run_after, priority=priority,
@@ -248,21 +249,21 @@ class Jobs:
     def submit_workflow(
         self,
         conn: Connection,
-        canvas: workflows.Canvas,
+        canvas: canvases.Canvas,
         *,
         organization_id: UUID,
         requested_by: UUID,
-        policy: workflows.Policy = "fail_fast",
+        policy: canvases.Policy = "fail_fast",
         idempotency_key: str | None = None,
         request_id: str | None = None,
     ) -> Submitted:
         r"""Queue a workflow (``chain``, ``group``, ``chord``, ``graph`` of ``sig``\ s, in
-        models/jobs/workflows.py) as ONE job in the caller's transaction: all of it or nothing,
+        models/jobs/canvas.py) as ONE job in the caller's transaction: all of it or nothing,
         the wake-up after COMMIT. Its steps become jobs as their dependencies complete; wait
         for the whole with :meth:`wait` on the returned job."""
-        for place, step in enumerate(workflows.compile_canvas(canvas)):
+        for place, step in enumerate(canvases.compile_canvas(canvas)):
             check_step_params(step.params, place)  # before pydantic serializes them (it recurses)
-        return self.submit(conn, "workflow", workflows.workflow_params(canvas, policy),
+        return self.submit(conn, "workflow", canvases.workflow_params(canvas, policy),
                            organization_id=organization_id, requested_by=requested_by,
                            idempotency_key=idempotency_key, request_id=request_id)
 
@@ -297,7 +298,7 @@ class Jobs:
                 if earlier != index:
                     raise DuplicateJob("The batch holds the same job twice.", index=index)
             parts = _parts(job_kind, valid)
-            rules = workflows.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules
+            rules = canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules
             new_jobs.append(store.NewJob(rules, valid, item.dedup_key, item.run_after,
                                          item.priority, item.sequence_key))
         # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
@@ -575,8 +576,8 @@ def _check_debounce(debounce_seconds: int | None, dedup_key: str | None) -> None
 
 def _parts(job_kind: JobKind, params: dict[str, Any]) -> list[KindRules]:
     """The rules of the jobs a submit starts through this one: a workflow's steps (its submit
-    is checked against the strictest of them: models.jobs.workflows.rules_with_steps); none
+    is checked against the strictest of them: models.jobs.canvases.rules_with_steps); none
     for any other kind."""
-    if job_kind.rules.name == workflows.WORKFLOW_KIND:
-        return workflows.step_rules(params)
+    if job_kind.rules.name == canvases.WORKFLOW_KIND:
+        return canvases.step_rules(params)
     return []

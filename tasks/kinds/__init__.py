@@ -1,3 +1,3 @@
-"""The kinds this application ships: the projects' export, import, report and archive
-(always registered, ``SPACEJOBS_KIND_MODULES``), the demo's slow export (``SPACEJOBS_DEMO_KINDS``)
-and the benchmarks' no-op and sleep (``SPACEJOBS_BENCH_KINDS``)."""
+"""The kinds Space Jobs itself ships: ``workflow`` (a submitted canvas; always registered,
+``SPACEJOBS_KIND_MODULES``) and the benchmarks' no-op and sleep (``SPACEJOBS_BENCH_KINDS``). The
+demo application's kinds are its own (spacejobs.demo.kinds, ``SPACEJOBS_DEMO_KINDS``)."""

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from spacejobs.models.jobs.context import JobContext
 from spacejobs.models.kinds import NoParams, Params, job_kind
+from spacejobs.tasks.engine.context import JobContext
 
 
 @job_kind("bench.noop", org_states={"active", "read_only"}, max_attempts=3, backoff=0.5)

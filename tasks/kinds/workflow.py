@@ -1,5 +1,5 @@
-"""The ``workflow`` kind: a graph of steps kept in PostgreSQL (models/jobs/workflows.py says how
-it runs). Registered by default (SPACEJOBS_KIND_MODULES); submitted through
+"""The ``workflow`` kind: a graph of steps kept in PostgreSQL (spacejobs.tasks.engine.workflows says
+how it runs). Registered by default (SPACEJOBS_KIND_MODULES); submitted through
 ``Jobs.submit_workflow``, since a workflow's params are a compiled canvas, not a form."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from spacejobs.models.jobs.context import JobContext
-from spacejobs.models.jobs.workflows import WorkflowParams, run_workflow
+from spacejobs.models.jobs.canvas import WorkflowParams
 from spacejobs.models.kinds import job_kind
+from spacejobs.tasks.engine.context import JobContext
+from spacejobs.tasks.engine.workflows import run_workflow
 
 
 # Each step re-checks its own kind's organization states and role when it runs; the workflow

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from spacejobs.webapp.demo_data import seed
+from spacejobs.demo.seed import seed
 from tests.conftest import served
 from tests.kit.programs import find_program
 from tests.kit.stack import Stack

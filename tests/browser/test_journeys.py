@@ -17,8 +17,8 @@ import pytest
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
-from spacejobs.models.jobs.workflows import Signature, chain, sig
-from spacejobs.webapp.demo_data import ORGS
+from spacejobs.demo.seed import ORGS
+from spacejobs.models.jobs.canvas import Signature, chain, sig
 from tests.browser.conftest import Live
 from tests.kit.stack import Stack, wait_until
 

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InsufficientRole
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.workflows import chain, sig
+from spacejobs.models.jobs.canvas import chain, sig
 from spacejobs.models.ops import quota_policy
 from spacejobs.models.tenancy import accounts
 from tests.kit import facts

@@ -19,8 +19,8 @@ from sqlalchemy import Engine, event, text
 from spacejobs.models.db.engine import make_engine
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.leases import Finished, WorkerLeases
 from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.tasks.engine.leases import Finished, WorkerLeases
 from tests.conftest import submit
 from tests.kit import facts
 from tests.kit.private_servers import PrivateServers

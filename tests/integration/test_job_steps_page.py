@@ -14,7 +14,7 @@ from sqlalchemy import text
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import NotFound
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.workflows import Signature, chain, sig
+from spacejobs.models.jobs.canvas import Signature, chain, sig
 from tests.conftest import sign_in, submit
 from tests.kit.stack import Stack, wait_until
 

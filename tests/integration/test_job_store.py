@@ -8,14 +8,15 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.migrate import schema_files
 from spacejobs.models.db.transaction import scope, transaction
 from spacejobs.models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.context import JobContext
-from spacejobs.models.jobs.leases import WorkerLeases
 from spacejobs.models.jobs.records import Job
 from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.tasks.engine.context import JobContext
+from spacejobs.tasks.engine.leases import WorkerLeases
 from tests.integration.leasing import claim_one, complete_one, release_one
 from tests.kit.stack import Stack
 
@@ -157,7 +158,7 @@ def test_tenant_writes_of_an_attempt_that_lost_its_lease_roll_back(stack_db: Sta
 
     ctx = JobContext(WorkerLeases(stack_db.worker_db, "stale"), stale, get_kind("projects_export").rules)
     with pytest.raises(LeaseLost), ctx.tenant() as tenant:
-        tenant.projects.create("written by a stale attempt")
+        Projects.of(tenant).create("written by a stale attempt")
     with transaction(stack_db.worker_db, organization_id=org) as conn:
         assert conn.execute(text("SELECT count(*) FROM projects")).scalar() == 0
 

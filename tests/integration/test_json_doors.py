@@ -25,8 +25,8 @@ import requests
 from sqlalchemy import text
 
 from spacejobs.models.errors import DomainError, InvalidRequest
+from spacejobs.models.jobs.canvas import chain, sig
 from spacejobs.models.jobs.service import JobRequest
-from spacejobs.models.jobs.workflows import chain, sig
 from tests.conftest import csrf_of, served, sign_in, submit
 from tests.kit.stack import Stack
 

@@ -23,8 +23,8 @@ from sqlalchemy.exc import DBAPIError
 from spacejobs.models.db.engine import libpq_url, make_engine
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.leases import Finished, WorkerLeases
 from spacejobs.models.kinds import get_kind
+from spacejobs.tasks.engine.leases import Finished, WorkerLeases
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit import facts
 from tests.kit.stack import Stack

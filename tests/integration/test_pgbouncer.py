@@ -37,12 +37,12 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.engine import libpq_url, make_engine
 from spacejobs.models.db.roles import APP_ROLE, WORKER_ROLE
 from spacejobs.models.db.transaction import opened, scope, transaction
 from spacejobs.models.jobs import waiting
 from spacejobs.models.settings import reload_settings
-from spacejobs.models.tenancy.projects import Projects
 from tests.conftest import submit
 from tests.kit.processes import free_port
 from tests.kit.programs import find_program

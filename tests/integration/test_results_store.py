@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.results.s3 import S3ResultStore
 from spacejobs.models.results.store import new_key
 from spacejobs.models.results.sweep import sweep_orphans
-from spacejobs.models.tenancy.projects import Projects
 from tests.conftest import csrf_of, sign_in, submit
 from tests.integration.leasing import claim_one
 from tests.kit.processes import LoggedProcess

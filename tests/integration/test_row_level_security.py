@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.engine import make_engine
 from spacejobs.models.db.roles import APP_ROLE, OPERATOR_ROLE, OWNER_ROLE, WORKER_ROLE
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import LeasedJob
 from spacejobs.models.kinds import get_kind
-from spacejobs.models.tenancy.projects import Projects
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 

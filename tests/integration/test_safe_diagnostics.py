@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.logs import ContextFormatter
-from spacejobs.models.tenancy.projects import Projects
 from tests import kinds
 from tests.conftest import submit
 from tests.kinds import SECRET_MARKER

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from spacejobs.models import tracing
 from spacejobs.models.jobs.service import JobRequest
 from spacejobs.models.settings import reload_settings
-from spacejobs.tasks.tracing import NO_SPANS
+from spacejobs.tasks.engine.tracing import NO_SPANS
 from spacejobs.tasks.worker_process import WorkerProcess
 from tests.kinds import SECRET_MARKER
 from tests.kit import otlp

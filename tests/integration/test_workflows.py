@@ -1,4 +1,4 @@
-"""Workflows (models/jobs/workflows.py) on real workers: each step a job of its own, its
+"""Workflows (models/jobs/canvas.py) on real workers: each step a job of its own, its
 dependencies' results as its inputs, one submit for the whole, the failure policies, a cancel of
 the whole, and a step that re-checks its requester and organization like any job."""
 
@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from spacejobs.models.errors import OrganizationReadOnly, UnknownKind
-from spacejobs.models.jobs.workflows import chain, chord, graph, group, sig
+from spacejobs.models.jobs.canvas import chain, chord, graph, group, sig
 from tests.conftest import sign_in
 from tests.kit.stack import Stack, wait_until
 

@@ -14,12 +14,12 @@ from uuid import UUID
 
 from spacejobs.models.diagnostics import Diagnosis
 from spacejobs.models.errors import DomainError, LeaseLost
-from spacejobs.models.jobs.context import Tenant
-from spacejobs.models.jobs.leases import Failure, Finished, FinishReport
 from spacejobs.models.jobs.records import LeasedJob, Status
 from spacejobs.models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 from spacejobs.models.kinds.rules import KindRules
 from spacejobs.models.tenancy.access import check_allowed
+from spacejobs.tasks.engine.context import Tenant
+from spacejobs.tasks.engine.leases import Failure, Finished, FinishReport
 
 
 @dataclass

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from spacejobs.models.trace_setup import SafeSpans
-from spacejobs.tasks.tracing import AttemptSpans
+from spacejobs.tasks.engine.tracing import AttemptSpans
 from tests.unit.test_runner import UNSAFE_MESSAGE, Harness
 
 SUBMITTED_IN = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from spacejobs.models.errors import CancelRequested, InvalidParams, LeaseLost, WaitRequested
-from spacejobs.models.jobs.fanout import ChildrenFailed, fan_out
 from spacejobs.models.jobs.records import ACTIVE, Status
 from spacejobs.models.jobs.store import FanOut
 from spacejobs.models.kinds import load_kinds
+from spacejobs.tasks.engine.fanout import ChildrenFailed, fan_out
 
 load_kinds()
 PART = "projects_report.project"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from spacejobs.tasks.floor import Drains, Floor
+from spacejobs.tasks.engine.floor import Drains, Floor
 
 
 class Clock:

@@ -12,7 +12,6 @@ import pytest
 from flask import Flask, request
 
 from spacejobs.models.errors import DomainError, InvalidRequest, ResultNotStorable
-from spacejobs.models.jobs.context import _jsonable
 from spacejobs.models.json_limits import (
     MAX_DEPTH,
     MAX_ENVELOPE_DEPTH,
@@ -24,6 +23,7 @@ from spacejobs.models.json_limits import (
     nests_past,
 )
 from spacejobs.models.results.attempt import encode_result
+from spacejobs.tasks.engine.context import _jsonable
 from spacejobs.webapp import inputs
 from spacejobs.webapp.inputs import NestedTooDeep, parse_json
 

@@ -18,8 +18,8 @@ from spacejobs.models.errors import DomainError
 from spacejobs.models.jobs.records import Status
 from spacejobs.models.kinds import NoParams, job_kind
 from spacejobs.models.results.store import LocalResultStore
-from spacejobs.tasks.heartbeat import LeaseKeeper
-from spacejobs.tasks.runner import (
+from spacejobs.tasks.engine.heartbeat import LeaseKeeper
+from spacejobs.tasks.engine.runner import (
     ON_EXCEPTION,
     Action,
     BatchSize,
@@ -729,13 +729,13 @@ class FakeClock:
 
 
 def _buffer(h: Harness, clock: FakeClock) -> Any:
-    from spacejobs.tasks.finishes import FinishBuffer
+    from spacejobs.tasks.engine.finishes import FinishBuffer
 
     return FinishBuffer(h.runner.ports, h.runner.ends, clock=clock, flush_after=0.005)
 
 
 def test_the_buffer_asks_for_a_flush_once_a_result_waited_or_before_a_hard_limited_job():
-    from spacejobs.models.jobs.leases import Finished
+    from spacejobs.tasks.engine.leases import Finished
 
     h, clock = Harness(), FakeClock()
     buffer = _buffer(h, clock)
@@ -755,7 +755,7 @@ def test_the_buffer_asks_for_a_flush_once_a_result_waited_or_before_a_hard_limit
 
 
 def test_a_flush_that_fails_ends_every_pending_attempt_as_crashed_and_raises():
-    from spacejobs.models.jobs.leases import Finished
+    from spacejobs.tasks.engine.leases import Finished
 
     h = Harness()
     buffer = _buffer(h, FakeClock())
@@ -811,10 +811,10 @@ def test_a_stopping_worker_does_not_linger():
 
 
 def test_a_claim_that_met_only_locked_jobs_looks_again_shortly(monkeypatch):
-    import spacejobs.tasks.runner
+    import spacejobs.tasks.engine.runner
 
     pauses: list[float] = []
-    monkeypatch.setattr(spacejobs.tasks.runner.time, "sleep", pauses.append)
+    monkeypatch.setattr(spacejobs.tasks.engine.runner.time, "sleep", pauses.append)
     h = Harness()
     job = h.leases.add("unit.ok")
     original = h.leases.finish_and_claim

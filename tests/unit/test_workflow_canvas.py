@@ -1,4 +1,4 @@
-"""A canvas compiled into a workflow's steps (models/jobs/workflows.py), without servers: which
+"""A canvas compiled into a workflow's steps (models/jobs/canvas.py), without servers: which
 step waits for which, the names, and the refusals of a graph that cannot run."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spacejobs.models.errors import InvalidRequest, UnknownKind
-from spacejobs.models.jobs.workflows import (
+from spacejobs.models.jobs.canvas import (
     WorkflowParams,
     chain,
     chord,
@@ -18,7 +18,7 @@ from spacejobs.models.jobs.workflows import (
 )
 from spacejobs.models.kinds import load_kinds
 
-load_kinds(["spacejobs.tasks.kinds.bench", "spacejobs.tasks.kinds.projects",
+load_kinds(["spacejobs.tasks.kinds.bench", "spacejobs.demo.kinds",
             "spacejobs.tasks.kinds.workflow"])
 
 

@@ -32,11 +32,11 @@ from uuid import UUID
 from spacejobs.models.errors import UnknownKind
 from spacejobs.models.jobs.records import LeasedJob
 from spacejobs.models.kinds import JobKind, get_any_kind
-from spacejobs.tasks.attempt import ON_EXCEPTION, Action, Attempt, action_for
-from spacejobs.tasks.ends import Ends, Outcome, Stats
-from spacejobs.tasks.finishes import FLUSH_AFTER, FinishBuffer
-from spacejobs.tasks.ports import Keeper, Leases, Ports, Signals
-from spacejobs.tasks.tracing import NO_SPANS, NoSpans
+from spacejobs.tasks.engine.attempt import ON_EXCEPTION, Action, Attempt, action_for
+from spacejobs.tasks.engine.ends import Ends, Outcome, Stats
+from spacejobs.tasks.engine.finishes import FLUSH_AFTER, FinishBuffer
+from spacejobs.tasks.engine.ports import Keeper, Leases, Ports, Signals
+from spacejobs.tasks.engine.tracing import NO_SPANS, NoSpans
 
 __all__ = ["FLUSH_AFTER", "ON_EXCEPTION", "Action", "BatchSize", "Drain", "Keeper", "Leases",
            "Outcome", "Ports", "Ring", "Runner", "Signals", "Stats", "Tuning", "action_for"]

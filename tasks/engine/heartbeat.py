@@ -25,10 +25,10 @@ from uuid import UUID
 
 from spacejobs.models.diagnostics import diagnose
 from spacejobs.models.errors import TimedOut
-from spacejobs.models.jobs.context import LeaseFlags
-from spacejobs.models.jobs.leases import Failure
 from spacejobs.models.jobs.records import LeasedJob, Status
 from spacejobs.models.kinds.rules import KindRules
+from spacejobs.tasks.engine.context import LeaseFlags
+from spacejobs.tasks.engine.leases import Failure
 
 log = logging.getLogger("spacejobs.heartbeat")
 

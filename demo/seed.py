@@ -10,10 +10,10 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import scope
 from spacejobs.models.errors import NotFound
 from spacejobs.models.tenancy import accounts, passwords
-from spacejobs.models.tenancy.projects import Projects
 
 ORGS = {
     "Acme Rockets": ["Launch pad", "Fuel mix", "Telemetry", "Heat shield", "Guidance",

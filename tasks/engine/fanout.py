@@ -27,9 +27,9 @@ from spacejobs.models.json_limits import check_params
 from spacejobs.models.kinds import get_any_kind
 
 if TYPE_CHECKING:
-    from spacejobs.models.jobs.context import JobContext
     from spacejobs.models.jobs.store import FanOut
     from spacejobs.models.kinds.rules import KindRules
+    from spacejobs.tasks.engine.context import JobContext
 
 class ChildrenFailed(DomainError):
     code = "children_failed"

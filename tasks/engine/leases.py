@@ -20,10 +20,10 @@ from spacejobs.models.db.transaction import transaction
 from spacejobs.models.diagnostics import Diagnosis
 from spacejobs.models.errors import DomainError, LeaseLost
 from spacejobs.models.jobs import store
-from spacejobs.models.jobs.context import Tenant
 from spacejobs.models.jobs.records import KindControl, LeasedJob, Status
 from spacejobs.models.kinds.rules import KindRules
 from spacejobs.models.tenancy.access import check_allowed
+from spacejobs.tasks.engine.context import Tenant
 
 
 @dataclass(frozen=True)

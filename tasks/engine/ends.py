@@ -10,10 +10,10 @@ from datetime import datetime
 from enum import StrEnum
 
 from spacejobs.models.errors import WaitRequested
-from spacejobs.models.jobs.leases import Failure
 from spacejobs.models.jobs.records import LeasedJob, Status
-from spacejobs.tasks.ports import Ports, Signals
-from spacejobs.tasks.tracing import NO_SPANS, NoSpans
+from spacejobs.tasks.engine.leases import Failure
+from spacejobs.tasks.engine.ports import Ports, Signals
+from spacejobs.tasks.engine.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 

@@ -23,7 +23,6 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, StatusCode
 
 from spacejobs.models import tracing
 from spacejobs.models.jobs.records import LeasedJob
-from spacejobs.models.settings import Settings
 
 log = logging.getLogger("spacejobs.tracing")
 
@@ -118,17 +117,3 @@ class AttemptSpans(NoSpans):
         if failure:
             span.set_status(StatusCode.ERROR)
         span.end()
-
-
-def start(settings: Settings, traceparents: Callable[[Sequence[UUID]], dict[UUID, str]],
-          service_name: str = "spacejobs-worker") -> NoSpans:
-    """A worker (or beat) process's spans: tracing set up once for the process when the
-    ``OTEL_*`` variables ask for it, Celery's publish and run spans included."""
-    if not tracing.configure(settings, service_name):
-        return NO_SPANS
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
-
-    CeleryInstrumentor().instrument()  # once per process; a forked child keeps its hooks
-    found = tracing.tracer()
-    assert found is not None
-    return AttemptSpans(found, traceparents)

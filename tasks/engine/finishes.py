@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
-from spacejobs.models.jobs.leases import Finished, FinishReport
 from spacejobs.models.jobs.records import KindControl
 from spacejobs.models.jobs.store import NO_ORGANIZATION
 from spacejobs.models.kinds import JobKind
 from spacejobs.models.results.attempt import delete_quietly
-from spacejobs.tasks.ends import Ends, Outcome
-from spacejobs.tasks.ports import Ports
+from spacejobs.tasks.engine.ends import Ends, Outcome
+from spacejobs.tasks.engine.leases import Finished, FinishReport
+from spacejobs.tasks.engine.ports import Ports
 
 log = logging.getLogger("spacejobs.runner")
 

@@ -10,12 +10,12 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from spacejobs.models.jobs.context import JobRuntime, LeaseFlags
-from spacejobs.models.jobs.leases import Failure, Finished, FinishReport
 from spacejobs.models.jobs.records import KindControl, LeasedJob, Status
 from spacejobs.models.kinds.rules import KindRules
 from spacejobs.models.results.attempt import DEFAULT_INLINE_MAX_BYTES
 from spacejobs.models.results.store import ResultStore
+from spacejobs.tasks.engine.context import JobRuntime, LeaseFlags
+from spacejobs.tasks.engine.leases import Failure, Finished, FinishReport
 
 
 class Leases(JobRuntime, Protocol):

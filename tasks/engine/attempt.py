@@ -34,16 +34,16 @@ from spacejobs.models.errors import (
     UnknownKind,
     WaitRequested,
 )
-from spacejobs.models.jobs.context import JobContext, LeaseFlags
-from spacejobs.models.jobs.leases import Failure, Finished
+from spacejobs.models.jobs.canvas import AFTER, INPUTS
 from spacejobs.models.jobs.records import LeasedJob
-from spacejobs.models.jobs.workflows import AFTER, INPUTS
 from spacejobs.models.kinds import JobKind
 from spacejobs.models.kinds.rules import KindRules
 from spacejobs.models.results.attempt import AttemptResults
-from spacejobs.tasks.ends import Ends, Outcome, Stats
-from spacejobs.tasks.ports import Ports, Signals
-from spacejobs.tasks.tracing import NO_SPANS, NoSpans
+from spacejobs.tasks.engine.context import JobContext, LeaseFlags
+from spacejobs.tasks.engine.ends import Ends, Outcome, Stats
+from spacejobs.tasks.engine.leases import Failure, Finished
+from spacejobs.tasks.engine.ports import Ports, Signals
+from spacejobs.tasks.engine.tracing import NO_SPANS, NoSpans
 
 log = logging.getLogger("spacejobs.runner")
 
@@ -127,7 +127,7 @@ class Attempt:
                                  inline_max_bytes=self.ports.inline_max_bytes)
         # A workflow's step names its dependencies beside its own params (only the database's
         # release of the step puts them there: a submit's params model refuses the keys); the
-        # kind's params model reads only its own (models/jobs/workflows.py). A step made before
+        # kind's params model reads only its own (models/jobs/canvas.py). A step made before
         # revision 0042 carries their results themselves.
         params = dict(job.params)
         reads_inputs = params.pop(AFTER, None) is not None

@@ -12,10 +12,11 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
-from spacejobs.models.jobs.context import JobContext
-from spacejobs.models.jobs.workflows import chord, sig
+from spacejobs.demo.projects import Projects
+from spacejobs.models.jobs.canvas import chord, sig
 from spacejobs.models.kinds import NoParams, Params, job_kind
 from spacejobs.models.results.records import StoredResult
+from spacejobs.tasks.engine.context import JobContext
 
 WRITE_BATCH = 500  # export: projects written between two progress reports
 ARCHIVE_BATCH = 100  # archive: projects written between two progress reports
@@ -44,7 +45,7 @@ def export(ctx: JobContext, *, linger_seconds: float = 0.0) -> dict[str, Any]:
     """
     ctx.progress("reading projects")
     with ctx.tenant() as tenant:
-        projects = tenant.projects.list()
+        projects = Projects.of(tenant).list()
     total = len(projects)
     ctx.progress("reading projects", done=total, total=total)
     rows: list[dict[str, Any]] = []
@@ -72,7 +73,7 @@ def archive_projects(ctx: JobContext, params: NoParams) -> StoredResult:
     the results store and downloaded from the job's result."""
     ctx.progress("reading projects")
     with ctx.tenant() as tenant:
-        projects = tenant.projects.list()
+        projects = Projects.of(tenant).list()
     total = len(projects)
     ctx.progress("writing the archive", done=0, total=total)
     made = datetime.now(UTC)
@@ -129,11 +130,11 @@ def import_projects(ctx: JobContext, params: ImportParams) -> dict[str, Any]:
     """
     total = len(params.projects)
     with ctx.tenant() as tenant:
-        created = tenant.projects.created_by_job(ctx.job.id)
+        created = Projects.of(tenant).created_by_job(ctx.job.id)
     ctx.progress("importing projects", done=len(created), total=total)
     for start in range(len(created), total, IMPORT_BATCH):
         with ctx.tenant() as tenant:
-            batch = [tenant.projects.create(p.name, p.description, created_by_job=ctx.job.id)
+            batch = [Projects.of(tenant).create(p.name, p.description, created_by_job=ctx.job.id)
                      for p in params.projects[start:start + IMPORT_BATCH]]
         created.extend(batch)
         ctx.progress("importing projects", done=len(created), total=total)
@@ -175,7 +176,7 @@ def report_projects(ctx: JobContext, params: ReportParams) -> dict[str, Any]:
 
 def _project_ids(ctx: JobContext) -> list[str]:
     with ctx.tenant() as tenant:
-        return [str(project.id) for project in tenant.projects.list()]
+        return [str(project.id) for project in Projects.of(tenant).list()]
 
 
 class ProjectReportParams(Params):
@@ -190,7 +191,7 @@ class ProjectReportParams(Params):
 def report_project(ctx: JobContext, params: ProjectReportParams) -> dict[str, Any]:
     """One project's report: a part of projects_report."""
     with ctx.tenant() as tenant:
-        project = tenant.projects.get(params.project_id)
+        project = Projects.of(tenant).get(params.project_id)
     if project is None:
         return {"project_id": str(params.project_id), "missing": True}
     words = len(project.description.split())
@@ -210,3 +211,21 @@ def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "count": len(reports),
             "missing": sum(bool(report.get("missing")) for report in reports),
             "description_words": sum(int(report.get("description_words", 0)) for report in reports)}
+
+
+class SlowExportParams(Params):
+    seconds: Annotated[float, Field(ge=1, le=600)] = 20.0
+
+
+# Slow enough to watch: the projects export, lingering over each project so the live job page
+# visibly moves and a person has time to press Cancel (the demo's own).
+@job_kind(
+    "demo.slow_export",
+    org_states={"active", "read_only"},
+    role="member",
+    max_attempts=3,
+    lease=timedelta(seconds=30),
+    params=SlowExportParams,
+)
+def slow_export(ctx: JobContext, params: SlowExportParams) -> dict[str, Any]:
+    return export(ctx, linger_seconds=params.seconds)

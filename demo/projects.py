@@ -1,12 +1,13 @@
-"""Tenant data: an organization's projects. Every query runs in a tenant-scoped transaction;
-the explicit organization filter is belt and braces beside row-level security."""
+"""The demo application's tenant data: an organization's projects. Every query runs in a
+tenant-scoped transaction (the web's request, or a job's ``ctx.tenant()``); the explicit
+organization filter is belt and braces beside row-level security."""
 
 from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import Connection
@@ -15,6 +16,16 @@ from spacejobs.models.db.queries import queries_beside
 from spacejobs.models.tenancy.access import Membership, check_allowed
 
 Q = queries_beside(__file__)
+
+
+class TenantScope(Protocol):
+    """A transaction scoped to one organization (a job's ``ctx.tenant()`` is one)."""
+
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def organization_id(self) -> UUID: ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,11 @@ class Projects:
     def __init__(self, conn: Connection, organization_id: UUID | str) -> None:
         self._conn = conn
         self._org = str(organization_id)
+
+    @classmethod
+    def of(cls, tenant: TenantScope) -> Projects:
+        """The projects of a job's tenant transaction (``with ctx.tenant() as tenant``)."""
+        return cls(tenant.conn, tenant.organization_id)
 
     def list(self, limit: int = 10_000) -> list[Project]:
         rows = self._conn.execute(Q["list"], {"org": self._org, "limit": limit})

@@ -27,24 +27,26 @@ from spacejobs.models.errors import (
     TimedOut,
     WaitRequested,
 )
-from spacejobs.models.jobs import fanout, workflows
+from spacejobs.models.jobs import canvas as canvases
 from spacejobs.models.jobs.records import LeasedJob, Status
 from spacejobs.models.json_limits import check_written
 from spacejobs.models.kinds.rules import KindRules
 from spacejobs.models.results.attempt import AttemptResults
 from spacejobs.models.results.records import StoredResult
-from spacejobs.models.tenancy.projects import Projects
+from spacejobs.tasks.engine import fanout, workflows
 
 if TYPE_CHECKING:
     from spacejobs.models.jobs.store import Child, FanOut, StepPlan, WorkflowState
 
 
+@dataclass(frozen=True)
 class Tenant:
-    """Repositories bound to one tenant-scoped transaction."""
+    """One transaction scoped to the job's organization (``ctx.tenant()``): its connection,
+    which row-level security confines to that organization's rows, and the organization. The
+    application's own repositories are built on it (the demo's: ``Projects.of(tenant)``)."""
 
-    def __init__(self, conn: Connection, organization_id: UUID) -> None:
-        self.conn = conn
-        self.projects = Projects(conn, organization_id)
+    conn: Connection
+    organization_id: UUID
 
 
 class LeaseFlags:
@@ -186,14 +188,14 @@ class JobContext:
     def fan_out(self, kind: str, items: Sequence[dict[str, Any]], *, max_parallel: int = 4
                 ) -> list[Any]:
         """One child job of ``kind`` per item, at most ``max_parallel`` at a time; their results
-        in input order (models/jobs/fanout.py)."""
+        in input order (spacejobs.tasks.engine.fanout)."""
         return fanout.fan_out(self, kind, items, max_parallel=max_parallel)
 
-    def workflow(self, canvas: workflows.Canvas, *, policy: workflows.Policy = "fail_fast",
+    def workflow(self, canvas: canvases.Canvas, *, policy: canvases.Policy = "fail_fast",
                  max_parallel: int | None = None) -> dict[str, Any]:
         """Run a canvas (``chain``, ``group``, ``chord``, ``graph`` of ``sig``) as this job's
         children, waiting without a worker between them, and return ``{"steps": {name:
-        result}, "result": …}`` (models/jobs/workflows.py). Its steps may be child-only kinds;
+        result}, "result": …}`` (spacejobs.tasks.engine.workflows). Its steps may be child-only kinds;
         at most ``max_parallel`` of them run at a time when given. Raises StepsFailed as a
         submitted workflow fails."""
         return workflows.run_canvas(self, canvas, policy=policy, max_parallel=max_parallel)
