@@ -12,9 +12,9 @@ clear error naming the variable when a value does not parse.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Mapping
 from ipaddress import IPv4Address
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, IPvAnyAddress, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -335,16 +335,39 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-@lru_cache(maxsize=1)
+_current: Settings | None = None
+
+
 def get_settings() -> Settings:
-    """The settings of this process, read from the environment on first use."""
-    return Settings()
+    """The settings of this process, read from the environment on first use (or those
+    :func:`configure` set)."""
+    global _current
+    if _current is None:
+        _current = Settings()
+    return _current
 
 
 def reload_settings() -> Settings:
     """Read the environment again (tests and ``spacejobs demo`` change it before starting)."""
-    get_settings.cache_clear()
+    global _current
+    _current = None
     return get_settings()
+
+
+def configure(values: Mapping[str, object]) -> Settings:
+    """Make the process's settings the environment's with ``values`` over them, each named as
+    its environment variable (``SPACEJOBS_QUEUE``, ``DATABASE_URL``): a Flask application's own
+    ``app.config`` (spacejobs.webapp.extension). Names that are not settings are left alone."""
+    global _current
+    fields = {Settings.env_name(name): name for name in Settings.model_fields}
+    given: dict[str, Any] = {}
+    for env_name, value in values.items():
+        name = fields.get(env_name)
+        if name is not None:
+            alias = Settings.model_fields[name].validation_alias
+            given[alias if isinstance(alias, str) else name] = value
+    _current = Settings(**given)
+    return _current
 
 
 if __name__ == "__main__":

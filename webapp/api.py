@@ -70,7 +70,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "progress": job.progress,
-        "error": {"code": job.error_code, "message": job.error_message} if job.error_code else None,
+        "error": job.error._asdict() if job.error else None,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
@@ -88,12 +88,12 @@ def job_json(job: Job) -> dict[str, Any]:
 
 
 def waiting_for(job: Job) -> dict[str, Any] | None:
-    """What a waiting job waits for: a moment, a signal's name, its children (how many were
-    still active when it began to wait); None for a job that does not wait."""
-    if job.status != "waiting":
+    """What a waiting job waits for (Job.waiting_for: a moment, a signal's name, its children,
+    how many were still active when it began to wait); None for a job that does not wait."""
+    found = job.waiting_for
+    if found is None:
         return None
-    return {"until": _iso(job.wait_until), "signal": job.wait_signal,
-            "children": job.wait_children}
+    return {"until": _iso(found.until), "signal": found.signal, "children": found.children}
 
 
 def _iso(value: datetime | None) -> str | None:

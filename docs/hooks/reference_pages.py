@@ -3,7 +3,9 @@
 - ``reference/openapi.json`` and ``reference/http-operations.md``: the OpenAPI document that
   ``GET /api/v1/openapi.json`` serves (``webapp/openapi.py``), and a page listing every operation
   in it with its parameters, body and answers;
-- ``reference/cli.md``: every ``spacejobs`` command (``spacejobs.webapp.cli:main``), from click itself.
+- ``reference/cli.md``: every ``spacejobs`` command (``spacejobs.webapp.cli:main``), from click itself;
+- ``reference/python.md``: the public face, every name ``import spacejobs`` gives (its
+  ``__all__``), with its signature and its docstring.
 
 The configuration page is not made here: it is ``python -m models.settings``'s table, kept in
 ``docs/reference/configuration.md`` and checked by ``tests/unit/test_settings.py``, so it reads
@@ -29,7 +31,52 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
                                 content=json.dumps(document, indent=2, sort_keys=True) + "\n"))
     files.append(File.generated(config, "reference/http-operations.md", content=operations_page(document)))
     files.append(File.generated(config, "reference/cli.md", content=cli_page()))
+    files.append(File.generated(config, "reference/python.md", content=python_page()))
     return files
+
+
+# ----------------------------------------------------------------------------------- Python
+
+def python_page() -> str:
+    """Every public name of ``spacejobs``, in its order: signature, then docstring; a class's
+    public methods and properties under it."""
+    import inspect
+
+    import spacejobs
+
+    lines = ["# Python API", "",
+             "What `import spacejobs` gives, and nothing else is promised: everything under",
+             "`spacejobs.*` beside these names is the house's own. Written from the code when the",
+             "site is built (`spacejobs.__all__`, each name's signature and docstring).", ""]
+    for name in spacejobs.__all__:
+        value = getattr(spacejobs, name)
+        lines += [f"## `{name}`", "", "```python", _signature(name, value), "```", ""]
+        lines += [inspect.getdoc(value) or "", ""]
+        if inspect.isclass(value) and not issubclass(value, BaseException):
+            for member, attribute in inspect.getmembers(value):
+                if member.startswith("_") or member in getattr(value, "model_fields", {}):
+                    continue
+                if not (inspect.isfunction(attribute) or isinstance(attribute, property)):
+                    continue
+                if getattr(attribute, "__module__", value.__module__).startswith("pydantic"):
+                    continue
+                doc = inspect.getdoc(attribute) or ""
+                lines += [f"### `{name}.{member}`", "", "```python",
+                          _signature(member, attribute.fget if isinstance(attribute, property)
+                                     else attribute, prop=isinstance(attribute, property)),
+                          "```", "", doc, ""]
+    return "\n".join(lines) + "\n"
+
+
+def _signature(name: str, value: Any, *, prop: bool = False) -> str:
+    import inspect
+
+    if prop:
+        return f"{name}  # property"
+    try:
+        return f"{name}{inspect.signature(value)}"
+    except (TypeError, ValueError):
+        return name
 
 
 # ----------------------------------------------------------------------------------- HTTP

@@ -143,6 +143,21 @@ def make_engine(
     return engine
 
 
+def prepare_engine(engine: Engine) -> Engine:
+    """Let Space Jobs submit through an application's OWN engine (a Flask-SQLAlchemy
+    ``db.engine``), in the application's transactions: its new connections become ones that
+    run callbacks after their transaction commits (the wake-up goes out only then), and the
+    connections it already pooled are let go. Idempotent. TypeError unless the engine speaks to
+    PostgreSQL through psycopg 3 (``postgresql+psycopg://``), the one driver Space Jobs uses."""
+    if engine.dialect.name != "postgresql" or engine.dialect.driver != "psycopg":
+        raise TypeError("Space Jobs needs an engine of PostgreSQL through psycopg 3 (a URL "
+                        f"postgresql+psycopg://…), not {engine.dialect.name}+{engine.dialect.driver}")
+    if not event.contains(engine, "do_connect", _connect_with_after_commit):
+        event.listen(engine, "do_connect", _connect_with_after_commit)
+        engine.dispose()  # the connections it pooled before are closed, never reused
+    return engine
+
+
 def _connect_with_after_commit(_dialect: Any, _record: Any, cargs: tuple[Any, ...],
                                cparams: dict[str, Any]) -> AfterCommitConnection:
     # A span per statement when this process traces (no statement text leaves it).

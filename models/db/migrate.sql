@@ -13,7 +13,9 @@ DECLARE
     password text;
 BEGIN
     FOR r IN SELECT * FROM (VALUES ('space_owner', false), ('space_app', true),
-                                   ('space_worker', true), ('space_operator', true)) AS t (name, login)
+                                   ('space_worker', true), ('space_operator', true),
+                                   -- an application's own role holds it to write its tenants
+                                   ('space_tenancy', false)) AS t (name, login)
     LOOP
         BEGIN
             EXECUTE format('CREATE ROLE %I', r.name);
@@ -38,7 +40,7 @@ END $$
 
 -- grant_schema --
 GRANT USAGE, CREATE ON SCHEMA public TO space_owner;
-GRANT USAGE ON SCHEMA public TO space_app, space_worker, space_operator
+GRANT USAGE ON SCHEMA public TO space_app, space_worker, space_operator, space_tenancy
 
 -- secure_database --
 -- Nobody may create temporary tables: a temp table named like one of ours would shadow it for

@@ -126,7 +126,9 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
     back. ``conn`` must come from an engine made by :func:`models.db.engine.make_engine`."""
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, AfterCommitConnection):
-        raise TypeError("after_commit needs a connection from models.db.engine.make_engine()")
+        raise TypeError("a submit needs a connection of an engine Space Jobs made or prepared "
+                        "(spacejobs.models.db.engine.prepare_engine(), which SpaceJobs(app, "
+                        "db=db) does for Flask-SQLAlchemy's engine) before its first connection")
     if dbapi.autocommit:
         run_after_commit([callback])  # each statement commits by itself: this one has
     else:

@@ -83,6 +83,38 @@ class Job:
     def finished(self) -> bool:
         return self.status in TERMINAL
 
+    @property
+    def error(self) -> JobError | None:
+        """Why it failed, as the JSON's ``error`` says it: its code and message (None unless
+        it failed, or an attempt of it did and it will be retried)."""
+        if self.error_code is None:
+            return None
+        return JobError(self.error_code, self.error_message or "")
+
+    @property
+    def waiting_for(self) -> WaitingFor | None:
+        """What a waiting job waits for, as the JSON's ``waiting_for`` says it (None for a job
+        that does not wait)."""
+        if self.status != Status.WAITING:
+            return None
+        return WaitingFor(self.wait_until, self.wait_signal, self.wait_children)
+
+
+class JobError(NamedTuple):
+    """A job's error: its code (``error_code``) and the sentence for people (``message``)."""
+
+    code: str
+    message: str
+
+
+class WaitingFor(NamedTuple):
+    """What a waiting job waits for: a moment, a signal's name, or how many of its children
+    were still active when it began to wait."""
+
+    until: datetime | None
+    signal: str | None
+    children: int | None
+
 
 _JOB_FIELDS = dataclasses.fields(Job)
 #: read where a statement selects them (the reads of one job or a page), None elsewhere

@@ -22,7 +22,8 @@ from spacejobs.models.db import hot
 from spacejobs.models.db.queries import queries_beside
 from spacejobs.models.errors import InvalidRequest, NotFound
 from spacejobs.models.kinds.rules import RateLimit
-from spacejobs.models.tenancy.access import ORG_STATES, ROLE_RANK, Membership
+from spacejobs.models.tenancy.access import Membership
+from spacejobs.models.tenancy.api import Tenancy
 
 Q = queries_beside(__file__)
 
@@ -80,8 +81,8 @@ def set_operator(conn: Connection, user_id: UUID, operator: bool) -> None:
 
 
 def create_organization(conn: Connection, name: str) -> UUID:
-    organization_id: UUID = conn.execute(Q["create_organization"], {"name": name}).scalar_one()
-    return organization_id
+    """A new organization (the CLI's, through the tenancy API an application uses too)."""
+    return Tenancy(conn).put_organization(name)
 
 
 def find_organization_by_name(conn: Connection, name: str) -> UUID | None:
@@ -99,19 +100,16 @@ def resolve_organization(conn: Connection, ref: str) -> UUID:
 
 
 def add_member(conn: Connection, organization_id: UUID, user_id: UUID, role: str) -> None:
-    if role not in ROLE_RANK:
-        raise InvalidRequest("The role must be owner, admin or member.")
-    conn.execute(Q["add_member"], {"org": organization_id, "user": user_id, "role": role})
+    """Add a member, or change their role (through the tenancy API)."""
+    Tenancy(conn).put_member(organization_id, user_id, role)
 
 
 def remove_member(conn: Connection, organization_id: UUID, user_id: UUID) -> bool:
-    return conn.execute(Q["remove_member"], {"org": organization_id, "user": user_id}).rowcount > 0
+    return Tenancy(conn).remove_member(organization_id, user_id)
 
 
 def set_organization_state(conn: Connection, organization_id: UUID, state: str) -> None:
-    if state not in ORG_STATES:
-        raise InvalidRequest("The state must be one of: " + ", ".join(ORG_STATES) + ".")
-    conn.execute(Q["set_organization_state"], {"org": organization_id, "state": state})
+    Tenancy(conn).set_state(organization_id, state)
 
 
 def set_claim_weight(conn: Connection, organization_id: UUID, weight: int) -> None:

@@ -1,5 +1,7 @@
 -- Users, organizations, memberships and API tokens. Administrative writes run as the owner role
--- (the CLI); the web reads through its own role in a transaction scoped to the user.
+-- (the CLI); organizations, memberships and their states go through the tenancy API
+-- (models/tenancy/api.py) that applications use too. The web reads through its own role in a
+-- transaction scoped to the user.
 
 -- create_user --
 INSERT INTO users (email, name, is_operator) VALUES (:email, :name, :operator)
@@ -15,25 +17,12 @@ SELECT id, email, name, is_operator FROM users WHERE id = CAST(:id AS uuid)
 -- set_operator --
 UPDATE users SET is_operator = :operator WHERE id = :id
 
--- create_organization --
-INSERT INTO organizations (name) VALUES (:name) RETURNING id
-
 -- resolve_organization --
 -- The CLI names an organization by id or by name; the caller insists on exactly one match.
 SELECT id FROM organizations WHERE id::text = :ref OR name = :ref
 
 -- find_organization_by_name --
 SELECT id FROM organizations WHERE name = :name
-
--- add_member --
-INSERT INTO memberships (organization_id, user_id, role) VALUES (:org, :user, :role)
-ON CONFLICT (organization_id, user_id) DO UPDATE SET role = excluded.role
-
--- remove_member --
-DELETE FROM memberships WHERE organization_id = :org AND user_id = :user
-
--- set_organization_state --
-UPDATE organizations SET state = :state, updated_at = now() WHERE id = :org
 
 -- set_claim_weight --
 -- The organization's share of each claim when several have work (claim_jobs in the schema).

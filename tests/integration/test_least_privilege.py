@@ -34,13 +34,15 @@ CATALOG = text(r"""
 SELECT grantee || '  table ' || table_name || '  ' || string_agg(privilege_type, ', '
        ORDER BY privilege_type)
 FROM information_schema.role_table_grants
-WHERE grantee IN ('space_app', 'space_worker', 'space_operator') AND table_schema = 'public'
+WHERE grantee IN ('space_app', 'space_worker', 'space_operator', 'space_tenancy')
+  AND table_schema = 'public'
 GROUP BY grantee, table_name
 UNION ALL
 SELECT grantee || '  column ' || table_name || '.' || column_name || '  ' ||
        string_agg(privilege_type, ', ' ORDER BY privilege_type)
 FROM information_schema.column_privileges c
-WHERE grantee IN ('space_app', 'space_worker', 'space_operator') AND table_schema = 'public'
+WHERE grantee IN ('space_app', 'space_worker', 'space_operator', 'space_tenancy')
+  AND table_schema = 'public'
   AND NOT EXISTS (SELECT 1 FROM information_schema.role_table_grants t
                   WHERE t.grantee = c.grantee AND t.table_name = c.table_name
                     AND t.privilege_type = c.privilege_type)
@@ -49,7 +51,8 @@ UNION ALL
 SELECT r.rolname || '  function ' || p.oid::regprocedure::text || '  EXECUTE'
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 CROSS JOIN pg_roles r
-WHERE n.nspname = 'public' AND r.rolname IN ('space_app', 'space_worker', 'space_operator')
+WHERE n.nspname = 'public'
+  AND r.rolname IN ('space_app', 'space_worker', 'space_operator', 'space_tenancy')
   AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
   AND (p.prosecdef OR NOT has_function_privilege('public', p.oid, 'EXECUTE'))
 UNION ALL
@@ -57,13 +60,13 @@ SELECT role || '  policy ' || tablename || '.' || policyname || '  ' || cmd || '
        || regexp_replace(coalesce(qual, '-'), '\s+', ' ', 'g') || '  CHECK '
        || regexp_replace(coalesce(with_check, '-'), '\s+', ' ', 'g')
 FROM pg_policies, unnest(roles) AS role
-WHERE schemaname = 'public' AND role IN ('space_app', 'space_worker', 'space_operator')
+WHERE schemaname = 'public' AND role IN ('space_app', 'space_worker', 'space_operator', 'space_tenancy')
 UNION ALL
 SELECT r.rolname || '  database  ' || concat_ws(', ',
        CASE WHEN has_database_privilege(r.oid, current_database(), 'CREATE') THEN 'CREATE' END,
        CASE WHEN has_database_privilege(r.oid, current_database(), 'TEMP') THEN 'TEMP' END,
        CASE WHEN has_database_privilege(r.oid, current_database(), 'CONNECT') THEN 'CONNECT' END)
-FROM pg_roles r WHERE r.rolname IN ('space_app', 'space_worker', 'space_operator')
+FROM pg_roles r WHERE r.rolname IN ('space_app', 'space_worker', 'space_operator', 'space_tenancy')
 ORDER BY 1
 """)
 

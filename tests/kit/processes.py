@@ -47,12 +47,14 @@ class LoggedProcess:
     _reaped: bool = field(default=False, repr=False, compare=False)  # killed and waited for
 
     @classmethod
-    def start(cls, name: str, argv: list[str], *, env: dict[str, str], log_dir: Path) -> LoggedProcess:
-        """Start ``argv`` from the repository root in a new session, logging to ``<name>.log``."""
+    def start(cls, name: str, argv: list[str], *, env: dict[str, str], log_dir: Path,
+              cwd: Path = REPO_ROOT) -> LoggedProcess:
+        """Start ``argv`` in a new session from ``cwd`` (the repository root unless an
+        application's own folder), logging to ``<name>.log``."""
         log = log_dir / f"{name}.log"
         started = time.time()
         with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
-            popen = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=handle,
+            popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=handle,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         return cls(name, popen, log, started)
@@ -134,9 +136,9 @@ class ProcessSet:
         return len(self.running)
 
     def start(self, name: str, argv: list[str], env: dict[str, str], *, ready: str | None = None,
-              timeout: float = 60) -> LoggedProcess:
+              timeout: float = 60, cwd: Path = REPO_ROOT) -> LoggedProcess:
         """Start a process; with ``ready``, wait until it logs that line."""
-        proc = LoggedProcess.start(name, argv, env=env, log_dir=self.log_dir)
+        proc = LoggedProcess.start(name, argv, env=env, log_dir=self.log_dir, cwd=cwd)
         self.running.append(proc)
         if ready is not None:
             proc.wait_for_log(ready, timeout=timeout)

@@ -118,11 +118,13 @@ class Stack:
         path.mkdir(exist_ok=True)
         return path
 
-    def start_worker(self, concurrency: int = 2, **extra_env: str) -> LoggedProcess:
-        """A Celery worker on this stack's queues, once it says it is ready."""
+    def start_worker(self, concurrency: int = 2, *, cwd: Path = REPO_ROOT,
+                     **extra_env: str) -> LoggedProcess:
+        """A Celery worker on this stack's queues, once it says it is ready; started from
+        ``cwd`` (an application's own folder, whose modules it then imports first)."""
         name = f"w{len(self.processes)}-{uuid.uuid4().hex[:6]}"
         return self.processes.start(name, self.worker_argv(name, concurrency),
-                                    self.env(**extra_env), ready=WORKER_READY, timeout=30)
+                                    self.env(**extra_env), ready=WORKER_READY, timeout=30, cwd=cwd)
 
     def worker_argv(self, name: str, concurrency: int, *, queue: str | None = None) -> list[str]:
         """The command of a worker on this stack's queues (or on ``queue``'s)."""
