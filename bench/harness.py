@@ -1,5 +1,5 @@
 """What every benchmark measures with: waiting for a condition under a deadline, pacing calls,
-the one percentile definition, and driving ``wrk``.
+the one percentile definition, driving ``wrk``, and where raw output goes.
 
 Percentiles: **linear interpolation between the closest ranks** (the "inclusive" method of
 ``statistics.quantiles``, numpy's default, R's type 7). Of the two definitions the benchmarks
@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 # -- waiting ----------------------------------------------------------------------------------
@@ -153,3 +154,20 @@ def run_wrk(url: str, script: Path, *, seconds: float, connections: int, threads
     if done.returncode != 0:
         raise WrkError(f"wrk exited with {done.returncode}: {done.stderr[-1500:]}")
     return parse_wrk(done.stdout)
+
+
+# -- raw output -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Where a benchmark writes raw output (profiles, logs) when not told where: git-ignored, outside
+#: docs/, so that nothing the documentation site builds from is a raw profile (bench/README.md).
+RAW_OUTPUT = ROOT / ".bench"
+
+
+def raw_output_dir(name: str) -> Path:
+    """A new directory for one run's raw output: ``.bench/<name>-<UTC time>-<commit>``."""
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, check=False)
+    commit = found.stdout.strip() or "nogit"
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return RAW_OUTPUT / f"{name}-{stamp}-{commit}"

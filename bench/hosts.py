@@ -5,11 +5,11 @@ Run as root from the repository root (it creates network namespaces):
 
     .venv/bin/python -m bench.hosts [--hosts 2] [--jobs 20000] [--delay-ms 0.5]
 
-- **Network.** N network namespaces, each joined to the host by a veth pair. The host ends sit
-  on a bridge that holds the host-side address of a private /24; each namespace has its own
-  address on that /24. With ``--delay-ms`` every packet leaving a namespace waits that long
-  (``tc qdisc … netem delay``), which adds it to every round trip as a LAN would. When the
-  kernel has no netem, the run says so and goes on without the delay.
+- **Network.** N network namespaces (tests/kit/netns.py), each joined to the host by a veth
+  pair. The host ends sit on a bridge that holds the host-side address of a private /24; each
+  namespace has its own address on that /24. With ``--delay-ms`` every packet leaving a
+  namespace waits that long (``tc qdisc … netem delay``), which adds it to every round trip as a
+  LAN would. When the kernel has no netem, the run says so and goes on without the delay.
 - **Servers.** A private PostgreSQL cluster (Debian's initdb and pg_ctl, run as ``postgres``) and
   a private redis-server, bound to 127.0.0.1 and to the bridge's address. The machine's own
   servers listen on 127.0.0.1 only and are left alone.
@@ -28,9 +28,7 @@ process is gone.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -52,6 +50,7 @@ from bench import rows
 from bench.harness import paced, percentile, poll
 from spacejobs.models.db.engine import libpq_url
 from tests.kit import broker
+from tests.kit.netns import Network, remove_stale, sh
 from tests.kit.processes import (
     WORKER_READY,
     LoggedProcess,
@@ -65,8 +64,6 @@ from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
 KIND = "bench.noop"
-PREFIX = "sjh"  # namespaces sjh<pid>-<n>, bridge sjb<pid>, host-side veths sjv<pid>h<n>
-SUBNETS = ipaddress.ip_network("10.231.0.0/16")
 
 
 class BenchError(RuntimeError):
@@ -76,133 +73,6 @@ class BenchError(RuntimeError):
 def _log(message: str) -> None:
     # Progress goes to stderr so stdout carries only the report.
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if check and done.returncode != 0:
-        raise BenchError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
-    return done
-
-
-# ---------------------------------------------------------------------------------------------
-# The network: a bridge with the host's address, one namespace per "host"
-# ---------------------------------------------------------------------------------------------
-
-@dataclass
-class Network:
-    hosts: int
-    delay_ms: float
-    tag: str = field(default_factory=lambda: str(os.getpid()))
-    subnet: ipaddress.IPv4Network = field(init=False)
-    made: list[tuple[str, str]] = field(default_factory=list)  # ("netns"|"link", name) to undo
-    delay_note: str = ""
-
-    @property
-    def bridge(self) -> str:
-        return f"sjb{self.tag}"
-
-    @property
-    def host_address(self) -> str:
-        return str(self.subnet.network_address + 1)
-
-    def namespace(self, n: int) -> str:
-        return f"{PREFIX}{self.tag}-{n}"
-
-    def address(self, n: int) -> str:
-        return str(self.subnet.network_address + 10 + n)
-
-    def exec_prefix(self, n: int) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace(n)]
-
-    def create(self) -> None:
-        """The bridge and the namespaces; on a failure part-way, what was made is undone."""
-        try:
-            self._create()
-        except BaseException:
-            self.destroy()
-            raise
-
-    def _create(self) -> None:
-        self.subnet = _free_subnet()
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        self.made.append(("link", self.bridge))
-        sh("ip", "addr", "add", f"{self.host_address}/{self.subnet.prefixlen}", "dev", self.bridge)
-        sh("ip", "link", "set", self.bridge, "up")
-        for n in range(self.hosts):
-            ns, veth = self.namespace(n), f"sjv{self.tag}h{n}"
-            sh("ip", "netns", "add", ns)
-            self.made.append(("netns", ns))
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self.made.append(("link", veth))
-            sh("ip", "link", "set", veth, "master", self.bridge, "up")
-            sh("ip", "-n", ns, "addr", "add", f"{self.address(n)}/{self.subnet.prefixlen}", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", ns, "route", "add", "default", "via", self.host_address)
-            if self.delay_ms > 0:
-                added = sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root",
-                           "netem", "delay", f"{self.delay_ms}ms", check=False)
-                if added.returncode != 0:
-                    self.delay_note = (f"no delay added: this kernel refused netem "
-                                       f"({added.stderr.strip()})")
-        if self.delay_ms > 0 and not self.delay_note:
-            self.delay_note = f"netem delay {self.delay_ms:g} ms on each namespace's eth0 egress"
-        elif not self.delay_note:
-            self.delay_note = "no delay added (--delay-ms 0)"
-
-    def destroy(self) -> None:
-        # Each veth pair goes first, by its host end: a namespace outlives its deletion while a
-        # process still runs in it (one killed, not yet reaped), and so would the pair, whose
-        # names the next network of this process takes.
-        for kind, name in reversed(self.made):
-            if kind == "netns":
-                sh("ip", "netns", "del", name, check=False)
-            else:
-                sh("ip", "link", "del", name, check=False)
-        self.made.clear()
-
-
-def _free_subnet() -> ipaddress.IPv4Network:
-    taken = [ipaddress.ip_interface(address).network
-             for address in re.findall(r"inet (\S+)", sh("ip", "-4", "addr").stdout)]
-    for subnet in SUBNETS.subnets(new_prefix=24):
-        if not any(subnet.overlaps(other) for other in taken):
-            return subnet
-    raise BenchError(f"no free /24 in {SUBNETS}")
-
-
-def remove_stale() -> None:
-    """Namespaces and bridges of earlier runs whose process is gone (a run killed with -9)."""
-    stale = set()
-    for line in sh("ip", "netns", "list").stdout.splitlines():
-        found = re.match(rf"({PREFIX}(\d+)-\d+)\b", line)
-        if found and not _alive(int(found.group(2))):
-            sh("ip", "netns", "del", found.group(1), check=False)
-            stale.add(found.group(2))
-    for line in sh("ip", "-o", "link", "show", "type", "bridge").stdout.splitlines():
-        found = re.search(r"\bsjb(\d+):", line)
-        if found and not _alive(int(found.group(1))):
-            sh("ip", "link", "del", f"sjb{found.group(1)}", check=False)
-            stale.add(found.group(1))
-    # The sink of the chaos run's cuts (bench/chaos/partitions.py): sjd<pid>a, a veth pair.
-    for line in sh("ip", "-o", "link", "show", "type", "veth").stdout.splitlines():
-        found = re.search(r"\bsjd(\d+)a[@:]", line)
-        if found and not _alive(int(found.group(1))):
-            sh("ip", "link", "del", f"sjd{found.group(1)}a", check=False)
-            stale.add(found.group(1))
-    if stale:
-        _log(f"removed what runs {', '.join(sorted(stale))} left behind")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     complete = False
     try:
         with until_stopped(_log):
-            remove_stale()
+            if stale := remove_stale():
+                _log(f"removed what runs {', '.join(stale)} left behind")
             _log(f"creating {args.hosts} network namespaces")
             network.create()
             cluster = PrivateCluster(tmp / "servers", ["127.0.0.1", network.host_address],

@@ -1,13 +1,14 @@
 """Profile a drain: where the time goes, in Python (py-spy) and in SQL (pg_stat_statements).
 
     .venv/bin/python -m bench.profile --server postgresql://postgres@127.0.0.1:5433/postgres \\
-        --redis redis://127.0.0.1:6379/0 --jobs 5000 --out docs/perf/after
+        --redis redis://127.0.0.1:6379/0 --jobs 5000 [--out DIR]
 
 The server must load pg_stat_statements (``shared_preload_libraries``) and the URL must be a
 superuser's (it creates the extension and reads every role's statements); a private PostgreSQL
-on another port is the easy way (see docs/perf/README.md). It fills one organization with N
-``bench.noop`` jobs, starts one worker (``-c 2``, prefork),
-attaches py-spy once it is ready, wakes it, waits until every job is finished, and writes into ``--out``:
+on another port is the easy way (bench/README.md, "A server with pg_stat_statements"). It fills
+one organization with N ``bench.noop`` jobs, starts one worker (``-c 2``, prefork), attaches
+py-spy once it is ready, wakes it, waits until every job is finished, and writes into ``--out``
+(by default a new ``.bench/profile-<time>-<commit>``, git-ignored):
 
 - ``stacks.txt``: py-spy's collapsed stacks of the worker's processes during the drain (load
   it in speedscope.app or flamegraph.pl), and ``python.txt``: the functions with the most
@@ -32,7 +33,7 @@ from typing import Any
 import psycopg
 
 from bench import rows
-from bench.harness import poll
+from bench.harness import poll, raw_output_dir
 from spacejobs.models.db.engine import libpq_url, make_engine
 from tests.kit import seeding
 from tests.kit.servers import Servers
@@ -47,10 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", required=True)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="where the raw output goes (default: a new "
+                                                 "directory under .bench/, git-ignored)")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     args = parser.parse_args(argv)
+    args.out = args.out or raw_output_dir("profile")
     args.out.mkdir(parents=True, exist_ok=True)
+    print(f"raw output: {args.out}", file=sys.stderr, flush=True)
 
     name = f"sj_profile_{uuid.uuid4().hex[:8]}"
     queue = f"sj-profile-{uuid.uuid4().hex[:8]}"

@@ -22,7 +22,8 @@ pool keeps a connection for each busy thread opens none once warm, one that keep
 closes backends all the time. A session still open is counted when its backend reports, at most
 10 s late, so a handful more or less is noise.
 
-``--profile DIR`` looks at the submit's run from three sides and writes what it saw into DIR:
+``--profile [DIR]`` looks at the submit's run from three sides and writes what it saw into DIR
+(without one, a new ``.bench/web-profile-<time>-<commit>``, git-ignored):
 
 - ``python.txt`` (and py-spy's collapsed ``stacks.txt``): py-spy with ``--gil`` on the web's
   processes, so only samples in which a request thread held the GIL: their Python work;
@@ -32,14 +33,15 @@ closes backends all the time. A session still open is counted when its backend r
 - ``cpu.txt``: CPU time over the run from ``/proc``, by process (the web's, PostgreSQL's
   backends, Redis, wrk), as a share of one core;
 - ``statements.txt``: the run's statements from ``pg_stat_statements`` (calls, mean time, buffers),
-  when the server loads it (docs/perf/README.md: a private server on another port); else a line
-  that says it does not.
+  when the server loads it (bench/README.md, "A server with pg_stat_statements": a private
+  server on another port); else a line that says it does not.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -51,7 +53,7 @@ from typing import Any
 
 import psycopg
 
-from bench.harness import post_script, run_wrk
+from bench.harness import post_script, raw_output_dir, run_wrk
 from bench.peers import load_peer
 from bench.peers.spacejobs import REQUEST_LIMITS, UNLIMITED
 from bench.profile import (
@@ -67,6 +69,9 @@ from spacejobs.models.db.engine import libpq_url
 from spacejobs.models.db.queries import queries_beside
 from tests.kit.sampling import QuerySampler
 
+# --profile with no DIR: a directory of its own under .bench/
+DEFAULT_PROFILE = Path("<.bench>")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.web_ceiling", description=__doc__,
@@ -74,11 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8, help="wrk's run per URL")
     parser.add_argument("--connections", type=int, default=32, help="wrk's keep-alive connections")
     parser.add_argument("--workers", type=int, default=2, help="`spacejobs web --workers`")
-    parser.add_argument("--profile", type=Path, help="where the submit's time goes (Python, "
-                                                      "the database's waits, CPU), into this "
-                                                      "directory")
+    parser.add_argument("--profile", type=Path, nargs="?", const=DEFAULT_PROFILE, metavar="DIR",
+                        help="where the submit's time goes (Python, the database's waits, CPU), "
+                             "into DIR (default: a new directory under .bench/, git-ignored)")
     add_embedded_option(parser)
     args = parser.parse_args(argv)
+    if args.profile == DEFAULT_PROFILE:
+        args.profile = raw_output_dir("web-profile")
+    if args.profile is not None:
+        print(f"raw output: {args.profile}", file=sys.stderr, flush=True)
     print(f"spacejobs web --workers {args.workers}, wrk -c{args.connections} for"
           f" {args.seconds:g} s per URL after 1 s of warm-up")
     with measured_on(args.embedded) as (admin_url, redis_url):
@@ -168,7 +177,7 @@ def statements_during(admin_url: str, answered: int) -> str:
     with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
         if not statements_loaded(conn):
             return ("pg_stat_statements is not in this server's shared_preload_libraries:"
-                    " docs/perf/README.md says how to run a server that has it\n")
+                    " bench/README.md says how to run a server that has it\n")
         table, calls, commits = statements_table(conn)
     per = max(answered, 1)
     return "\n".join([f"{answered:,} POSTs answered; statements executed: {calls:,}"

@@ -1,21 +1,12 @@
 """Network partitions for the chaos run (``--partitions``): real cuts between "hosts".
 
 Each worker, and the web the client submits through, runs in a network namespace of its own
-(bench/hosts.py builds them: a veth pair per host, the host ends on a bridge), and reaches
+(tests/kit/netns.py's ``Network``: a veth pair per host, the host ends on a bridge), and reaches
 PostgreSQL and Redis over TCP at the bridge's address. A cut drops every packet between one host
-and one server, in both directions, while the host's other links stay up:
-
-- a cut is two ``u32`` filters on the bridge's end of the host's veth pair (a ``clsact``
-  qdisc): one on its ingress for what the host sends to the server's port, one on its egress
-  for what comes back from it; both redirect those packets (``mirred``) to a sink, a device
-  whose only queue holds no packet (``pfifo limit 0``), where they are dropped;
-- healing deletes the two filters.
-
-The drop happens between the hosts, as on a broken switch port: neither end's own TCP stack is
-told (a drop in the sender's own queue would be, and Linux then times the connection out in
-seconds, which a real cut does not do). The machine has neither iptables nor nft, and its
-kernel neither ``netem`` nor the ``gact`` drop action; clsact, u32 and mirred are what it
-offers.
+and one server, in both directions, while the host's other links stay up (``Links``, beside
+``Network``: two ``u32`` filters on the bridge's end of the host's veth pair send them to a
+device whose queue holds no packet; healing deletes the two filters). The drop happens between
+the hosts, as on a broken switch port: neither end's own TCP stack is told.
 
 The cuts follow a fixed plan, each so many seconds into the submissions (``PLANS``; the run
 makes the submissions last ``MIN_SUBMIT_SECONDS`` at least, so that every host is healed while
@@ -33,7 +24,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import sys
 import time
 from collections import Counter
@@ -48,8 +38,9 @@ from sqlalchemy import Connection
 
 from bench.chaos.driver import Fleet, Incarnation, log
 from bench.harness import poll
-from bench.hosts import Network, PrivateCluster, on_host, remove_stale, sh
+from bench.hosts import PrivateCluster, on_host
 from tests.kit import facts
+from tests.kit.netns import Links, Network, remove_stale
 from tests.kit.processes import LoggedProcess, free_port
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
@@ -67,8 +58,6 @@ PROTECT_AFTER_HEAL = 45.0
 # The leases a cut host holds are read this long after the cut, when none of its finishes can
 # still be on its way (read at the cut, a job finishing that instant would count as held).
 HELD_READ_AFTER = 1.0
-# tc filter priorities, one per server, so a heal deletes only that server's filter.
-FILTER_PRIO = {"PostgreSQL": "10", "Redis": "11"}
 
 
 @dataclass(frozen=True)
@@ -106,55 +95,6 @@ PROBE_PAST_HEAL = 8.0
 PROBE_EVERY = 3.0
 PROBES_PER_CUT = 4
 PROBE_PATIENCE = 15.0
-
-
-class Links:
-    """The filters that cut and heal one host's link to one server, on the host's end of the
-    veth pair (the bridge side), and the device they send the cut packets to."""
-
-    def __init__(self, network: Network, ports: dict[str, int]) -> None:
-        self.network = network
-        self.ports = ports
-
-    @property
-    def sink(self) -> str:
-        return f"sjd{self.network.tag}a"
-
-    def veth(self, n: int) -> str:
-        return f"sjv{self.network.tag}h{n}"
-
-    def prepare(self) -> None:
-        # The sink: one end of a veth pair of its own, up, whose only queue holds no packet.
-        sh("ip", "link", "add", self.sink, "type", "veth", "peer", "name", f"sjd{self.network.tag}b")
-        self.network.made.append(("link", self.sink))
-        for end in (self.sink, f"sjd{self.network.tag}b"):
-            sh("ip", "link", "set", end, "up")
-        sh("tc", "qdisc", "add", "dev", self.sink, "root", "pfifo", "limit", "0")
-        for n in range(self.network.hosts):
-            sh("tc", "qdisc", "add", "dev", self.veth(n), "clsact")
-
-    def cut(self, n: int, server: str) -> None:
-        # What the host sends to the server (ingress of the bridge's end), and what the server
-        # sends back (egress towards the host).
-        for hook, field_ in (("ingress", "dport"), ("egress", "sport")):
-            sh("tc", "filter", "add", "dev", self.veth(n), hook, "protocol", "ip", "prio",
-               FILTER_PRIO[server], "u32", "match", "ip", field_, str(self.ports[server]), "0xffff",
-               "action", "mirred", "egress", "redirect", "dev", self.sink)
-
-    def heal(self, n: int, server: str) -> int:
-        """Remove the cut; returns the packets it dropped."""
-        dropped = self.dropped(n, server)
-        for hook in ("ingress", "egress"):
-            sh("tc", "filter", "del", "dev", self.veth(n), hook, "prio", FILTER_PRIO[server], check=False)
-        return dropped
-
-    def dropped(self, n: int, server: str) -> int:
-        total = 0
-        for hook in ("ingress", "egress"):
-            shown = sh("tc", "-s", "filter", "show", "dev", self.veth(n), hook, "prio",
-                       FILTER_PRIO[server], check=False).stdout
-            total += sum(int(found) for found in re.findall(r"Sent \d+ bytes (\d+) pkt", shown))
-        return total
 
 
 @dataclass
@@ -325,7 +265,8 @@ class Hosts:
         readings) and on the bridge (the hosts); returns them as the kit's servers."""
         if os.geteuid() != 0:
             raise PermissionError("--partitions creates network namespaces: run it as root")
-        remove_stale()
+        if stale := remove_stale():
+            log(f"removed what runs {', '.join(stale)} left behind")
         self.network.create()
         self.directory.chmod(0o711)  # the cluster runs as postgres, below it
         self.cluster = PrivateCluster(self.directory / "servers", ["127.0.0.1", self.network.host_address],

@@ -3,9 +3,9 @@ the cut fails within ``SPACEJOBS_DB_TCP_TIMEOUT`` seconds, and the same engine a
 the cut heals. Without the setting (0, the kernel's defaults) the statement hangs through the
 cut and past its heal, which is what would leave a worker's pool process stuck.
 
-The process runs in a network namespace of its own (bench/hosts.py builds it) and reaches the
-database through a proxy on the bridge; the cut drops its packets on the bridge's side of its
-veth pair (bench/chaos/partitions.py), as a broken switch port would. Root only: skipped
+The process runs in a network namespace of its own (tests/kit/netns.py's ``Network``) and reaches
+the database through a proxy on the bridge; the cut drops its packets on the bridge's side of its
+veth pair (``Links``, beside it), as a broken switch port would. Root only: skipped
 elsewhere, except under CI=1, where a skip would hide that it never ran.
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.chaos.partitions import Links
-from bench.hosts import Network
+from tests.kit.netns import Links, Network
 from tests.kit.processes import REPO_ROOT
 from tests.kit.stack import Stack
 from tests.netproxy import Partition, postgres_address, through

@@ -1,7 +1,7 @@
 """What a job's organization and requester, and an audit entry's organization, must name (the
 foreign keys of jobs and org_audit), as the owner role, whose administrative sessions are held
 to them too; and what deleting an organization or a user does to the rows that name it, with a
-deletion racing a write. The keys cost a bulk submit a fifth of its time (docs/benchmarks.md);
+deletion racing a write. The keys cost a bulk submit a fifth of its time (docs/history/benchmarks.md);
 whatever replaces them must still pass these."""
 
 from __future__ import annotations

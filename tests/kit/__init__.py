@@ -10,6 +10,8 @@ facts they read, written once.
 - ``seeding``: organizations, users, members, tokens and operators, through the owner role.
 - ``facts``: what the database says about jobs, read as an application role.
 - ``stack``: one cloned database, one queue, an engine per role, worker/beat processes, the app.
+- ``netns``: hosts on one machine (network namespaces on a bridge) and cuts between them (root).
 
-The repository's top level is fixed, so the kit lives under ``tests/``; ``bench/`` imports it.
+The repository's top level is fixed, so the kit lives under ``tests/``; ``bench/`` imports it, and
+nothing under ``tests/`` imports ``bench/`` (tests/unit/test_one_way.py).
 """

@@ -6,7 +6,7 @@ jobs waiting on timers and signals keep the promises of jobs that wait.
 The run is the benchmark's own command line, as a person would start it, and the test reads
 its printed report: the invariant lines (``ok`` / ``FAIL``) and the fault counts. It starts its
 own private PostgreSQL and Redis whatever DATABASE_URL / REDIS_URL say, because it restarts
-them; the session's servers (tests/conftest.py) are not used.
+them; the session's servers (bench/tests/conftest.py) are not used.
 """
 
 from __future__ import annotations

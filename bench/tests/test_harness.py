@@ -4,19 +4,23 @@ reading of wrk's report, the wrk command line (through a fake wrk on PATH) and t
 from __future__ import annotations
 
 import os
+import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from bench.harness import (
+    ROOT,
     Deadline,
     WrkError,
     parse_wrk,
     percentile,
     poll,
     post_script,
+    raw_output_dir,
     run_wrk,
     spread,
 )
@@ -195,3 +199,12 @@ def test_a_deadline_is_shared_by_the_waits_that_use_it() -> None:
     calls: list[int] = []
     assert not poll(lambda: calls.append(1), deadline, interval=0.01)
     assert calls == [1]
+
+
+def test_raw_output_goes_to_a_new_git_ignored_directory_outside_docs() -> None:
+    made = raw_output_dir("profile")
+    assert made.parent == ROOT / ".bench" and not made.exists()
+    assert re.fullmatch(r"profile-\d{8}T\d{6}Z-\w+", made.name), made.name
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", str(made / "python.txt")],
+                             check=False)
+    assert ignored.returncode == 0
