@@ -71,14 +71,16 @@ _WHERE = {
     "graph": "spacejobs.models.jobs.canvas",
     # Flask
     "SpaceJobs": "spacejobs.webapp.extension",
-    # tenants
+    # tenants, and the grants an application's role needs
     "Tenancy": "spacejobs.models.tenancy.api",
+    "MissingGrant": "spacejobs.models.tenancy.api",
 }
 
 #: the same names as _WHERE's, written out so that tools read them without running this
 __all__ = ["ChildrenFailed", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
     "InsufficientRole", "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished",
-    "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "NoParams", "NotFound",
+    "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams",
+    "NotFound",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed", "Submitted",
     "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals", "UnknownKind", "chain",
@@ -110,7 +112,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ imports 
     from spacejobs.models.jobs.service import JobRequest, JobRights, Jobs, Outcome, Submitted
     from spacejobs.models.kinds import NoParams, Params, job_kind
     from spacejobs.models.tenancy.access import Membership
-    from spacejobs.models.tenancy.api import Tenancy
+    from spacejobs.models.tenancy.api import MissingGrant, Tenancy
     from spacejobs.tasks.client import connect
     from spacejobs.tasks.engine.context import JobContext, Signal, Tenant
     from spacejobs.tasks.engine.fanout import ChildrenFailed

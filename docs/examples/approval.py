@@ -11,9 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from spacejobs import JobContext, Params, job_kind
 from spacejobs.demo.projects import Projects
-from spacejobs.models.kinds import Params, job_kind
-from spacejobs.tasks.engine.context import JobContext
 
 
 class ApprovalParams(Params):

@@ -12,8 +12,7 @@ from uuid import UUID
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from spacejobs.models.errors import DomainError
-from spacejobs.tasks.client import connect
+from spacejobs import DomainError, connect
 
 app = Flask(__name__)
 jobs = connect()

@@ -16,8 +16,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from spacejobs.models.kinds import Params, job_kind
-from spacejobs.tasks.engine.context import JobContext
+from spacejobs import JobContext, Params, job_kind
 
 
 class SyncParams(Params):
@@ -33,7 +32,7 @@ def partner_sync(ctx: JobContext, params: SyncParams) -> dict[str, Any]:
 
 
 def main(organization_id: UUID, user_id: UUID) -> list[dict[str, Any]]:
-    from spacejobs.tasks.client import connect
+    from spacejobs import connect
 
     jobs = connect()
     who = {"organization_id": organization_id, "requested_by": user_id}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from uuid import UUID
 
-from spacejobs.tasks.client import connect
+from spacejobs import connect
 
 
 def start_exports(organization_id: UUID, user_id: UUID, count: int) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from uuid import UUID
 
-from spacejobs.tasks.client import connect
+from spacejobs import connect
 
 
 def export_projects(organization_id: UUID, user_id: UUID) -> dict[str, object]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from uuid import UUID
 
-from spacejobs.models.jobs.canvas import chain, chord, sig
-from spacejobs.tasks.client import connect
+from spacejobs import chain, chord, connect, sig
 
 
 def run(organization_id: UUID, user_id: UUID) -> dict[str, object]:

@@ -12,7 +12,7 @@ import spacejobs
 PUBLIC = [
     "ChildrenFailed", "DomainError", "DuplicateJob", "IdempotencyKeyReused", "InsufficientRole",
     "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished", "JobNotCompleted",
-    "JobRequest", "JobRights", "Jobs", "Membership", "NoParams", "NotFound",
+    "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams", "NotFound",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed",
     "Submitted", "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals",
