@@ -90,8 +90,13 @@ def test_no_module_of_ours_imports_the_old_top_level_names():
     for folder, dirs, files in os.walk(REPO_ROOT):  # not into spacejobs/'s links
         dirs[:] = [d for d in dirs if d not in skipped and not (Path(folder) / d).is_symlink()]
         ours += [Path(folder) / f for f in files if f.endswith(".py")]
+    # The example application is an app of its own: its `models` is its own module, which is the
+    # point of the example.
+    example_app = REPO_ROOT / "docs" / "examples" / "flask_app"
     offenders = []
     for path in ours:
+        if path.is_relative_to(example_app):
+            continue
         name = str(path.relative_to(REPO_ROOT))
         for node in ast.walk(ast.parse(path.read_text(), name)):
             modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
