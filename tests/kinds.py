@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy import text
 
 from spacejobs.demo.projects import Projects
-from spacejobs.models.errors import DomainError
+from spacejobs.models.errors import DomainError, SignalTimeout
 from spacejobs.models.kinds import NoParams, Params, job_kind
 from spacejobs.tasks.engine.context import JobContext
 
@@ -186,6 +186,25 @@ def two_signals(ctx: JobContext, params: TwoSignalsParams) -> dict[str, Any]:
     first = ctx.wait_for_signal(params.name, timeout=60)
     second = ctx.wait_for_signal(params.name, timeout=60)
     return {"first": first, "second": second}
+
+
+class ApproveOrEscalateParams(Params):
+    timeout: Annotated[float, Field(ge=0, le=60)] = 0.5
+    then_sleep: Annotated[float, Field(ge=0, le=60)] = 2.0
+
+
+@job_kind("test.approve_or_escalate", org_states={"active"}, max_attempts=3, backoff=0.2,
+          params=ApproveOrEscalateParams)
+def approve_or_escalate(ctx: JobContext, params: ApproveOrEscalateParams) -> dict[str, Any]:
+    """"Approve within the timeout, else escalate", then a durable sleep: the run after the sleep
+    must meet the same outcome of the wait, whatever signal came meanwhile."""
+    try:
+        ctx.wait_for_signal("approve", timeout=params.timeout)
+        branch = "approved"
+    except SignalTimeout:
+        branch = "escalated"
+    ctx.sleep(params.then_sleep)
+    return {"branch": branch}
 
 
 class AddParams(Params):

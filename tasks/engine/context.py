@@ -262,6 +262,11 @@ class JobContext:
         if taken:
             return Signal.from_record(name, recorded)
         if datetime.now(UTC) >= deadline:
+            # The timeout is the wait's outcome, recorded as a signal would be: every later run
+            # (after the kind caught it and slept, say) meets the same timeout here, and a
+            # signal that comes late stays for a later wait rather than change the past.
+            self.checkpoint()
+            self.runtime.record_step(self.job, step, {_TIMED_OUT: deadline.isoformat()})
             raise SignalTimeout()
         raise WaitRequested(signal=name, until=deadline)
 
@@ -295,7 +300,10 @@ class Signal:
 
     @classmethod
     def from_record(cls, name: str, recorded: Any) -> Signal:
-        """The signal as its step recorded it (take_signal() in the schema)."""
+        """The signal as its step recorded it (take_signal() in the schema); SignalTimeout
+        again for a wait whose recorded outcome was its timeout."""
+        if isinstance(recorded, dict) and set(recorded) == {_TIMED_OUT}:
+            raise SignalTimeout()
         if isinstance(recorded, dict) and set(recorded) == {_TAKEN_SIGNAL}:
             taken = recorded[_TAKEN_SIGNAL]
             return cls(name, taken.get("payload"),
@@ -307,6 +315,8 @@ class Signal:
 
 #: the one key of a taken signal's step record (take_signal() in the schema)
 _TAKEN_SIGNAL = "_taken_signal"
+#: the one key of the step record of a wait that timed out (its deadline)
+_TIMED_OUT = "_signal_timed_out"
 
 
 def _jsonable(value: Any, name: str) -> Any:

@@ -96,6 +96,25 @@ def test_no_signal_by_the_timeout_fails_it_signal_timeout(stack: Stack, beat, cl
     assert done["error_code"] == "signal_timeout"
 
 
+def test_a_caught_timeout_is_the_waits_outcome_on_every_later_run(stack: Stack, beat, client):
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    job = submit(client, org, anna, "test.approve_or_escalate", {"timeout": 0.5, "then_sleep": 3})
+    # It timed out, took the escalation branch, and now sleeps: a late approval comes.
+    wait_until(lambda: (stack.job_row(job["id"])["status"] == "waiting"
+                        and stack.job_row(job["id"])["wait_signal"] is None), 20,
+               "the job asleep after its wait timed out")
+    late = client.post(f"/api/v1/orgs/{org}/jobs/{job['id']}/signals/approve", json=True,
+                       headers=anna.auth)
+    assert late.status_code == 202
+    done = stack.wait_for(job["id"], "completed", timeout=30)
+    assert done["result"] == {"branch": "escalated"}
+    with stack.admin() as conn:
+        untaken = conn.execute(text("SELECT count(*) FROM job_signals WHERE job_id = :id"
+                                    " AND taken_at IS NULL"), {"id": job["id"]}).scalar_one()
+    assert untaken == 1  # the late signal changed nothing that had happened
+
+
 def test_another_organizations_job_cannot_be_signalled_and_learns_nothing(stack: Stack, client):
     org, other = stack.org(), stack.org()
     anna = stack.user(org, role="owner")
