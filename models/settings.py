@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(
         20, ge=0, description="seconds running jobs may go on after SIGTERM before they are given back")
     presence_interval: float = Field(5, gt=0, description="seconds between worker presence heartbeats")
+    cancel_check_interval: float = Field(
+        0.5, gt=0, description="seconds between a worker process's looks at whether the job it "
+        "runs was asked to cancel (a read of its status, from the job's first such interval on; "
+        "the lease heartbeat, every third of the lease, tells it too)")
     controls_ttl: float = Field(
         1.0, ge=0, le=60, description="seconds a worker process keeps the operators' controls of "
                                       "kinds (pause, concurrency limit) before reading them again: "

@@ -62,7 +62,9 @@ class WorkerProcess:
         self.engine = make_engine(role_url(WORKER_ROLE), pool_size=2,
                                   application_name=f"spacejobs-worker:{self.name}")
         self.leases = WorkerLeases(self.engine, self.name)
-        self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail)
+        self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail,
+                                  cancels_asked=self.leases.cancels_asked,
+                                  cancel_check=settings.cancel_check_interval)
         self.stats = Stats()
         #: this process's turn among the organizations, kept from one wake-up to the next
         self.ring = Ring()

@@ -110,12 +110,29 @@ def graph(steps: Mapping[str, tuple[Signature, Sequence[str]]]) -> Graph:
 
 
 class StepNode(Params):
-    """One compiled step: its place is its index in the workflow's ``steps``."""
+    """One compiled step: its place is its index in the workflow's ``steps``. ``after``: the
+    places whose results it reads (``ctx.inputs``, in that order), which it runs after;
+    ``waits``: places it runs after too without reading their results (what came before an
+    empty group: ``chain(a, group(), b)`` runs ``b`` once ``a`` completed, with the empty
+    group's results, ``[]``, as its inputs)."""
 
     name: str = Field(min_length=1, max_length=200)
     kind: str = Field(min_length=1, max_length=64)
     params: dict[str, Any] = Field(default_factory=dict)
     after: list[int] = Field(default_factory=list)
+    waits: list[int] = Field(default_factory=list)
+
+    @property
+    def needs(self) -> list[int]:
+        """Every place this step runs after."""
+        return self.after + [place for place in self.waits if place not in self.after]
+
+    def as_params(self) -> dict[str, Any]:
+        """The step as the workflow's params hold it (``waits`` only when it has some)."""
+        dumped = self.model_dump(mode="json")
+        if not self.waits:
+            del dumped["waits"]
+        return dumped
 
 
 class WorkflowParams(Params):
@@ -161,7 +178,7 @@ def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) ->
         try:
             if step.kind == "workflow":
                 raise InvalidRequest("A workflow's step cannot be a workflow.", fields=["steps"])
-            if any(not 0 <= dep < index for dep in step.after):
+            if any(not 0 <= dep < index for dep in step.needs):
                 raise InvalidRequest("A step may wait only for steps before it.", fields=["steps"])
             kind_of(step.kind).parse_params(step.params)
         except DomainError as error:
@@ -172,30 +189,50 @@ def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) ->
 def compile_canvas(canvas: Canvas) -> list[StepNode]:
     """The steps of a canvas in order, each naming the places it waits for."""
     nodes: list[StepNode] = []
-    _add(canvas, [], nodes)
+    _add(canvas, _Ends([], []), nodes)
     return nodes
 
 
-def _add(canvas: Canvas, after: list[int], nodes: list[StepNode]) -> list[int]:
-    """Add ``canvas`` after the places ``after``; returns the places its result comes from."""
+@dataclass(frozen=True)
+class _Ends:
+    """Where a part of a canvas ends: the places its result comes from (what the next part
+    reads), and the places that must complete before the next part starts. They differ only
+    across an empty group, whose result is ``[]`` and which is done once what came before it
+    is: Celery sends a chain's next link only after the previous one succeeded."""
+
+    results: list[int]
+    done: list[int]
+
+
+def _node(name: str, kind: str, params: Mapping[str, Any], before: _Ends) -> StepNode:
+    return StepNode(name=name, kind=kind, params=dict(params), after=list(before.results),
+                    waits=[place for place in before.done if place not in before.results])
+
+
+def _add(canvas: Canvas, before: _Ends, nodes: list[StepNode]) -> _Ends:
+    """Add ``canvas`` after ``before``; returns where it ends."""
     if isinstance(canvas, Signature):
         place = len(nodes)
-        nodes.append(StepNode(name=canvas.name or f"{place}:{canvas.kind}", kind=canvas.kind,
-                              params=dict(canvas.params), after=list(after)))
-        return [place]
+        nodes.append(_node(canvas.name or f"{place}:{canvas.kind}", canvas.kind, canvas.params,
+                           before))
+        return _Ends([place], [place])
     if isinstance(canvas, Chain):
-        ends = after
+        ends = before
         for step in canvas.steps:
             ends = _add(step, ends, nodes)
         return ends
     if isinstance(canvas, Group):
-        return [place for member in canvas.members for place in _add(member, after, nodes)]
+        if not canvas.members:
+            return _Ends([], before.done)
+        members = [_add(member, before, nodes) for member in canvas.members]
+        return _Ends([place for end in members for place in end.results],
+                     [place for end in members for place in end.done])
     if isinstance(canvas, Chord):
-        return _add(canvas.body, _add(canvas.header, after, nodes), nodes)
-    return _add_graph(canvas, after, nodes)
+        return _add(canvas.body, _add(canvas.header, before, nodes), nodes)
+    return _add_graph(canvas, before, nodes)
 
 
-def _add_graph(canvas: Graph, after: list[int], nodes: list[StepNode]) -> list[int]:
+def _add_graph(canvas: Graph, before: _Ends, nodes: list[StepNode]) -> _Ends:
     placed: dict[str, int] = {}
     pending = dict(canvas.steps)
     while pending:
@@ -207,12 +244,13 @@ def _add_graph(canvas: Graph, after: list[int], nodes: list[StepNode]) -> list[i
                                  fields=["steps"])
         for name in ready:
             signature, deps = pending.pop(name)
-            place = len(nodes)
-            nodes.append(StepNode(name=name, kind=signature.kind, params=dict(signature.params),
-                                  after=[placed[d] for d in deps] or list(after)))
-            placed[name] = place
+            needs = [placed[d] for d in deps]
+            nodes.append(_node(name, signature.kind, signature.params,
+                               _Ends(needs, needs) if needs else before))
+            placed[name] = len(nodes) - 1
     depended = {d for _, deps in canvas.steps.values() for d in deps}
-    return [placed[name] for name in canvas.steps if name not in depended]
+    leaves = [placed[name] for name in canvas.steps if name not in depended]
+    return _Ends(leaves, leaves)
 
 
 def workflow_params(canvas: Canvas, policy: Policy = "fail_fast") -> dict[str, Any]:
@@ -220,4 +258,4 @@ def workflow_params(canvas: Canvas, policy: Policy = "fail_fast") -> dict[str, A
     nodes = compile_canvas(canvas)
     if not 1 <= len(nodes) <= MAX_STEPS:
         raise InvalidRequest(f"A workflow holds 1 to {MAX_STEPS} steps.", fields=["steps"])
-    return {"steps": [node.model_dump(mode="json") for node in nodes], "policy": policy}
+    return {"steps": [node.as_params() for node in nodes], "policy": policy}

@@ -11,7 +11,7 @@ import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypedDict
 from uuid import UUID
@@ -480,6 +480,11 @@ def complete_batch(conn: Connection,
     return {row.id for row in rows}
 
 
+def cancels_asked(conn: Connection, job_ids: Sequence[UUID]) -> set[UUID]:
+    """Which of these jobs were asked to cancel (a read of their status, no lease needed)."""
+    return {row.id for row in conn.execute(Q["cancels_asked"], {"ids": list(job_ids)})}
+
+
 def release_batch(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> set[UUID]:
     """Give jobs back without burning their attempt (graceful shutdown); returns those given back."""
     if not leases:
@@ -607,11 +612,13 @@ class WorkflowState:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """One step of a workflow to start: its kind's rules, its params, the places it waits for."""
+    """One step of a workflow to start: its kind's rules, its params, the places whose results
+    it reads and the places it only runs after (canvas.StepNode)."""
 
     kind: KindRules
     params: dict[str, Any]
     after: list[int]
+    waits: list[int] = field(default_factory=list)
 
 
 def workflow_state(conn: Connection, parent: LeasedJob) -> WorkflowState | None:
@@ -635,6 +642,7 @@ def start_workflow(conn: Connection, parent: LeasedJob, steps: Sequence[StepPlan
         "kinds": [step.kind.name for step in steps],
         "params": [json.dumps(step.params) for step in steps],
         "after": [json.dumps(step.after) for step in steps],
+        "waits": [json.dumps(step.waits) for step in steps],
         "max_attempts": [step.kind.max_attempts for step in steps],
         "lease_seconds": [step.kind.lease_seconds for step in steps],
         "quotas": [step.kind.quota for step in steps]}).one_or_none()

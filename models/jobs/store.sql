@@ -107,17 +107,17 @@ SELECT id FROM release_jobs(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
 -- lock_for_cancel --
 -- Web role, scoped to the organization, in the cancel's transaction before request_cancel: the
 -- job's row, which whatever makes its children (start_fan_out(), start_workflow(), a child's
--- end through the jobs trigger) holds until they are committed. Its
--- children's rows first (ORDER BY comes before the locks): a child's finish locks the child,
--- then its parent (the jobs trigger), and the same order here keeps the two from deadlocking.
-SELECT id FROM jobs WHERE id = :id OR parent_id = :id
-ORDER BY id = :id, id
-FOR NO KEY UPDATE
+-- end through the jobs trigger) holds until they are committed, and the rows of its unfinished
+-- tree below it, which the cancel stops with it. From the leaves up (lock_tree()): a child's
+-- finish locks the child, then its parent (the jobs trigger), and the same order here keeps
+-- the two from deadlocking.
+SELECT lock_tree(:id)
 
 -- request_cancel --
 -- Web role, scoped to the organization. queued and waiting end at once; a running job is asked
 -- to stop.
--- A parent's children that have not ended are cancelled with it, the same way.
+-- A parent's tree of jobs that have not ended is cancelled with it, the same way (the jobs
+-- trigger, stop_children()).
 -- The one rule for every cancel (the API, the pages, the Python API, the operators) is here,
 -- where the row changes: an operator, when the caller says it acts as one and the user is one;
 -- else a current member of a live organization who started the job or holds the role it needs
@@ -143,13 +143,6 @@ WITH asked AS (
     RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
            error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
            finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
-), children AS (
-    UPDATE jobs c
-    SET status = CASE WHEN c.status IN ('queued', 'waiting') THEN 'cancelled'
-                      ELSE 'cancel_requested' END,
-        cancel_requested_at = now(), cancel_requested_by = :user_id
-    WHERE c.parent_id = :id AND c.status IN ('queued', 'leased', 'waiting')
-      AND EXISTS (SELECT 1 FROM asked)
 ), audited AS (
     INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail, request_id)
     SELECT organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_id AS text)),
@@ -177,6 +170,11 @@ FROM start_fan_out(:parent, :token, :kind, CAST(:params AS jsonb[]), :max_parall
 -- Worker role, holding the parent's lease (see workflow_state() in the schema).
 SELECT total, released, ended, failed FROM workflow_state(:parent, :token)
 
+-- cancels_asked --
+-- Worker role: which of these jobs were asked to cancel (the queue's metadata, no token: the
+-- answer only tells a running job to stop at its next checkpoint, as the heartbeat would).
+SELECT id FROM jobs WHERE id = ANY (CAST(:ids AS uuid[])) AND status = 'cancel_requested'
+
 -- start_workflow --
 -- Worker role, holding the parent's lease (see start_workflow() in the schema): the steps its
 -- submit did not reserve are admitted against the quotas, or refused_kind and cap say which
@@ -185,7 +183,7 @@ SELECT total, released, ended, failed, refused_kind, cap
 FROM start_workflow(:parent, :token, :policy, CAST(:max_parallel AS integer),
                     CAST(:kinds AS text[]), CAST(:params AS jsonb[]), CAST(:after AS jsonb[]),
                     CAST(:max_attempts AS integer[]), CAST(:lease_seconds AS integer[]),
-                    CAST(:quotas AS integer[]))
+                    CAST(:quotas AS integer[]), CAST(:waits AS jsonb[]))
 
 -- step_inputs --
 -- Worker role, holding the step's lease (see step_inputs() in the schema).

@@ -7,6 +7,11 @@ held), instead of a thread and a statement per job. A lease missing from the ans
 a newer attempt; a lease whose job is ``cancel_requested`` is told so. Both are flags the job
 reads at its next checkpoint, and its writes and finish are fenced by the token in any case.
 
+A cancel should not wait for the next extension (seconds away with a long lease): while a job
+has been running for longer than ``cancel_check`` seconds, the thread also reads, that often,
+whether it was asked to cancel (a read of one row; a drain of jobs shorter than that never
+pays for it).
+
 Past a running job's hard time limit it records ``timed_out`` (fenced) and kills the process:
 a job that never reaches a checkpoint cannot be stopped any other way, and Celery replaces the
 pool process. The leases of the other held jobs then expire and the jobs run again elsewhere.
@@ -15,6 +20,7 @@ pool process. The leases of the other held jobs then expire and the jobs run aga
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -34,6 +40,8 @@ log = logging.getLogger("spacejobs.heartbeat")
 
 Extend = Callable[[list[tuple[UUID, UUID]]], dict[UUID, Status]]
 Fail = Callable[[LeasedJob, Failure], object]
+#: which of these jobs were asked to cancel
+CancelsAsked = Callable[[list[UUID]], set[UUID]]
 
 
 @dataclass
@@ -50,14 +58,20 @@ class _Running:
 
 
 class LeaseKeeper:
-    def __init__(self, extend: Extend, fail: Fail, *, kill: Callable[[], None] | None = None,
+    def __init__(self, extend: Extend, fail: Fail, *, cancels_asked: CancelsAsked | None = None,
+                 cancel_check: float = 0.5, kill: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._extend = extend
         self._fail = fail
+        self._cancels_asked = cancels_asked
+        self._cancel_check = cancel_check
         self._kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
         self._clock = clock
         self._held: dict[UUID, _Held] = {}
         self._running: _Running | None = None
+        #: the job running now, and when its next look for a cancel is due
+        self._current: LeasedJob | None = None
+        self._cancel_due = math.inf
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,11 +105,16 @@ class LeaseKeeper:
         with self._lock:
             self._running = (_Running(job, rules, started + rules.hard_time_limit)
                              if rules.hard_time_limit else None)
+            self._current = job
+            if self._cancels_asked is not None:
+                self._cancel_due = self._clock() + self._cancel_check
         self._wake.set()
 
     def idle(self) -> None:
         with self._lock:
             self._running = None
+            self._current = None
+            self._cancel_due = math.inf
 
     @property
     def held(self) -> int:
@@ -133,6 +152,23 @@ class LeaseKeeper:
         for item in held:
             item.flags.note(answer.get(item.job.id))
 
+    def check_cancel(self) -> None:
+        """Whether the running job was asked to cancel, noted in its flags. Runs in the thread;
+        public for the unit tests."""
+        with self._lock:
+            current = self._current
+            held = self._held.get(current.id) if current is not None else None
+            self._cancel_due = self._clock() + self._cancel_check if current else math.inf
+        if current is None or held is None or self._cancels_asked is None:
+            return
+        try:
+            asked = self._cancels_asked([current.id])
+        except Exception as exc:
+            log.warning("cancel check failed (%s); will retry", diagnose(exc).summary)
+            return
+        if current.id in asked:
+            held.flags.note(Status.CANCEL_REQUESTED)
+
     def _next_tick(self) -> float:
         due = self._last_tick + self.interval()
         with self._lock:
@@ -143,11 +179,13 @@ class LeaseKeeper:
     def _loop(self) -> None:
         while True:
             # Woken early by hold() and running(), only to work out the next tick again.
-            self._wake.wait(max(0.0, self._next_tick() - self._clock()))
+            self._wake.wait(max(0.0, min(self._next_tick(), self._cancel_due) - self._clock()))
             self._wake.clear()
             if self._clock() >= self._next_tick():
                 self._last_tick = self._clock()
                 self.tick()
+            elif self._clock() >= self._cancel_due:
+                self.check_cancel()
 
     def _hard_kill(self, running: _Running) -> None:
         job = running.job

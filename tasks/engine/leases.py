@@ -137,6 +137,11 @@ class WorkerLeases:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.extend_leases(conn, leases)
 
+    def cancels_asked(self, job_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of these held jobs were asked to cancel since they were leased."""
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.cancels_asked(conn, job_ids)
+
     # -- the other ends of an attempt ------------------------------------------------------
     def fail(self, job: LeasedJob, failure: Failure) -> Status | None:
         """Retry, fail or (if asked) cancel; None when the lease is no longer ours."""

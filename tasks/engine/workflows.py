@@ -45,7 +45,7 @@ def run_canvas(ctx: JobContext, canvas: Canvas, *, policy: Policy = "fail_fast",
             raise InvalidRequest(f"A kind's workflow holds 1 to {MAX_STEPS_IN_KIND} steps.",
                                  fields=["steps"])
         check_steps(nodes, get_any_kind)
-        return [node.model_dump(mode="json") for node in nodes]
+        return [node.as_params() for node in nodes]
 
     # Compiled and checked once, on the first run; later runs read the graph it recorded.
     recorded = ctx.step(ctx.next_step_name("workflow"), compiled)
@@ -83,7 +83,7 @@ def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
     failed = [i for i, c in children.items() if c.status != Status.COMPLETED]
     if failed or skipped:
         raise _failed(steps, children, sorted(failed), skipped)
-    last = [i for i in range(len(steps)) if not any(i in s.after for s in steps)]
+    last = [i for i in range(len(steps)) if not any(i in s.needs for s in steps)]
     results = {steps[i].name: children[i].result for i in range(len(steps))}
     return {"steps": results, "result": children[last[0]].result if len(last) == 1
             else [children[i].result for i in last]}
@@ -91,7 +91,8 @@ def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
 
 def _start(ctx: JobContext, steps: Sequence[StepNode], policy: Policy,
            max_parallel: int | None) -> WorkflowState:
-    plan = [StepPlan(get_any_kind(step.kind).rules, step.params, step.after) for step in steps]
+    plan = [StepPlan(get_any_kind(step.kind).rules, step.params, step.after, step.waits)
+            for step in steps]
     state = ctx.runtime.start_workflow(ctx.job, plan, policy, max_parallel)
     if state is None:
         ctx.check_lease_now()  # a cancel asked for meanwhile, or the lease lost

@@ -60,6 +60,34 @@ def test_a_group_inside_a_chain_waits_for_every_member(stack: Stack):
     assert outcome.result["result"] == [11, 21]
 
 
+def started_and_ended(stack: Stack, job_id: object) -> dict[str, tuple]:
+    with stack.admin() as conn:
+        rows = conn.execute(text("SELECT (w.params -> 'steps' -> c.child_index ->> 'name') AS name,"
+                                 " c.started_at, c.finished_at FROM jobs c"
+                                 " JOIN jobs w ON w.id = c.parent_id WHERE c.parent_id = :id"),
+                            {"id": job_id}).all()
+    return {row.name: (row.started_at, row.finished_at) for row in rows}
+
+
+@pytest.mark.parametrize("empty", [group(), chord([], sig("test.collect", name="callback"))],
+                         ids=["empty group", "chord with an empty header"])
+def test_what_follows_an_empty_group_starts_only_after_what_came_before_it(stack: Stack, empty):
+    canvas = chain(sig("test.add", n=1, name="x"), sig("bench.sleep", seconds=1.5, name="a"),
+                   empty, sig("test.collect", name="b"))
+    org, _, job = start(stack, canvas)
+    outcome = stack.jobs.wait(job.id, 60, organization_id=org)
+    assert outcome.job.status == "completed"
+    times = started_and_ended(stack, job.id)
+    a_ended = times["a"][1]
+    later = ["b", "callback"] if "callback" in times else ["b"]
+    assert all(times[name][0] >= a_ended for name in later), times
+    # The empty group's results, none, are what comes after it reads.
+    if "callback" in times:
+        assert outcome.result["steps"]["callback"] == [] and outcome.result["steps"]["b"] == [[]]
+    else:
+        assert outcome.result["steps"]["b"] == []
+
+
 def test_fail_fast_cancels_what_is_left_and_fails_the_workflow(stack: Stack):
     org, _, job = start(stack, chord([sig("test.boom", name="boom"),
                                       sig("bench.sleep", seconds=60, name="slow")],
@@ -165,6 +193,41 @@ def test_cancelling_the_workflow_cancels_its_steps(stack: Stack, client):
     # The running step stops at its next checkpoint; the one after it never starts.
     wait_until(lambda: steps_of(stack, job.id) == {"long": "cancelled"}, 30,
                lambda: f"the steps cancelled ({steps_of(stack, job.id)})")
+
+
+def test_cancelling_the_workflow_stops_the_whole_tree_below_it(stack: Stack, client):
+    # The workflow's step is a fan-out whose children are the workflow's grandchildren: one
+    # runs, the other waits for room.
+    parts = [{"n": 1, "seconds": 30}, {"n": 2, "seconds": 30}, {"n": 3, "seconds": 30}]
+    org, user, job = start(stack, chain(sig("test.fan", parts=parts, max_parallel=1,
+                                            name="fan"), sig("test.add", name="after")))
+
+    def grandchildren() -> dict[int, str]:
+        with stack.admin() as conn:
+            rows = conn.execute(text("SELECT g.child_index, g.status FROM jobs c"
+                                     " JOIN jobs g ON g.parent_id = c.id WHERE c.parent_id = :id"),
+                                {"id": job.id}).all()
+        return {row.child_index: row.status for row in rows}
+
+    wait_until(lambda: grandchildren() == {0: "leased"}, 30, "the first grandchild running")
+    answer = client.post(f"/api/v1/orgs/{org}/jobs/{job.id}/cancel", headers=user.auth)
+    assert answer.status_code == 200
+    assert stack.jobs.wait(job.id, 30, organization_id=org).job.status == "cancelled"
+    # The step (waiting for its children) ended with it; the running grandchild stops at its
+    # next checkpoint; the others were never made; nothing runs on.
+    wait_until(lambda: grandchildren() == {0: "cancelled"}, 30,
+               lambda: f"the grandchild cancelled ({grandchildren()})")
+    assert steps_of(stack, job.id) == {"fan": "cancelled"}
+    moves = [(e["from_status"], e["to_status"]) for e in stack.events(
+        next(iter(_grandchild_ids(stack, job.id))))]
+    assert moves[-2:] == [("leased", "cancel_requested"), ("cancel_requested", "cancelled")]
+
+
+def _grandchild_ids(stack: Stack, job_id: object) -> list[str]:
+    with stack.admin() as conn:
+        return [str(i) for (i,) in conn.execute(text(
+            "SELECT g.id FROM jobs c JOIN jobs g ON g.parent_id = c.id WHERE c.parent_id = :id"),
+            {"id": job_id})]
 
 
 def test_a_step_re_checks_its_requester_like_any_job(stack: Stack):

@@ -201,7 +201,7 @@ class FakeLeases:
         if not self._holds(self.rows[job.id], job):
             return None
         made = sum(self._make_children(job, step.kind, [(place, step.params)])
-                   for place, step in enumerate(steps) if not step.after)
+                   for place, step in enumerate(steps) if not step.after and not step.waits)
         return WorkflowState(len(steps), made, 0, 0)
 
     def children(self, job: LeasedJob) -> list[Child]:

@@ -507,6 +507,59 @@ def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_o
     assert keeper.interval() == 10.0  # a third of the 30-second lease
 
 
+def test_a_job_running_past_the_cancel_check_learns_of_its_cancel_without_waiting_for_a_tick():
+    leases = FakeLeases()
+    now = [100.0]
+    asked: list[list] = []
+
+    def cancels_asked(ids: list) -> set:
+        asked.append(ids)
+        return {i for i in ids if leases.rows[i].status == Status.CANCEL_REQUESTED}
+
+    keeper = LeaseKeeper(leases.extend, leases.fail, cancels_asked=cancels_asked,
+                         cancel_check=0.5, kill=lambda: None, clock=lambda: now[0])
+    other_id = leases.add("unit.ok")
+    job_id = leases.add("unit.ok")
+    report = leases.finish_and_claim([], claim=2)
+    held = {job.id: job for job in report.leased}
+    keeper.hold(report.leased)
+    keeper.running(held[job_id], HardLimited(retry_on_timeout=False, hard_time_limit=0),
+                   started=now[0])
+    leases.rows[job_id].status = Status.CANCEL_REQUESTED
+    leases.rows[other_id].status = Status.CANCEL_REQUESTED
+    keeper.check_cancel()
+    # Only the running job is looked at, and its flag is set; the held one learns at its start.
+    assert asked == [[job_id]]
+    assert keeper.flags(job_id).cancel.is_set() and not keeper.flags(other_id).cancel.is_set()
+    assert not keeper.flags(job_id).lost.is_set()
+
+
+def test_a_job_shorter_than_the_cancel_check_costs_no_cancel_check():
+    leases = FakeLeases()
+    asked: list[list] = []
+    keeper = LeaseKeeper(leases.extend, leases.fail, cancels_asked=lambda ids: asked.append(ids) or set(),
+                         cancel_check=0.3, kill=lambda: None)
+    for _ in range(20):
+        leases.add("unit.ok")
+    report = leases.finish_and_claim([], claim=20)
+    keeper.hold(report.leased)  # the thread runs: it is what would look
+    for job in report.leased:
+        keeper.running(job, HardLimited(retry_on_timeout=False, hard_time_limit=0),
+                       started=time.monotonic())
+        time.sleep(0.005)
+        keeper.idle()
+    time.sleep(0.4)
+    assert asked == []
+    job = report.leased[0]
+    keeper.running(job, HardLimited(retry_on_timeout=False, hard_time_limit=0),
+                   started=time.monotonic())
+    deadline = time.monotonic() + 5
+    while not asked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    keeper.idle()
+    assert asked and asked[0] == [job.id]
+
+
 def test_a_failed_heartbeat_says_what_failed_and_never_what_the_error_said(caplog):
     leases = FakeLeases()
     leases.add("unit.ok")

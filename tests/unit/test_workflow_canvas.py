@@ -39,6 +39,40 @@ def test_a_group_inside_a_chain_fans_out_and_joins_again():
         ("a", []), ("b", [0]), ("c", [0]), ("d", [2]), ("e", [1, 3])]
 
 
+def test_a_step_after_an_empty_group_still_runs_after_what_came_before_it():
+    nodes = compile_canvas(chain(sig("x"), sig("a"), group(), sig("b")))
+    # b reads the empty group's results (none) but waits for a, as Celery sends the next link
+    # only after the previous one succeeded.
+    assert [(n.kind, n.after, n.waits) for n in nodes] == [
+        ("x", [], []), ("a", [0], []), ("b", [], [1])]
+
+
+def test_a_chord_with_an_empty_header_calls_back_with_nothing_after_what_came_before():
+    nodes = compile_canvas(chain(sig("x"), sig("a"), chord([], sig("cb"))))
+    assert [(n.kind, n.after, n.waits) for n in nodes][2] == ("cb", [], [1])
+    assert compile_canvas(chord([], sig("cb")))[0].needs == []
+
+
+def test_an_empty_group_inside_a_group_leaves_the_others_joined_as_before():
+    nodes = compile_canvas(chain(sig("a"), group(sig("b"), group()), sig("c")))
+    assert [(n.kind, n.after, n.waits) for n in nodes] == [
+        ("a", [], []), ("b", [0], []), ("c", [1], [0])]
+
+
+def test_only_a_step_with_waits_carries_them_in_the_workflows_params():
+    params = workflow_params(chain(sig("bench.noop"), group(), sig("bench.noop")))
+    assert "waits" not in params["steps"][0] and params["steps"][1]["waits"] == [0]
+    assert WorkflowParams.model_validate(params).steps[1].needs == [0]
+
+
+def test_a_step_may_wait_without_reading_only_for_steps_before_it():
+    params = {"steps": [{"name": "a", "kind": "bench.noop", "waits": [1]},
+                        {"name": "b", "kind": "bench.noop"}]}
+    with pytest.raises(InvalidRequest) as refused:
+        WorkflowParams.model_validate(params)
+    assert refused.value.details["step"] == 0
+
+
 def test_a_graph_places_steps_after_what_they_need_whatever_the_order_given():
     canvas = graph({"report": (sig("r"), ["left", "right"]), "left": (sig("l"), []),
                     "right": (sig("x"), ["left"])})

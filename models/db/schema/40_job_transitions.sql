@@ -259,6 +259,15 @@ BEGIN
           AND o.status <> n.status;
     END IF;
 
+    -- A job cancelled, or asked to stop, takes its whole tree with it: its children stop the
+    -- same way, and this trigger, run again for their update, stops theirs (stop_children()).
+    IF EXISTS (SELECT 1 FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+               WHERE n.status IN ('cancelled', 'cancel_requested') AND o.status <> n.status) THEN
+        PERFORM stop_children(array_agg(n.id))
+        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        WHERE n.status IN ('cancelled', 'cancel_requested') AND o.status <> n.status;
+    END IF;
+
     -- Parents waiting for their children: a child that ended lets its parent go on (spawn the
     -- next ones, or collect). The parents' rows are locked first, in id order, so a parent
     -- going to wait at this moment (wait_job() locks its row too) either waits before this

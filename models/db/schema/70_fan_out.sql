@@ -216,6 +216,8 @@ CREATE TABLE job_workflow_steps (
     after         integer[] NOT NULL,
     max_attempts  integer NOT NULL,
     lease_seconds integer NOT NULL,
+    -- places it runs after without reading their results (what came before an empty group)
+    waits         integer[] NOT NULL DEFAULT '{}',
     PRIMARY KEY (parent_id, place)
 );
 
@@ -226,12 +228,13 @@ ALTER TABLE job_workflow_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
 
--- The steps of these workflows whose dependencies have all completed, made now, under a
--- parent that is not stopping, and not after a failure under fail_fast, in place order and no
--- more than max_parallel unfinished. Only steps that wait for one of p_completed (places that
--- just completed) are looked at, or all when it is NULL or the workflow has a max_parallel
--- (a step ready before may have waited for room). A step's params name the places of its
--- dependencies ("_after", replacing any such key of the caller's), not their results. Each step
+-- The steps of these workflows whose dependencies (after and waits) have all completed, made
+-- now, under a parent that is not stopping, and not after a failure under fail_fast, in place
+-- order and no more than max_parallel unfinished. Only steps that wait for one of p_completed
+-- (places that just completed) are looked at, or all when it is NULL or the workflow has a
+-- max_parallel (a step ready before may have waited for room). A step's params name the places
+-- whose results it reads ("_after", replacing any such key of the caller's), not the results
+-- themselves. Each step
 -- made takes the place its workflow reserved for it (submit_job(), start_workflow()). The
 -- callers hold the parents' rows locked. Returns how many were made.
 CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
@@ -248,10 +251,11 @@ BEGIN
         JOIN job_workflows w ON w.parent_id = s.parent_id
         JOIN jobs p ON p.id = s.parent_id
         WHERE s.parent_id = ANY (p_parents) AND p.status IN ('queued', 'leased', 'waiting')
-          AND (p_completed IS NULL OR w.max_parallel IS NOT NULL OR s.after && p_completed)
+          AND (p_completed IS NULL OR w.max_parallel IS NOT NULL
+               OR s.after && p_completed OR s.waits && p_completed)
           AND NOT (w.policy = 'fail_fast' AND w.failed > 0)
           AND NOT EXISTS (
-                SELECT 1 FROM unnest(s.after) AS d (place)
+                SELECT 1 FROM unnest(s.after || s.waits) AS d (place)
                 LEFT JOIN jobs c ON c.parent_id = s.parent_id AND c.child_index = d.place
                 WHERE c.status IS DISTINCT FROM 'completed')
     ), ready AS (
@@ -332,7 +336,8 @@ REVOKE ALL ON FUNCTION workflow_state(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 
 -- The parent's workflow, for the worker holding its lease: its steps (place = position in the
--- arrays; p_after: each step's places as a JSON array), at most p_max_parallel unfinished at a
+-- arrays; p_after: each step's places as a JSON array; p_waits: the places each runs after
+-- without reading their results, NULL for none), at most p_max_parallel unfinished at a
 -- time (NULL: no bound), and the steps ready at once, in one transaction. Every step counts as
 -- an active job from then on: the steps beyond those its submit already reserved (a kind's own
 -- ctx.workflow reserved none) are admitted against the quotas first (the organization's cap is
@@ -343,7 +348,7 @@ GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
                                p_kinds text[], p_params jsonb[], p_after jsonb[],
                                p_max_attempts integer[], p_lease_seconds integer[],
-                               p_quotas integer[] DEFAULT NULL)
+                               p_quotas integer[] DEFAULT NULL, p_waits jsonb[] DEFAULT NULL)
 RETURNS TABLE (total integer, released integer, ended integer, failed integer,
                refused_kind text, cap integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -391,13 +396,16 @@ BEGIN
                count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')),
                count(*) FILTER (WHERE c.status IN ('failed', 'cancelled'))
         FROM jobs c WHERE c.parent_id = p_parent;
-        INSERT INTO job_workflow_steps (parent_id, place, kind, params, after, max_attempts,
-                                        lease_seconds)
+        INSERT INTO job_workflow_steps (parent_id, place, kind, params, after, waits,
+                                        max_attempts, lease_seconds)
         SELECT p_parent, s.place - 1, s.kind, s.params,
                ARRAY(SELECT jsonb_array_elements_text(s.after)::integer),
+               ARRAY(SELECT jsonb_array_elements_text(coalesce(s.waits, '[]'))::integer),
                least(greatest(s.max_attempts, 1), 100), least(greatest(s.lease_seconds, 1), 86400)
-        FROM unnest(p_kinds, p_params, p_after, p_max_attempts, p_lease_seconds)
-                 WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, place)
+        FROM unnest(p_kinds, p_params, p_after, p_max_attempts, p_lease_seconds,
+                    coalesce(p_waits, array_fill(NULL::jsonb, ARRAY[cardinality(p_kinds)])))
+                 WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, waits,
+                                       place)
         WHERE NOT EXISTS (SELECT 1 FROM jobs c
                           WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
         PERFORM release_steps(ARRAY[p_parent], NULL);
@@ -406,9 +414,9 @@ BEGIN
     FROM job_workflows w WHERE w.parent_id = p_parent;
 END $$;
 REVOKE ALL ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
-                                      integer[], integer[], integer[]) FROM PUBLIC;
+                                      integer[], integer[], integer[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], jsonb[], jsonb[],
-                                         integer[], integer[], integer[]) TO space_worker;
+                                         integer[], integer[], integer[], jsonb[]) TO space_worker;
 
 -- A workflow step's inputs, for the worker holding the step's lease: the results of the steps
 -- it waited for (the places its params name under "_after", written by release_steps()), in
@@ -449,13 +457,62 @@ $$;
 REVOKE ALL ON FUNCTION children_of(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION children_of(uuid, uuid) TO space_worker;
 
--- A cancelled parent's children: queued and waiting ones end at once, running ones are asked to stop, as a
--- user's cancel would. For the worker holding the parent's lease. Returns how many it touched.
+-- The children of parents that were cancelled or asked to stop: queued and waiting ones end at
+-- once, running ones are asked to stop, as a user's cancel would, by whoever asked for the
+-- parent's. Called by the jobs trigger only (as the owner), which runs again for these children
+-- and so stops the whole tree. The cancels lock the tree from its leaves up first
+-- (lock_for_cancel in store.sql, lock_tree()), the order a child's finish locks it and then its
+-- parent.
+CREATE FUNCTION stop_children(p_parents uuid[]) RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp
+-- Index probes by parent, whatever the calling trigger turned off.
+SET enable_nestloop = on AS $$
+BEGIN
+    UPDATE jobs c
+    SET status = CASE WHEN c.status IN ('queued', 'waiting') THEN 'cancelled'
+                      ELSE 'cancel_requested' END,
+        cancel_requested_at = now(), cancel_requested_by = p.cancel_requested_by
+    FROM jobs p
+    WHERE p.id = ANY (p_parents) AND c.parent_id = p.id
+      AND c.status IN ('queued', 'leased', 'waiting');
+END $$;
+REVOKE ALL ON FUNCTION stop_children(uuid[]) FROM PUBLIC;
+
+-- A job and its tree of unfinished jobs below it, locked from the leaves up, in id order at
+-- each depth: a child's finish locks the child and then its parent (the jobs trigger), so a
+-- cancel, which will stop the whole tree (stop_children()), takes the same order and the two
+-- never deadlock. With the caller's rights: the web's cancel (store.sql, lock_for_cancel) locks
+-- only what its organization's row-level security shows it.
+CREATE FUNCTION lock_tree(p_root uuid) RETURNS void
+LANGUAGE plpgsql SET search_path = public, pg_temp SET enable_nestloop = on AS $$
+BEGIN
+    PERFORM 1
+    FROM jobs j
+    JOIN (WITH RECURSIVE tree AS (
+              SELECT p_root AS id, 0 AS depth
+              UNION ALL
+              SELECT c.id, t.depth + 1 FROM tree t JOIN jobs c ON c.parent_id = t.id
+              WHERE c.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+          ) SELECT tree.id, tree.depth FROM tree) AS t ON t.id = j.id
+    ORDER BY t.depth DESC, j.id
+    FOR NO KEY UPDATE OF j;
+END $$;
+REVOKE ALL ON FUNCTION lock_tree(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lock_tree(uuid) TO space_app;
+
+-- A cancelled parent's children: queued and waiting ones end at once, running ones are asked to
+-- stop, as a user's cancel would, and theirs after them (the jobs trigger, stop_children()).
+-- For the worker holding the parent's lease. Returns how many children it touched.
 CREATE FUNCTION cancel_children(p_parent uuid, p_token uuid) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     touched integer;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = p_parent AND p.lease_token = p_token
+                                          AND p.status IN ('leased', 'cancel_requested')) THEN
+        RETURN 0;
+    END IF;
+    PERFORM lock_tree(p_parent);
     UPDATE jobs c
     SET status = CASE WHEN c.status IN ('queued', 'waiting') THEN 'cancelled'
                       ELSE 'cancel_requested' END,
