@@ -185,7 +185,7 @@ def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack)
     assert ages() == [300, 0]
 
 
-def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
+def test_beats_retention_chore_purges_old_audit_entries(bare_stack: Stack):
     stack = bare_stack
     org = stack.org()
     with stack.admin() as conn:
@@ -202,11 +202,11 @@ def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
     beat = stack.start_beat()
     try:
         wait_until(lambda: left() == 0, 30, "the old audit entries purged")
-        # The sweep commits, then logs its counts: wait for the line rather than race it.
+        # The chore commits, then beat logs its counts: wait for the line rather than race it.
         beat.wait_for_log("'audit_deleted': ", timeout=15)
     finally:
         stack.retire(beat)
-    assert "sweep failed" not in beat.output()
+    assert "chore retention failed" not in beat.output()
 
 
 # ------------------------------------------------------------------------- the worker cannot aim it
