@@ -1,16 +1,21 @@
-"""Beat's timers chore (tasks/maintenance/timers.py), with real worker and beat processes: a
-sleeping job goes back to the queue on the timers' own cadence, and the runs carry on through
-a database partition and a dead broker. Every beat here runs the sweep's chores (the waits
-chore among them) at its start and then once an hour, so what resumes a timer within a test's
-patience is the timers chore, nothing else."""
+"""Beat's timers chore (tasks/maintenance/timers.py): a run against PostgreSQL puts back exactly
+the timers that are due; and with real worker and beat processes a sleeping job goes back to
+the queue on the timers' own cadence, and the runs carry on through a database partition and
+a dead broker. Every beat here runs the sweep's chores (the waits chore among them) at its
+start and then once an hour, so what resumes a timer within a test's patience is the timers
+chore, nothing else."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
 from spacejobs.models.db.roles import WORKER_ROLE, role_url
+from spacejobs.tasks.maintenance.timers import Timers, TimersReport
 from tests.conftest import submit
+from tests.integration.maintenance_kit import Publisher, as_beat, status_of, waiting
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.stack import Stack, wait_until
 from tests.netproxy import Partition, postgres_address, through
@@ -34,6 +39,22 @@ def past_its_moment(stack: Stack, job_id: str) -> bool:
 @pytest.fixture
 def client(bare_stack: Stack):
     return bare_stack.make_app().test_client()
+
+
+def test_a_run_puts_back_exactly_the_timers_that_are_due_as_beats(bare_stack: Stack):
+    stack = bare_stack
+    now = datetime.now(UTC)
+    due = waiting(stack, until=now - timedelta(seconds=1))
+    later = waiting(stack, until=now + timedelta(hours=1))
+    signal = waiting(stack, signal="approve")
+    publisher = Publisher()
+    report = Timers(0.25).run(as_beat(stack, publisher))
+    assert report == TimersReport(resumed=1, wakeups_sent=1)
+    assert publisher.woken == [str(due.id)]
+    assert [status_of(stack, j.id) for j in (due, later, signal)] == [
+        "queued", "waiting", "waiting"]
+    assert resumed(stack, str(due.id))  # recorded as beat's
+    assert Timers(0.25).run(as_beat(stack)) == TimersReport()
 
 
 def test_beat_resumes_timers_on_their_own_cadence(bare_stack: Stack, client):
