@@ -66,9 +66,11 @@ def sweep_chores(settings: Settings) -> list[Chore]:
 
 
 def chores(settings: Settings) -> list[Chore]:
-    """Every chore of a beat, in the order the chores due at one tick run. The kinds must be
-    loaded: the periodic jobs' configuration is checked here (a bad entry raises)."""
-    return [Periodic.from_settings(settings), Timers.from_settings(settings),
+    """Every chore of a beat, in the order the chores due at one tick run (the periodic jobs'
+    only when some are configured). The kinds must be loaded: the periodic jobs' configuration
+    is checked here (a bad entry raises)."""
+    periodic = Periodic.from_settings(settings)
+    return [*([periodic] if periodic.jobs else []), Timers.from_settings(settings),
             *sweep_chores(settings), ResultOrphans.from_settings(settings)]
 
 

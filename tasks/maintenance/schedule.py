@@ -2,10 +2,12 @@
 beat logs about them.
 
 Each chore runs on its own cadence: the first run at beat's start (what came due while no beat
-ran is handled at once), each next one ``interval`` seconds after the previous one ENDED, so a
-run that takes long (a connect timeout) is never followed by another at once. The chores run
-one after another in beat's own loop: a slow one delays the others, never overlaps them, and
-the chores due at one tick run in the order of the list (tasks/maintenance/__init__.py).
+ran is handled at once), each next one ``interval`` seconds after the tick it ran in ENDED, so
+a run that takes long (a connect timeout) is never followed by another at once, and chores of
+one cadence that ran in one tick stay together in the next (one line, not one a chore). The
+chores run one after another in beat's own loop: a slow one delays the others, never overlaps
+them, and the chores due at one tick run in the order of the list
+(tasks/maintenance/__init__.py).
 
 A chore that raises is logged, and retried at its next run; the others run as if nothing
 happened. While it keeps failing (PostgreSQL down, a restart) it is logged once with its
@@ -52,10 +54,6 @@ class Outage:
         self._failures = 0
         self._last_line = 0.0
 
-    @property
-    def failing(self) -> bool:
-        return self._since is not None
-
     def failed(self) -> None:
         """Called from the ``except`` block of the failure (the first line logs its traceback)."""
         now = self._clock()
@@ -93,14 +91,13 @@ class Slot:
         return max(0.0, self.next - self._clock())
 
     def run(self, process: Callable[[], WorkerProcess]) -> Report | None:
-        """Run the chore once; None when it failed (logged). Never raises an Exception."""
+        """Run the chore once; None when it failed (logged). Never raises an Exception. The
+        caller says when it is next due (:meth:`Maintenance.run_due`)."""
         try:
             report = self.chore.run(process())
         except Exception:
             self.outage.failed()
             return None
-        finally:
-            self.next = self._clock() + self.chore.interval
         self.outage.succeeded()
         return report
 
@@ -134,11 +131,10 @@ class Maintenance:
         """Run every chore that is due, in order; what each that succeeded did. Never raises
         an Exception: a failing chore is logged, and the others run."""
         started = self._clock()
+        due = [slot for slot in self.slots if slot.seconds_left() == 0]
         ran: dict[str, Report] = {}
         logged: dict[str, Report] = {}
-        for slot in self.slots:
-            if slot.seconds_left() > 0:
-                continue
+        for slot in due:
             report = slot.run(self._process)
             if report is None:
                 continue
@@ -147,8 +143,11 @@ class Maintenance:
                 slot.count(report)
             else:
                 logged[slot.chore.name] = report
+        ended = self._clock()
+        for slot in due:  # run or failed alike
+            slot.next = ended + slot.chore.interval
         if logged:
-            self._log_line(logged, self._clock() - started)
+            self._log_line(logged, ended - started)
         return ran
 
     def _log_line(self, logged: dict[str, Report], seconds: float) -> None:

@@ -5,7 +5,9 @@ beat's line says what each did. And the chores a beat runs, as the settings make
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -87,6 +89,18 @@ def test_the_next_run_is_one_interval_after_the_run_ended():
     found = schedule(clock, slow)
     found.run_due()
     assert clock.now == pytest.approx(105.0) and found.seconds_left() == pytest.approx(1.0)
+
+
+def test_chores_of_one_cadence_stay_in_one_tick_however_long_each_takes(caplog):
+    clock = Clock()
+    chores = [FakeChore(name, 1.0, clock, takes=0.03) for name in ("leases", "waits", "metrics")]
+    found = schedule(clock, *chores)
+    with caplog.at_level(logging.INFO, logger="spacejobs.maintenance"):
+        ticks(found, clock, 5.0, step=0.01)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == len(chores[0].started) >= 4  # one line a tick, not one a chore
+    assert all(all(f"{name} {{" in line for name in ("leases", "waits", "metrics"))
+               for line in lines)
 
 
 def test_the_chores_due_at_one_tick_run_in_the_lists_order():
@@ -177,19 +191,26 @@ def test_a_report_lists_every_count_by_name_and_adds_up():
 # ------------------------------------------------------------------------- the chores of a beat
 
 def test_a_beat_runs_every_chore_in_order_each_with_the_cadence_the_settings_give_it():
-    settings = Settings(sweep_interval=5, timer_interval=0.25, results_sweep_interval=600)
+    tick = json.dumps([{"name": "tick", "kind": "bench.noop", "organization_id": str(uuid.uuid4()),
+                        "requested_by": str(uuid.uuid4()), "schedule": "every 2s"}])
+    settings = Settings(sweep_interval=5, timer_interval=0.25, results_sweep_interval=600,
+                        periodic_jobs=tick)
     found = {chore.name: chore.interval for chore in maintenance.chores(settings)}
     assert list(found) == ["periodic", "timers", "expired_leases", "waits", "resignal",
                            "retention", "metrics", "result_orphans"]
     assert found == {"periodic": 0.25, "timers": 0.25, "expired_leases": 5, "waits": 5,
                      "resignal": 5, "retention": 5, "metrics": 5, "result_orphans": 600}
-    own = Settings(sweep_interval=5, maintenance_retention_interval=60,
-                   maintenance_resignal_interval=1, maintenance_periodic_interval=2)
+    own = settings.model_copy(update={"maintenance_retention_interval": 60,
+                                      "maintenance_resignal_interval": 1,
+                                      "maintenance_periodic_interval": 2})
     assert {chore.name: chore.interval for chore in maintenance.chores(own)} == {
         "periodic": 2, "timers": 0.25, "expired_leases": 5, "waits": 5, "resignal": 1,
         "retention": 60, "metrics": 5, "result_orphans": 600}
     assert [chore.name for chore in maintenance.chores(settings) if chore.frequent] == [
         "periodic", "timers"]
+    # No periodic job configured: no chore for them.
+    assert "periodic" not in {chore.name for chore in maintenance.chores(
+        settings.model_copy(update={"periodic_jobs": "[]"}))}
 
 
 def test_a_sweep_on_demand_runs_the_sweeps_chores_once_in_order(monkeypatch):
