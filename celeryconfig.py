@@ -22,7 +22,7 @@ broker_transport_options = {
 
 # A message is a nudge, not the job: acknowledge it on receipt (acks_late off). Redelivering a
 # wake-up after a worker crash would add nothing, because the crashed attempt still holds the
-# lease; recovery comes from lease expiry and the sweeper's re-signal instead. Late acks on
+# lease; recovery comes from lease expiry and beat's re-signals instead. Late acks on
 # Redis would also bring the visibility-timeout redelivery storm without any benefit here.
 task_acks_late = False
 task_reject_on_worker_lost = False
@@ -53,17 +53,15 @@ worker_consumer = "spacejobs.tasks.consumer:WakeupConsumer"
 worker_cancel_long_running_tasks_on_connection_loss = True
 
 task_default_queue = _settings.queue
-# Sweeps get a queue of their own, which workers read alongside the wake-ups (the Redis
-# transport alternates between a consumer's queues): behind a backlog of wake-ups in one queue
-# they would otherwise wait (or expire), and expired leases would wait with them.
+# A sweep asked for on demand (`celery call spacejobs.sweep`) gets a queue of its own, which
+# workers read alongside the wake-ups (the Redis transport alternates between a consumer's
+# queues): behind a backlog of wake-ups in one queue it would otherwise wait (or expire).
 task_routes = {"spacejobs.sweep": {"queue": _settings.sweep_queue}}
 worker_hijack_root_logger = False
 worker_concurrency = _settings.worker_concurrency
 timezone = "UTC"
 
-# Beat runs the sweep itself (tasks/beat.py): a sweep recovers lost wake-ups and expired leases,
-# so it must never wait for a pool process behind a backlog of jobs.
-beat_scheduler = "spacejobs.tasks.beat:SweepingScheduler"
-beat_schedule = {
-    "spacejobs-sweep": {"task": "spacejobs.sweep", "schedule": _settings.sweep_interval},
-}
+# Beat runs the maintenance chores itself (tasks/beat.py, tasks/maintenance/), each on its own
+# cadence: a chore recovers lost wake-ups and expired leases, so it must never wait for a pool
+# process behind a backlog of jobs. No entry of Celery's own schedule is needed for them.
+beat_scheduler = "spacejobs.tasks.beat:MaintenanceScheduler"

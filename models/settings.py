@@ -124,16 +124,42 @@ class Settings(BaseSettings):
                     "`spacejobs orgs set-default-quota` changes too; operators override it per "
                     "organization and kind (`spacejobs orgs set-quota`)")
 
-    # -- sweeper and retention -------------------------------------------------------------
-    sweep_interval: float = Field(5, gt=0, description="seconds between sweeps (beat)")
+    # -- beat's maintenance chores (tasks/maintenance/) and retention ----------------------------
+    # SPACEJOBS_SWEEP_INTERVAL stays the one cadence of the chores that were one sweep, and each
+    # of them may have its own: the package's docstring says why.
+    sweep_interval: float = Field(
+        5, gt=0, description="seconds between runs of each of beat's maintenance chores that has "
+                             "no interval of its own set: expired leases, re-signals, waits, "
+                             "retention, metrics (docs/guides/operations.md, \"Maintenance\")")
+    maintenance_expired_leases_interval: float | None = Field(
+        None, gt=0, description="seconds between runs of the chore that puts jobs whose lease ran "
+                                "out back in the queue, or ends them (default: "
+                                "`SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_resignal_interval: float | None = Field(
+        None, gt=0, description="seconds between runs of the chore that re-sends the wake-up of "
+                                "due jobs nobody claimed (default: `SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_waits_interval: float | None = Field(
+        None, gt=0, description="seconds between runs of the chore that puts waiting jobs whose "
+                                "moment or children's end came back in the queue, the floor under "
+                                "the timers and the jobs trigger (default: `SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_retention_interval: float | None = Field(
+        None, gt=0, description="seconds between runs of the chore that purges history past the "
+                                "database's retention policy and deletes the stored files it let "
+                                "go (default: `SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_metrics_interval: float | None = Field(
+        None, gt=0, description="seconds between runs of the chore that folds metric events into "
+                                "the counters (default: `SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_periodic_interval: float | None = Field(
+        None, gt=0, description="seconds between beat's looks for a new period of the periodic "
+                                "jobs (default: `SPACEJOBS_TIMER_INTERVAL`)")
     timer_interval: float = Field(
         0.25, gt=0, le=60,
-        description="seconds between beat's rounds of due timers (`ctx.sleep`, `sleep_until`, a "
-                    "signal's timeout), run between the sweeps: a timer goes back to the queue "
-                    "within about this long after its moment (one indexed statement a round, "
-                    "in every beat)")
+        description="seconds between runs of beat's chore of due timers (`ctx.sleep`, "
+                    "`sleep_until`, a signal's timeout): a timer goes back to the queue within "
+                    "about this long after its moment (one indexed statement a run, in every beat)")
     wakeup_grace: float = Field(
-        5, ge=0, description="seconds a due job waits for its wake-up before the sweeper re-sends it")
+        5, ge=0, description="seconds a due job waits for its wake-up before beat's resignal "
+                             "chore re-sends it")
     # Retention is the database's policy (models/ops/retention.py): these are read only by
     # `spacejobs db upgrade`, which writes those that are set into it.
     keep_jobs_days: float | None = Field(
@@ -161,7 +187,8 @@ class Settings(BaseSettings):
         3600, ge=0, description="seconds a stored file no job row references is kept before the "
                                 "orphan sweep deletes it")
     results_sweep_interval: float = Field(
-        600, gt=0, description="seconds between orphan sweeps of the results store (beat)")
+        600, gt=0, description="seconds between runs of beat's orphan sweep of the results store "
+                               "(it lists the whole store)")
     s3_bucket: str | None = Field(None, description="the bucket of the `s3` results store")
     s3_prefix: str = Field("", description="a key prefix inside that bucket")
     s3_endpoint_url: str | None = Field(
@@ -243,7 +270,7 @@ class Settings(BaseSettings):
                                 "(see \"Wake-ups\")")
     broker_backoff: float = Field(
         5, ge=0, description="after a failed publish, the web skips publishing this long "
-                             "(the sweeper re-sends)")
+                             "(beat's resignal chore re-sends)")
     task_events: bool = Field(True, description="Celery task events for Flower")
     task_sent_events: bool = Field(
         False, description="the \"task-sent\" event; it costs every wake-up a second publish")
@@ -310,6 +337,21 @@ class Settings(BaseSettings):
         names += (["spacejobs.tasks.kinds.bench"] * self.bench_kinds
                   + ["spacejobs.demo.kinds"] * self.demo_kinds)
         return names + self.extra_kind_module_names
+
+    def maintenance_interval(self, chore: str) -> float:
+        """Seconds between runs of one of beat's maintenance chores (its ``name``): its own
+        setting when set, else the cadence it shares (the sweep's, or the timers' for periodic)."""
+        own = {
+            "expired_leases": self.maintenance_expired_leases_interval,
+            "resignal": self.maintenance_resignal_interval,
+            "waits": self.maintenance_waits_interval,
+            "retention": self.maintenance_retention_interval,
+            "metrics": self.maintenance_metrics_interval,
+            "periodic": self.maintenance_periodic_interval or self.timer_interval,
+            "timers": self.timer_interval,
+            "result_orphans": self.results_sweep_interval,
+        }[chore]
+        return self.sweep_interval if own is None else own
 
     @property
     def sweep_queue(self) -> str:

@@ -1,1 +1,2 @@
-"""Celery side of Space Jobs: the app, the runner (claim, lease, heartbeat, finish), the sweeper."""
+"""Celery side of Space Jobs: the app, the runner (claim, lease, heartbeat, finish), beat and its
+maintenance chores."""

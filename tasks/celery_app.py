@@ -1,5 +1,6 @@
-"""The Celery app and its two tasks. Both are thin: the work is in runner and sweeper, and what
-they run with is this process's wiring (tasks.worker_process.current())."""
+"""The Celery app and its two tasks. Both are thin: the work is in the runner and the
+maintenance chores, and what they run with is this process's wiring
+(tasks.worker_process.current())."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from celery.signals import (
 
 from spacejobs.models.kinds import load_kinds
 from spacejobs.models.logs import configure_logging
-from spacejobs.tasks import health, presence, sweeper, worker_process
+from spacejobs.tasks import health, maintenance, presence, worker_process
 from spacejobs.tasks.engine.floor import Floor
 from spacejobs.tasks.engine.runner import BatchSize, Ports, Runner, Signals, Tuning
 from spacejobs.tasks.task_failures import reported_without_messages
@@ -75,9 +76,10 @@ def wake(self: Any, job_id: str | None = None) -> int:
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
 @reported_without_messages
-def sweep() -> dict[str, int]:
-    """A sweep on demand (`celery call spacejobs.sweep`); beat runs its own (tasks/beat.py)."""
-    return sweeper.sweep_once(worker_process.current()).as_dict()
+def sweep() -> dict[str, dict[str, int]]:
+    """The sweep's chores once each, on demand (`celery call spacejobs.sweep`); beat runs every
+    chore on its own cadence (tasks/beat.py)."""
+    return maintenance.sweep_now(worker_process.current())
 
 
 @worker_init.connect

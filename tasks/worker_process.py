@@ -68,9 +68,9 @@ class WorkerProcess:
         self.stats = Stats()
         #: this process's turn among the organizations, kept from one wake-up to the next
         self.ring = Ring()
-        # One buffer (and one flush thread) per process, shared by the runner and the sweeper.
+        # One buffer (and one flush thread) per process, shared by the runner and beat's chores.
         self.counters = BufferedCounters(lambda: self.engine)
-        # Every wake-up this process sends (a retry, a release at shutdown, the sweeper's
+        # Every wake-up this process sends (a retry, a release at shutdown, the chores'
         # re-signals, a task's submit) goes through one publisher, counted in this buffer.
         self.publisher = WakeupPublisher(counters=self.counters, celery=celery)
         #: the job API for tasks that submit jobs (beat's periodic jobs, application tasks)
@@ -80,8 +80,6 @@ class WorkerProcess:
         self.pool_child = False
         self.presence_stop = threading.Event()
         self.presence_started = False
-        #: when this process last ran the orphan sweep (time.monotonic()), None before the first
-        self.last_orphan_sweep: float | None = None
         self._results: ResultStore | None = None
         self._controls: tuple[float, list[KindControl]] | None = None
         #: a pause or a new limit reaches this process within this many seconds

@@ -23,9 +23,10 @@ from spacejobs.models.db.queries import queries_beside
 from spacejobs.models.jobs.records import ACTIVE, TERMINAL, Status
 
 Q = queries_beside(__file__)
-# A waiting job's timer may be this late before the watch calls it stuck: the sweeper resumes
-# due timers every SPACEJOBS_SWEEP_INTERVAL (1 s in a chaos run), and not while PostgreSQL is
-# down (3 s) or until beat's next sweep after it (a few seconds).
+# A waiting job's timer may be this late before the watch calls it stuck: beat's timers chore
+# resumes due timers every SPACEJOBS_TIMER_INTERVAL (and its waits chore every
+# SPACEJOBS_SWEEP_INTERVAL, 1 s in a chaos run), and not while PostgreSQL is down (3 s) or until
+# the next run after it (a few seconds).
 TIMER_SLACK_SECONDS = 10.0
 EXAMPLES = 3
 

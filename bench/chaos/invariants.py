@@ -157,7 +157,7 @@ def beat_rides_out_restarts(r: ChaosReport) -> Verdict:
     sent = r.beat_sweeps_after_last_restart
     return Verdict("beat rides out restarts", sent is None or sent > 0,
                    "no server restart in this run" if sent is None
-                   else f"{sent} sweeps sent after the last server restart")
+                   else f"{sent} ticks of beat's sweep chores after the last server restart")
 
 
 def every_workflow_ends_once(r: ChaosReport) -> Verdict:

@@ -63,7 +63,6 @@ class ChaosReport:
     survivors_not_resumed: list[str] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
     beat_sweeps_after_last_restart: int | None = None
-    sweeps_sent: int = 0
     sweeps_ran: int = 0
     sweeps_failed: int = 0
     sweeps_expired: int = 0
@@ -166,12 +165,13 @@ class ChaosReport:
                  f"('{STALE_FAILURE}')"),
         ]
         rows += [("", note) for note in self.stall_notes]
-        rows.append(("sweeps", f"{self.sweeps_sent} sent by beat, {self.sweeps_ran} ran, "
-                               f"{self.sweeps_failed} raised, {self.sweeps_expired} expired in the queue "
-                               "before a worker took them (worker and beat logs)"))
+        rows.append(("sweeps", f"{self.sweeps_ran} ran (beat's ticks of the sweep's chores, and "
+                               f"sweeps asked of a worker), {self.sweeps_failed} failed (a chore's "
+                               f"outage, or a worker's sweep), {self.sweeps_expired} asked of a "
+                               "worker expired in the queue (worker and beat logs)"))
         if self.beat_sweeps_after_last_restart is not None:
-            rows.append(("beat", f"{self.beat_sweeps_after_last_restart} sweeps sent after the last "
-                                 "server restart (never restarted)"))
+            rows.append(("beat", f"{self.beat_sweeps_after_last_restart} ticks of the sweep's "
+                                 "chores after the last server restart"))
         width = max(len(k) for k, _ in rows)
         lines = [title, "=" * len(title)]
         lines += [f"{k.ljust(width)} : {v}" if k else f"{' ' * width}   {v}" for k, v in rows]

@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import os
 import random
+import re
 import shutil
 import signal
 import tempfile
@@ -52,10 +53,14 @@ from tests.kit.private_servers import PrivateServers
 from tests.kit.seeding import Tenant
 from tests.kit.stack import Stack
 
-# What the workers and beat of a chaos run are given: a sweeper that notices lost wake-ups,
+# What the workers and beat of a chaos run are given: beat's chores that notice lost wake-ups,
 # expired leases and due timers within seconds, as the faults make many of each; and the run's
 # own fan-out kind.
 KIND_MODULE = "bench.chaos.kinds"
+#: beat's line for a tick in which the sweep's chores ran, and the first line of a chore's
+#: outage (tasks/maintenance/schedule.py)
+MAINTENANCE_LINE = "maintenance ran in "
+CHORE_OUTAGE = re.compile(r"chore \w+ failed; trying again")
 CHAOS_PROCESS_SETTINGS = {"SPACEJOBS_WAKEUP_GRACE": "2", "SPACEJOBS_SWEEP_INTERVAL": "1",
                           "SPACEJOBS_EXTRA_KIND_MODULES": KIND_MODULE}
 
@@ -370,14 +375,12 @@ def _tally_processes(report: ChaosReport, fleet: Fleet, driver: ChaosDriver | No
         report.pg_restarts = sum(1 for r in driver.restarts if r.server == "PostgreSQL")
         if fleet.beat is not None:
             beat_log = fleet.beat.output()
-            report.sweeps_sent = beat_log.count("Sending due task") - beat_log.count("Message Error")
-            # Beat runs the sweeps itself (tasks/beat.py); a worker runs one only on demand.
-            report.sweeps_ran += beat_log.count("sweep ran in ")
-            report.sweeps_failed += beat_log.count("sweep failed")
+            # Beat runs the chores itself (tasks/beat.py): a line for each tick the sweep's
+            # chores ran in, and one per outage of a chore; a worker runs a sweep only on demand.
+            report.sweeps_ran += beat_log.count(MAINTENANCE_LINE)
+            report.sweeps_failed += len(CHORE_OUTAGE.findall(beat_log))
         if driver.restarts and fleet.beat is not None:
             with fleet.beat.log.open("rb") as handle:
                 handle.seek(driver.restarts[-1].beat_log_offset)
                 tail = handle.read().decode(errors="replace")
-            # beat logs "Sending" before it tries; a send the broker refused adds "Message Error".
-            report.beat_sweeps_after_last_restart = (tail.count("Sending due task")
-                                                     - tail.count("Message Error"))
+            report.beat_sweeps_after_last_restart = tail.count(MAINTENANCE_LINE)

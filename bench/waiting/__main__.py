@@ -163,7 +163,7 @@ class Run:
              f" {figure.stale_wakeups} wake-ups sent meanwhile still queued then, the workers"
              f" quiet {figure.stale_seconds:.1f} s later (the readings start there);"
              f" beat's CPU idle {median(figure.beat_idle):.2f}%, with them waiting"
-             f" {median(figure.beat_waiting):.2f}% of a core; a sweep took"
+             f" {median(figure.beat_waiting):.2f}% of a core; a tick of the sweep's chores took"
              f" {1000 * median(figure.sweep_idle):.0f} ms idle, {1000 * median(figure.sweep_waiting):.0f}"
              f" ms with them waiting (medians of {len(figure.sweep_idle)} and"
              f" {len(figure.sweep_waiting)}, beat's log)")

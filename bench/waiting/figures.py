@@ -41,7 +41,8 @@ QUIET = 3.0
 RECOVERY = 30.0
 #: a chain's step: a kind that does nothing, so the chain's time is the machinery's
 CHAIN_STEP = "bench.noop"
-SWEEP_LINE = re.compile(r"sweep ran in ([\d.]+)s")
+#: beat's line for a tick in which the sweep's chores ran (tasks/maintenance/schedule.py)
+SWEEP_LINE = re.compile(r"maintenance ran in ([\d.]+)s")
 
 
 class BenchError(RuntimeError):

@@ -10,14 +10,14 @@ from sqlalchemy.exc import DBAPIError
 
 from spacejobs.demo.projects import Projects
 from spacejobs.models.db.migrate import schema_files
-from spacejobs.models.db.transaction import scope, transaction
-from spacejobs.models.errors import InternalJobError, JobFinished, LeaseLost, NotFound
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.errors import JobFinished, LeaseLost, NotFound
 from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import Job
 from spacejobs.models.kinds import get_kind, load_kinds
 from spacejobs.tasks.engine.context import JobContext
 from spacejobs.tasks.engine.leases import WorkerLeases
-from tests.integration.leasing import claim_one, complete_one, release_one
+from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
 load_kinds()
@@ -163,65 +163,6 @@ def test_tenant_writes_of_an_attempt_that_lost_its_lease_roll_back(stack_db: Sta
         assert conn.execute(text("SELECT count(*) FROM projects")).scalar() == 0
 
 
-def test_sweeper_requeues_fails_or_cancels_expired_leases(stack_db: Stack):
-    drain_queue(stack_db)
-    _, retry = new_job(stack_db, "bench.sleep", params={"seconds": 1})
-    _, last = new_job(stack_db, "test.stall", params={"seconds": 1})
-    _, cancel = new_job(stack_db, "bench.sleep", params={"seconds": 1})
-    leases = {claim(stack_db).id for _ in range(3)}
-    assert leases == {retry.id, last.id, cancel.id}
-    with stack_db.admin() as conn:
-        conn.execute(text("UPDATE jobs SET attempts = max_attempts WHERE id = :id"), {"id": last.id})
-    with transaction(stack_db.app_db, organization_id=stack_db.job_row(cancel.id)["organization_id"]) as conn:
-        assert store.request_cancel(conn, cancel.id, stack_db.job_row(cancel.id)["requested_by"]).status \
-            == "cancel_requested"
-    for job_id in leases:
-        expire_lease(stack_db, job_id)
-
-    with transaction(stack_db.worker_db, actor="sweeper") as conn:
-        swept = dict(store.sweep_expired_leases(conn))
-    assert swept == {retry.id: "queued", last.id: "failed", cancel.id: "cancelled"}
-    assert stack_db.job_row(last.id)["error_code"] == "lease_expired"
-    for job_id in leases:
-        assert stack_db.events(job_id)[-1]["actor"] == "sweeper"
-    with transaction(stack_db.worker_db, actor="sweeper") as conn:
-        assert store.sweep_expired_leases(conn) == []  # nothing left to do: idempotent
-
-
-def test_unsignalled_due_jobs_are_resignalled_once_per_grace_period(stack_db: Stack):
-    drain_queue(stack_db)
-    _, job = new_job(stack_db)
-    with transaction(stack_db.worker_db) as conn:
-        assert store.sweep_unsignalled(conn, grace=60) == []          # still within grace
-    with transaction(stack_db.worker_db) as conn:
-        assert [j for j, _ in store.sweep_unsignalled(conn, grace=0)] == [job.id]
-    with transaction(stack_db.worker_db) as conn:
-        assert store.sweep_unsignalled(conn, grace=1) == []           # just re-signalled
-
-
-def test_jobs_put_back_in_the_queue_are_resignalled_without_waiting_for_the_grace(stack_db: Stack):
-    """A retry, an expired lease and a release at shutdown each clear last_wakeup_at: if their
-    own wake-up is lost they are re-signalled at the next sweep, not a grace period later."""
-    drain_queue(stack_db)
-    ids = [new_job(stack_db)[1].id for _ in range(3)]
-    leases = {job.id: job for job in (claim(stack_db) for _ in range(3))}
-    retried, expired, released = (leases[i] for i in ids)
-    with transaction(stack_db.worker_db) as conn:
-        assert store.fail_attempt(conn, retried.id, retried.lease_token, InternalJobError(),
-                                 retry_in=0) == "queued"
-        assert release_one(conn, released.id, released.lease_token)
-    expire_lease(stack_db, expired.id)
-    with transaction(stack_db.worker_db, actor="sweeper") as conn:
-        assert dict(store.sweep_expired_leases(conn)) == {expired.id: "queued"}
-    with transaction(stack_db.worker_db) as conn:
-        again = {j for j, _ in store.sweep_unsignalled(conn, grace=60)}
-
-    assert again == set(ids)
-    new_job(stack_db)
-    with transaction(stack_db.worker_db) as conn:
-        assert store.sweep_unsignalled(conn, grace=60) == []  # a new job waits for its own wake-up
-
-
 def test_cancel_queued_is_immediate_running_is_requested_finished_is_refused(stack_db: Stack):
     drain_queue(stack_db)
     org, queued = new_job(stack_db)
@@ -284,21 +225,3 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
     assert "jobs_kind_claim_idx" in limited_plan and "Seq Scan on jobs" not in limited_plan, \
         limited_plan
 
-
-def test_two_sweepers_take_disjoint_expired_leases_without_waiting(stack_db: Stack):
-    """Beat may run on several hosts: concurrent sweeps must neither block nor double-handle."""
-    drain_queue(stack_db)
-    ids = [new_job(stack_db)[1].id for _ in range(2)]
-    for _ in ids:
-        claim(stack_db)
-    for job_id in ids:
-        expire_lease(stack_db, job_id)
-    with stack_db.worker_db.connect() as one, stack_db.worker_db.connect() as two, one.begin(), two.begin():
-        two.execute(text("SET LOCAL lock_timeout = '1s'"))
-        for conn in (one, two):
-            scope(conn, actor="sweeper")
-        first = dict(store.sweep_expired_leases(one, batch=1))   # its row stays locked
-        second = dict(store.sweep_expired_leases(two, batch=10))  # skips it, takes the other
-    assert len(first) == len(second) == 1
-    assert set(first) | set(second) == set(ids)
-    assert [e["actor"] for job_id in ids for e in stack_db.events(job_id)].count("sweeper") == 2

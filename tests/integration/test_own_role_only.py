@@ -1,5 +1,5 @@
-"""What compose.yaml relies on: a worker runs jobs, and beat runs the sweeps, each with only the
-worker role's URL (no DATABASE_URL, no admin password)."""
+"""What compose.yaml relies on: a worker runs jobs, and beat runs the maintenance chores, each
+with only the worker role's URL (no DATABASE_URL, no admin password)."""
 
 from __future__ import annotations
 
@@ -17,5 +17,5 @@ def test_worker_and_beat_need_no_admin_url(bare_stack: Stack) -> None:
     anna = stack.user(org, role="owner")
     job = submit(client, org, anna, "bench.noop")
     stack.wait_for(job["id"], "completed")
-    beat.wait_for_log("sweep ran", timeout=20)   # beat runs the sweeps itself (tasks/beat.py)
+    beat.wait_for_log("maintenance ran in", timeout=20)  # beat runs the chores itself (tasks/beat.py)
     assert "Traceback" not in worker.output() + beat.output()

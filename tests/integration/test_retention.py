@@ -23,7 +23,6 @@ from spacejobs.models.ops import retention
 from spacejobs.models.tenancy import audit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
-from tests.kit.waiting import wait_until
 
 
 def old_job(stack: Stack, org, user, *, status: str, days: float, result=None) -> uuid.UUID:
@@ -59,7 +58,8 @@ def default_policy(bare_stack: Stack) -> Iterator[None]:
 
 
 def purge(stack: Stack, batch: int = 1000) -> dict[str, int]:
-    """The sweeper's purge, as the worker role."""
+    """The retention chore's purge, as the worker role (the chore itself:
+    tests/integration/test_maintenance_retention.py)."""
     with transaction(stack.worker_db, actor="sweeper") as conn:
         return store.purge_finished(conn, batch=batch)
 
@@ -183,30 +183,6 @@ def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack)
         assert audit.purge(conn, batch=2) == 1
         assert audit.purge(conn, batch=2) == 0
     assert ages() == [300, 0]
-
-
-def test_beats_sweep_purges_old_audit_entries(bare_stack: Stack):
-    stack = bare_stack
-    org = stack.org()
-    with stack.admin() as conn:
-        conn.execute(text("INSERT INTO org_audit (organization_id, actor, action, at)"
-                          " VALUES (:org, 'cli', 'member.remove', now() - interval '2 days')"),
-                     {"org": org})
-
-    def left() -> int:
-        with stack.admin() as conn:
-            return conn.execute(text("SELECT count(*) FROM org_audit WHERE organization_id = :org"),
-                                {"org": org}).scalar_one()
-
-    stack.set_retention(audit_days=1)
-    beat = stack.start_beat()
-    try:
-        wait_until(lambda: left() == 0, 30, "the old audit entries purged")
-        # The sweep commits, then logs its counts: wait for the line rather than race it.
-        beat.wait_for_log("'audit_deleted': ", timeout=15)
-    finally:
-        stack.retire(beat)
-    assert "sweep failed" not in beat.output()
 
 
 # ------------------------------------------------------------------------- the worker cannot aim it

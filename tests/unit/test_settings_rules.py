@@ -34,6 +34,18 @@ def test_sweeps_have_their_own_queue_beside_the_wakeups(env):
     assert Settings().sweep_queue == "jobs-eu.sweep"
 
 
+def test_each_maintenance_chore_has_its_cadence_and_the_sweeps_is_the_default(env):
+    env.setenv("SPACEJOBS_SWEEP_INTERVAL", "7")
+    env.setenv("SPACEJOBS_MAINTENANCE_METRICS_INTERVAL", "30")
+    settings = Settings()
+    assert settings.maintenance_interval("metrics") == 30
+    assert [settings.maintenance_interval(chore) for chore in (
+        "expired_leases", "resignal", "waits", "retention")] == [7, 7, 7, 7]
+    assert settings.maintenance_interval("timers") == settings.timer_interval
+    assert settings.maintenance_interval("periodic") == settings.timer_interval
+    assert settings.maintenance_interval("result_orphans") == settings.results_sweep_interval
+
+
 @pytest.mark.parametrize(("text", "modules"), [
     ("", []), ("a.b", ["a.b"]), (" a.b , c ,, ", ["a.b", "c"]), (",", []),
 ])
@@ -47,6 +59,7 @@ def test_extra_kind_modules_are_a_comma_separated_list(env, text, modules):
     ("SPACEJOBS_WEB_THREADS", "1"), ("SPACEJOBS_DRAIN_LIMIT", "0"),
     ("SPACEJOBS_SWEEP_INTERVAL", "0"), ("SPACEJOBS_SHUTDOWN_GRACE", "-1"),
     ("SPACEJOBS_TIMER_INTERVAL", "0"), ("SPACEJOBS_TIMER_INTERVAL", "61"),
+    ("SPACEJOBS_MAINTENANCE_RETENTION_INTERVAL", "0"), ("SPACEJOBS_MAINTENANCE_PERIODIC_INTERVAL", "-1"),
     ("SPACEJOBS_DB_POOLER", "session"), ("SPACEJOBS_RATE_LIMIT_FAIL", "maybe"),
     ("SPACEJOBS_RESULTS_STORE", "ftp"), ("SPACEJOBS_LOG_FORMAT", "xml"),
     ("SPACEJOBS_KEEP_JOBS_DAYS", "0"), ("SPACEJOBS_WAKEUP_COALESCE_MS", "0"),

@@ -1,25 +1,31 @@
-"""Beat's rounds of due timers (tasks/timer_rounds.py), with real worker and beat processes:
-a sleeping job goes back to the queue between the full sweeps, and the rounds carry on through
-a database partition and a dead broker. Every beat here sweeps once an hour at most, so what
-resumes a timer within a test's patience is the rounds, nothing else."""
+"""Beat's timers chore (tasks/maintenance/timers.py): a run against PostgreSQL puts back exactly
+the timers that are due; and with real worker and beat processes a sleeping job goes back to
+the queue on the timers' own cadence, and the runs carry on through a database partition and
+a dead broker. Every beat here runs the sweep's chores (the waits chore among them) at its
+start and then once an hour, so what resumes a timer within a test's patience is the timers
+chore, nothing else."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
 from spacejobs.models.db.roles import WORKER_ROLE, role_url
+from spacejobs.tasks.maintenance.timers import Timers, TimersReport
 from tests.conftest import submit
+from tests.integration.maintenance_kit import Publisher, as_beat, status_of, waiting
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.stack import Stack, wait_until
 from tests.netproxy import Partition, postgres_address, through
 
-#: the full sweep never runs during these tests (its first run is one interval after beat starts)
+#: the sweep's chores run at beat's start, before any job here waits, and not again in a test
 NO_SWEEP = {"SPACEJOBS_SWEEP_INTERVAL": "3600", "SPACEJOBS_TIMER_INTERVAL": "0.2"}
 
 
 def resumed(stack: Stack, job_id: str) -> bool:
-    """A round of beat's put the job back in the queue."""
+    """The timers chore put the job back in the queue."""
     return ("waiting", "queued", "beat") in [(e["from_status"], e["to_status"], e["actor"])
                                              for e in stack.events(job_id)]
 
@@ -35,7 +41,23 @@ def client(bare_stack: Stack):
     return bare_stack.make_app().test_client()
 
 
-def test_beat_resumes_timers_between_sweeps(bare_stack: Stack, client):
+def test_a_run_puts_back_exactly_the_timers_that_are_due_as_beats(bare_stack: Stack):
+    stack = bare_stack
+    now = datetime.now(UTC)
+    due = waiting(stack, until=now - timedelta(seconds=1))
+    later = waiting(stack, until=now + timedelta(hours=1))
+    signal = waiting(stack, signal="approve")
+    publisher = Publisher()
+    report = Timers(0.25).run(as_beat(stack, publisher))
+    assert report == TimersReport(resumed=1, wakeups_sent=1)
+    assert publisher.woken == [str(due.id)]
+    assert [status_of(stack, j.id) for j in (due, later, signal)] == [
+        "queued", "waiting", "waiting"]
+    assert resumed(stack, str(due.id))  # recorded as beat's
+    assert Timers(0.25).run(as_beat(stack)) == TimersReport()
+
+
+def test_beat_resumes_timers_on_their_own_cadence(bare_stack: Stack, client):
     stack = bare_stack
     org = stack.org()
     anna = stack.user(org, role="owner")
@@ -49,16 +71,15 @@ def test_beat_resumes_timers_between_sweeps(bare_stack: Stack, client):
             moves = [(e["from_status"], e["to_status"]) for e in stack.events(job["id"])]
             assert moves == [(None, "queued"), ("queued", "leased"), ("leased", "waiting"),
                              ("waiting", "queued"), ("queued", "leased"), ("leased", "completed")]
-            # A round of beat's resumed it (a sweep's resume is the sweeper's).
+            # The timers chore resumed it (the waits chore's resume is the sweeper's).
             assert [e["actor"] for e in stack.events(job["id"])
                     if e["from_status"] == "waiting"] == ["beat"]
-        assert "sweep ran" not in beat.output()
         beat.check_alive()
     finally:
         stack.retire(worker, beat)
 
 
-def test_the_rounds_ride_out_a_database_partition_of_beat(bare_stack: Stack, client):
+def test_the_timers_chore_rides_out_a_database_partition_of_beat(bare_stack: Stack, client):
     stack = bare_stack
     org = stack.org()
     anna = stack.user(org, role="owner")
@@ -70,30 +91,30 @@ def test_the_rounds_ride_out_a_database_partition_of_beat(bare_stack: Stack, cli
         partition.cut()
         job = submit(client, org, anna, "bench.wait", {"seconds": 1})
         stack.wait_for(job["id"], "waiting")
-        # Its moment passes while no round can reach the database; beat logs it and goes on.
-        beat.wait_for_log("a round of due timers failed", timeout=20)
+        # Its moment passes while no run can reach the database; beat logs it and goes on.
+        beat.wait_for_log("chore timers failed", timeout=20)
         wait_until(lambda: past_its_moment(stack, job["id"]), timeout=20, what="the moment passed")
         assert stack.job_row(job["id"])["status"] == "waiting"
         beat.check_alive()
         partition.open_again()
         done = stack.wait_for(job["id"], "completed", timeout=30)
         assert done["attempts"] == 1 and resumed(stack, job["id"])
-        beat.wait_for_log("rounds of due timers work again", timeout=10)
-        # Once, with its traceback, not once per round of the partition.
-        assert beat.output().count("a round of due timers failed") == 1
+        beat.wait_for_log("chore timers works again", timeout=10)
+        # Once, with its traceback, not once per run of the partition.
+        assert beat.output().count("chore timers failed") == 1
     finally:
         partition.cut()
         stack.retire(worker, beat)
 
 
-def test_the_rounds_go_on_resuming_timers_with_beats_broker_dead(bare_stack: Stack, client,
+def test_the_timers_chore_goes_on_resuming_timers_with_beats_broker_dead(bare_stack: Stack, client,
                                                                    private_redis: RestartableRedis):
     stack = bare_stack
     org = stack.org()
     anna = stack.user(org, role="owner")
     worker = stack.start_worker(concurrency=2)
-    # Beat's wake-ups go to a Redis of its own, killed once beat runs: the rounds still move the
-    # rows, whose wake-ups the sweep re-sends when the broker is back.
+    # Beat's wake-ups go to a Redis of its own, killed once beat runs: the timers chore still
+    # moves the rows, whose wake-ups the resignal chore re-sends when the broker is back.
     beat = stack.start_beat(**NO_SWEEP, REDIS_URL=private_redis.url)
     try:
         private_redis.kill()

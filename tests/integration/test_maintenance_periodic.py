@@ -1,5 +1,6 @@
-"""Periodic jobs made by beat: once per period, however many beats run, for the organization and
-requester the configuration names."""
+"""Periodic jobs made by beat's periodic chore (tasks/maintenance/periodic.py): once per period,
+however many beats run, for the organization and requester the configuration names; a job whose
+submit is refused is logged, and keeps no other from being made."""
 
 from __future__ import annotations
 

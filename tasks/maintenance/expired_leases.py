@@ -1,0 +1,60 @@
+"""Rescue: jobs whose lease ran out (a worker SIGKILLed, partitioned, frozen) go back to the
+queue while they have attempts left, fail with ``lease_expired`` when they have none, and end
+``cancelled`` when a cancel was asked for; the ones put back in the queue are woken.
+
+One batch a run, taken with FOR UPDATE SKIP LOCKED (sweep_expired_leases() in
+models/db/schema/60_claim_and_lease.sql): several beats never handle the same row, and a job
+whose lease still runs is never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import Status
+from spacejobs.models.settings import Settings
+from spacejobs.tasks.maintenance.chore import Report, publish_wakeups
+from spacejobs.tasks.worker_process import WorkerProcess
+
+
+@dataclass
+class ExpiredLeasesReport(Report):
+    requeued: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    #: wake-ups published for the requeued jobs (one per claim batch of them)
+    wakeups_sent: int = 0
+    #: requeued jobs whose wake-up was not published (broker down)
+    publish_failures: int = 0
+
+
+class ExpiredLeases:
+    name = "expired_leases"
+    frequent = False
+    #: expired leases one run handles at most
+    batch = 500
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ExpiredLeases:
+        return cls(settings.maintenance_interval(cls.name))
+
+    def run(self, process: WorkerProcess) -> ExpiredLeasesReport:
+        with transaction(process.engine, actor="sweeper") as conn:
+            expired = store.sweep_expired_leases(conn, batch=self.batch)
+        report = ExpiredLeasesReport()
+        requeued = []
+        for job_id, status in expired:
+            if status == Status.QUEUED:
+                report.requeued += 1
+                requeued.append(job_id)
+            elif status == Status.FAILED:
+                report.failed += 1
+            else:
+                report.cancelled += 1
+        report.wakeups_sent, report.publish_failures = publish_wakeups(process, requeued)
+        return report

@@ -1,0 +1,99 @@
+"""What the maintenance chores' integration tests share: a beat's process on a stack (its worker
+engine, a recording publisher, the stack's results store), and jobs put by hand where a chore
+finds them (a lease run out, a moment passed), through the real statements and roles."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+from sqlalchemy import text
+
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.jobs.records import Job, LeasedJob
+from spacejobs.models.kinds import get_kind
+from spacejobs.models.settings import get_settings
+from tests.integration.leasing import claim_one, complete_one
+from tests.kit.stack import Stack
+
+
+class Publisher:
+    """The publisher's ``wake``: records the job ids it was given; the broker is up."""
+
+    def __init__(self) -> None:
+        self.woken: list[str] = []
+
+    def __call__(self, job_id: str, *, force: bool = False) -> bool:
+        assert force  # a chore's wake-ups are forced past the coalescing guard
+        self.woken.append(job_id)
+        return True
+
+
+def as_beat(stack: Stack, publisher: Publisher | None = None, **settings: Any) -> SimpleNamespace:
+    """The worker process a beat runs its chores as, on this stack (``settings`` override the
+    process's own)."""
+    return SimpleNamespace(engine=stack.worker_db,
+                           publisher=SimpleNamespace(wake=publisher or Publisher()),
+                           settings=get_settings().model_copy(update=settings),
+                           results=stack.results, jobs=stack.jobs)
+
+
+def new_job(stack: Stack, kind: str = "bench.noop", *, org: uuid.UUID | None = None,
+            params: dict[str, Any] | None = None) -> Job:
+    org = org or stack.org()
+    user = stack.user(org, role="owner")
+    with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
+        job, created = store.submit(conn, organization_id=org, requested_by=user.id,
+                                    kind=get_kind(kind).rules, params=params or {})
+    assert created == "created"
+    return job
+
+
+def claim(stack: Stack, worker: str = "w1") -> LeasedJob:
+    with transaction(stack.worker_db, actor=f"worker:{worker}") as conn:
+        leased = claim_one(conn, worker)
+    assert leased is not None
+    return leased
+
+
+def drain_queue(stack: Stack) -> None:
+    """Complete every due job, so a test starts from an empty queue."""
+    while True:
+        with transaction(stack.worker_db) as conn:
+            leased = claim_one(conn, "drain")
+            if leased is None:
+                return
+            complete_one(conn, leased.id, leased.lease_token, {})
+
+
+def expire_lease(stack: Stack, job_id: uuid.UUID) -> None:
+    # Test set-up through the owner role: make the lease run out without waiting for it.
+    with stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET lease_until = now() - interval '1 second'"
+                          " WHERE id = :id"), {"id": job_id})
+
+
+def waiting(stack: Stack, *, until: datetime | None = None, signal: str | None = None) -> LeasedJob:
+    """A job that ran and now waits (for a moment, or a signal), by the lease holder's own
+    statement. A moment in the past is made by moving it back afterwards (the statement itself
+    queues a job whose moment has already come)."""
+    drain_queue(stack)
+    new_job(stack, "bench.wait", params={"seconds": 1})
+    leased = claim(stack)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with transaction(stack.worker_db, actor="worker:w1") as conn:
+        status = store.wait_job(conn, leased.id, leased.lease_token,
+                                until=None if signal else later, signal=signal, children=None)
+    assert status == "waiting"
+    if until is not None:
+        with stack.admin() as conn:
+            conn.execute(text("UPDATE jobs SET wait_until = :until WHERE id = :id"),
+                         {"until": until, "id": leased.id})
+    return leased
+
+
+def status_of(stack: Stack, job_id: uuid.UUID) -> str:
+    return str(stack.job_row(job_id)["status"])

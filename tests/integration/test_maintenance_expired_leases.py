@@ -1,0 +1,87 @@
+"""The expired-leases chore (tasks/maintenance/expired_leases.py) against PostgreSQL, as the
+worker role: a lease that ran out is put back in the queue (and woken), failed with no attempts
+left, or cancelled when a cancel was asked for; a lease that still runs is never touched; and
+two beats at once take disjoint rows without waiting for each other."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from spacejobs.models.db.transaction import scope, transaction
+from spacejobs.models.jobs import store
+from spacejobs.tasks.maintenance.expired_leases import ExpiredLeases, ExpiredLeasesReport
+from tests.integration.maintenance_kit import (
+    Publisher,
+    as_beat,
+    claim,
+    drain_queue,
+    expire_lease,
+    new_job,
+    status_of,
+)
+from tests.kit.stack import Stack
+
+
+def test_expired_leases_are_requeued_failed_or_cancelled_and_only_the_requeued_woken(
+        bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    retry = new_job(stack, "bench.sleep", params={"seconds": 1})
+    last = new_job(stack, "test.stall", params={"seconds": 1})
+    cancel = new_job(stack, "bench.sleep", params={"seconds": 1})
+    running = new_job(stack, "bench.sleep", params={"seconds": 1})
+    leases = {claim(stack).id for _ in range(4)}
+    assert leases == {retry.id, last.id, cancel.id, running.id}
+    with stack.admin() as conn:
+        conn.execute(text("UPDATE jobs SET attempts = max_attempts WHERE id = :id"), {"id": last.id})
+    owner = stack.job_row(cancel.id)
+    with transaction(stack.app_db, organization_id=owner["organization_id"]) as conn:
+        assert store.request_cancel(conn, cancel.id, owner["requested_by"]).status == \
+            "cancel_requested"
+    for job_id in (retry.id, last.id, cancel.id):
+        expire_lease(stack, job_id)
+
+    publisher = Publisher()
+    chore = ExpiredLeases(5)
+    report = chore.run(as_beat(stack, publisher))
+    assert report == ExpiredLeasesReport(requeued=1, failed=1, cancelled=1, wakeups_sent=1)
+    assert publisher.woken == [str(retry.id)]
+    assert [status_of(stack, j) for j in (retry.id, last.id, cancel.id, running.id)] == [
+        "queued", "failed", "cancelled", "leased"]
+    assert stack.job_row(last.id)["error_code"] == "lease_expired"
+    for job_id in (retry.id, last.id, cancel.id):
+        assert stack.events(job_id)[-1]["actor"] == "sweeper"
+    assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # nothing left to do
+
+
+def test_a_run_takes_one_bounded_batch(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    jobs = [new_job(stack) for _ in range(3)]
+    leases = [claim(stack) for _ in jobs]  # all three first: a claim takes an expired lease too
+    for leased in leases:
+        expire_lease(stack, leased.id)
+    chore = ExpiredLeases(5)
+    chore.batch = 2
+    assert chore.run(as_beat(stack)).requeued == 2
+    assert chore.run(as_beat(stack)).requeued == 1
+
+
+def test_two_beats_take_disjoint_expired_leases_without_waiting(bare_stack: Stack):
+    """Beat may run on several hosts: concurrent runs must neither block nor double-handle."""
+    stack = bare_stack
+    drain_queue(stack)
+    ids = [new_job(stack).id for _ in range(2)]
+    for _ in ids:
+        claim(stack)
+    for job_id in ids:
+        expire_lease(stack, job_id)
+    with stack.worker_db.connect() as one, stack.worker_db.connect() as two, one.begin(), two.begin():
+        two.execute(text("SET LOCAL lock_timeout = '1s'"))
+        for conn in (one, two):
+            scope(conn, actor="sweeper")
+        first = dict(store.sweep_expired_leases(one, batch=1))   # its row stays locked
+        second = dict(store.sweep_expired_leases(two, batch=ExpiredLeases.batch))  # the other
+    assert len(first) == len(second) == 1
+    assert set(first) | set(second) == set(ids)
+    assert [e["actor"] for job_id in ids for e in stack.events(job_id)].count("sweeper") == 2
