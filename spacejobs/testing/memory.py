@@ -176,6 +176,8 @@ class MemoryJob:
         wait's deadline) come that much sooner, and a job whose moment has now come goes back
         to the queue. Returns its status."""
         delta = timedelta(seconds=seconds, minutes=minutes, hours=hours, days=days)
+        if delta < timedelta(0):
+            raise ValueError("time only moves forward")
         for child in self.children:
             child.advance(delta.total_seconds())
         for name, value in list(self.steps.items()):
@@ -223,7 +225,9 @@ class MemoryJob:
                           inputs=self.inputs)
 
     def run(self) -> Outcome:
-        """One run, from the top of the kind's function, as a worker's attempt: how it ended."""
+        """One run, from the top of the kind's function, as a worker's attempt: how it ended.
+        A job whose moment has passed by itself is resumed first, as beat would have."""
+        self.advance(0)
         if self.status != Status.QUEUED:
             raise NotDue(self._why_not_due())
         ctx = self.context()
@@ -265,7 +269,7 @@ class MemoryJob:
                 if waiting is None or waiting.signal is not None or waiting.until is None:
                     raise NotCompleted(self._why_not_due())
                 assert isinstance(waiting.until, datetime)
-                self.advance((waiting.until - datetime.now(UTC)).total_seconds() + 0.001)
+                self.advance(max(0.0, (waiting.until - datetime.now(UTC)).total_seconds()) + 0.001)
                 continue
             self.run()
         if self.status.terminal:

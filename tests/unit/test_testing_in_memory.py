@@ -7,6 +7,7 @@ workflow's children run in memory too."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Literal
 
 import pytest
@@ -213,6 +214,15 @@ def test_a_sleep_ends_the_run_waiting_and_its_steps_are_replayed_once_time_moved
     assert job.result == {"before": ["a", "tuple"], "after": 2}
     assert DONE == ["before", "after"]
     assert [r.outcome for r in job.runs] == ["waiting", "completed"]
+
+
+def test_a_moment_that_passed_by_itself_needs_no_advance_and_time_never_goes_back():
+    job = MemoryJob(nap, {"seconds": 0.01})
+    assert job.run() == Outcome.WAITING
+    time.sleep(0.02)
+    assert job.run() == Outcome.COMPLETED
+    with pytest.raises(ValueError, match="forward"):
+        MemoryJob(nap).advance(-1)
 
 
 def test_run_until_done_sleeps_at_once():
