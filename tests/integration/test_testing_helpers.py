@@ -16,6 +16,8 @@ from sqlalchemy import text
 from spacejobs import testing
 from spacejobs.models.errors import SignalTimeout
 from spacejobs.models.jobs.records import Status
+from spacejobs.models.kinds import RateLimit
+from spacejobs.models.tenancy import accounts
 from spacejobs.testing import Harness, Member, Outcome
 from tests.kit.stack import Stack
 
@@ -157,13 +159,35 @@ def test_advance_brings_a_failed_attempts_backoff_forward(harness: Harness, memb
     assert (ran.outcome, ran.attempt, ran.result) == ("completed", 2, {"attempt": 2})
 
 
+def test_advance_moves_one_organizations_time_only_when_asked(harness: Harness, member: Member):
+    other = harness.member()
+    mine, theirs = (submit(harness, m, "test.retry_later") for m in (member, other))
+    harness.drain(organization_id=member.organization_id)
+    harness.drain(organization_id=other.organization_id)
+    assert harness.advance(minutes=10, organization_id=member.organization_id) == [mine]
+    assert harness.job(theirs).run_after > datetime.now(UTC) + timedelta(minutes=4)
+    assert harness.drain(organization_id=other.organization_id) == []
+
+
+def test_advance_opens_a_full_rate_limit_window(harness: Harness, member: Member):
+    with harness.owner() as conn:
+        accounts.set_rate_limit(conn, member.organization_id, "test.echo", RateLimit(1, 3600))
+    first, second = (submit(harness, member, "test.echo", {"data": n}) for n in (1, 2))
+    assert [r.job_id for r in harness.drain(organization_id=member.organization_id)] == [first]
+    assert harness.drain(organization_id=member.organization_id) == []  # the hour's one start
+    harness.advance(hours=1, organization_id=member.organization_id)
+    assert [r.job_id for r in harness.drain(organization_id=member.organization_id)] == [second]
+
+
 def test_a_later_start_is_not_due_until_make_due(harness: Harness, member: Member):
     job = submit(harness, member, "test.echo", {"data": 1},
                  run_after=datetime.now(UTC) + timedelta(hours=2))
     with pytest.raises(testing.NotDue, match="start later"):
         harness.run_job(job)
-    harness.make_due(job)
+    assert harness.make_due(job) == [job]
     assert harness.run_job(job).outcome == Outcome.COMPLETED
+    row = harness.row(job)  # every column, as the owner
+    assert (row["params"], row["result"]) == ({"data": 1}, {"data": 1})
 
 
 def test_a_bug_in_a_kind_is_raised_after_it_was_recorded_unless_asked_not_to(
