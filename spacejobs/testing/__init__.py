@@ -13,9 +13,11 @@ Two ways to run a kind, for two kinds of test (docs/guides/testing.md):
   timers and retries as the owner.
 
 The names here are the public face of the helpers; everything else in the package may change.
+:class:`AttemptOutcome` is how one attempt ended (the engine's ``Outcome``: ``completed``,
+``waiting``, ``retry``...), not ``spacejobs.Outcome``, a job that ended with its result.
 """
 
-from spacejobs.tasks.engine.ends import Outcome
+from spacejobs.tasks.engine.ends import Outcome as AttemptOutcome
 from spacejobs.testing.database import (
     Drained,
     Harness,
@@ -35,6 +37,6 @@ from spacejobs.testing.memory import (
     run_in_memory,
 )
 
-__all__ = ["Drained", "Harness", "Member", "MemoryJob", "MemoryRun", "NeedsDatabase",
-           "NotCompleted", "NotDue", "Outcome", "Ran", "SentSignal", "assert_submitted",
+__all__ = ["AttemptOutcome", "Drained", "Harness", "Member", "MemoryJob", "MemoryRun",
+           "NeedsDatabase", "NotCompleted", "NotDue", "Ran", "SentSignal", "assert_submitted",
            "refute_submitted", "run_in_memory", "submitted"]

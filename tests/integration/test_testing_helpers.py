@@ -18,7 +18,8 @@ from spacejobs.models.errors import SignalTimeout
 from spacejobs.models.jobs.records import Status
 from spacejobs.models.kinds import RateLimit
 from spacejobs.models.tenancy import accounts
-from spacejobs.testing import Harness, Member, Outcome
+from spacejobs.testing import AttemptOutcome as Outcome
+from spacejobs.testing import Harness, Member
 from tests.kit.stack import Stack
 
 

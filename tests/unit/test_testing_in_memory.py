@@ -26,7 +26,8 @@ from spacejobs.models.kinds import NoParams, Params, job_kind
 from spacejobs.tasks.engine.context import JobContext
 from spacejobs.tasks.engine.fanout import ChildrenFailed
 from spacejobs.tasks.engine.workflows import StepsFailed
-from spacejobs.testing import MemoryJob, NotCompleted, Outcome, SentSignal, run_in_memory
+from spacejobs.testing import AttemptOutcome as Outcome
+from spacejobs.testing import MemoryJob, NotCompleted, SentSignal, run_in_memory
 
 #: what the kinds below did outside their steps' records (a step must run once per job)
 DONE: list[str] = []
