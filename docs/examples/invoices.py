@@ -14,11 +14,7 @@ from uuid import UUID
 from pydantic import Field
 from sqlalchemy import Connection
 
-from spacejobs.models.errors import SignalTimeout
-from spacejobs.models.jobs.records import Status
-from spacejobs.models.jobs.service import Jobs
-from spacejobs.models.kinds import Params, job_kind
-from spacejobs.tasks.engine.context import JobContext
+from spacejobs import JobContext, Jobs, Params, SignalTimeout, Status, job_kind
 
 #: the reminders this application sent (a real one calls its mail service here)
 OUTBOX: list[str] = []

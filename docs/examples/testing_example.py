@@ -14,8 +14,7 @@ from uuid import UUID
 import invoices
 import pytest
 
-from spacejobs import testing
-from spacejobs.models.errors import InvalidParams
+from spacejobs import InvalidParams, testing
 
 INVOICE = {"invoice": "INV-7", "amount_cents": 1200}
 
