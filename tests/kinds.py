@@ -352,3 +352,25 @@ def nested(ctx: JobContext, params: NestedParams) -> Any:
         ctx.step("nested", lambda: value)
         return {}
     return value
+
+
+class NotYet(DomainError):
+    code = "not_yet"
+    message = "Not yet: try again later."
+    permanent = False
+
+
+class RetryLaterParams(Params):
+    #: the first attempt fails with a bug (an unexpected exception), not a transient error
+    bug: bool = False
+
+
+@job_kind("test.retry_later", org_states={"active"}, max_attempts=3, backoff=600, backoff_max=600)
+def retry_later(ctx: JobContext, params: RetryLaterParams) -> dict[str, Any]:
+    """Fails its first attempt with a transient error (or a bug) and a backoff of five to ten
+    minutes, then completes: a retry that is due only once time has moved (spacejobs.testing)."""
+    if ctx.job.attempt == 1:
+        if params.bug:
+            raise RuntimeError("a bug on the first attempt")
+        raise NotYet()
+    return {"attempt": ctx.job.attempt}

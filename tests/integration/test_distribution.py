@@ -38,7 +38,8 @@ def test_the_wheel_installs_the_one_top_level_name_spacejobs(wheel: Path):
     for needed in ("spacejobs/__init__.py", "spacejobs/models/jobs/store.sql",
                    "spacejobs/models/db/schema/60_claim_and_lease.sql",
                    "spacejobs/tasks/celery_app.py", "spacejobs/webapp/templates/base.html",
-                   "spacejobs/celeryconfig.py", "spacejobs/models/db/migrations/versions/FROZEN"):
+                   "spacejobs/celeryconfig.py", "spacejobs/models/db/migrations/versions/FROZEN",
+                   "spacejobs/testing/database.sql"):
         assert needed in names, needed
     with zipfile.ZipFile(wheel) as archive:
         entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt")))
