@@ -381,13 +381,13 @@ class MemoryJob:
         while left:
             if policy == "fail_fast" and any(c.status != Status.COMPLETED for c in made.values()):
                 break
-            ready = [i for i in left if all(d in made for d in steps[i].after)]
+            ready = [i for i in left if all(d in made for d in steps[i].after + steps[i].waits)]
             if not ready:
                 break  # what is left waits for a step never made
             for place in ready:
                 left.remove(place)
                 step = steps[place]
-                if all(made[d].status == Status.COMPLETED for d in step.after):
+                if all(made[d].status == Status.COMPLETED for d in step.after + step.waits):
                     made[place] = self._child(step.kind.name, step.params, place,
                                               [made[d].result for d in step.after])
         failed = sum(1 for c in made.values() if c.status != Status.COMPLETED)

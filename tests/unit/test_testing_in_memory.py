@@ -20,7 +20,7 @@ from spacejobs.models.errors import (
     SignalTimeout,
     WaitRequested,
 )
-from spacejobs.models.jobs.canvas import chain, graph, sig
+from spacejobs.models.jobs.canvas import chain, graph, group, sig
 from spacejobs.models.jobs.records import Status
 from spacejobs.models.kinds import NoParams, Params, job_kind
 from spacejobs.tasks.engine.context import JobContext
@@ -119,6 +119,18 @@ def flow(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     return ctx.workflow(chain(sig("unit.memory.add", name="one", n=1),
                               sig("unit.memory.add", name="two", n=10),
                               sig("unit.memory.add", name="three", n=100)))
+
+
+class FirstParams(Params):
+    first: Literal["unit.memory.add", "unit.memory.refuse"]
+
+
+@job_kind("unit.memory.flow_across_empty", org_states={"active"})
+def flow_across_empty(ctx: JobContext, params: FirstParams) -> dict[str, Any]:
+    first = sig(params.first, name="one", n=1) if params.first == "unit.memory.add" else sig(
+        params.first, name="one")
+    return ctx.workflow(chain(first, group(), sig("unit.memory.add", name="after", n=10)),
+                        policy="run_all")
 
 
 @job_kind("unit.memory.refuse", org_states={"active"}, child_only=True)
@@ -322,6 +334,17 @@ def test_a_workflows_steps_run_in_order_with_their_inputs():
     job = MemoryJob(flow)
     assert job.run_until_done() == {"steps": {"one": 1, "two": 11, "three": 111}, "result": 111}
     assert [c.inputs for c in job.children] == [[], [1], [11]]
+
+
+def test_a_step_after_an_empty_group_runs_after_what_came_before_with_no_inputs():
+    job = MemoryJob(flow_across_empty, {"first": "unit.memory.add"})
+    assert job.run_until_done() == {"steps": {"one": 1, "after": 10}, "result": 10}
+    assert [c.inputs for c in job.children] == [[], []]
+    # What came before the empty group failed: the step after it is skipped, never made.
+    refused = MemoryJob(flow_across_empty, {"first": "unit.memory.refuse"})
+    with pytest.raises(StepsFailed, match="1 skipped"):
+        refused.run_until_done()
+    assert len(refused.children) == 1
 
 
 @pytest.mark.parametrize(("policy", "made", "failure"), [
