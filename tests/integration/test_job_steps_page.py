@@ -205,7 +205,7 @@ def test_the_list_is_one_statement_through_the_childrens_index(stack: Stack):
     for parent in parents:
         with transaction(stack.app_db, organization_id=org, user_id=owner.id) as conn:
             plan = "\n".join(row[0] for row in conn.execute(
-                text("EXPLAIN " + statement), {"parent": parent, "limit": 200}))
+                text("EXPLAIN " + statement), {"parent": parent, "limit": 200, "after": -1}))
             steps = store.steps_of(conn, parent, limit=200)
         assert "jobs_children_idx" in plan and "jobs_pkey" in plan, plan
         assert "Seq Scan on jobs" not in plan, plan
@@ -218,3 +218,4 @@ def child_parents(stack: Stack, org) -> list[uuid.UUID]:
         return list(conn.execute(text(
             "SELECT DISTINCT parent_id FROM jobs WHERE organization_id = :org"
             " AND parent_id IS NOT NULL"), {"org": org}).scalars())
+
