@@ -279,7 +279,7 @@ def list_job_steps(org: str, job_id: str) -> ResponseReturnValue:
         steps = jobs.steps(conn, membership, job, limit=limit + 1, after=after)
     shown = steps.rows[:limit]
     return jsonify({"job_id": str(job.id), "total": steps.total,
-                    "steps": [step_json(org, job, step) for step in shown],
+                    "steps": [step_json(job, step) for step in shown],
                     "next_cursor": next_place(shown, len(steps.rows) > limit)})
 
 
@@ -288,7 +288,7 @@ def next_place(shown: Sequence[store.Step] | Sequence[store.StepResult], more: b
     return encode_place(shown[-1].place) if more else None
 
 
-def step_json(org: str, parent: Job, step: store.Step) -> dict[str, Any]:
+def step_json(parent: Job, step: store.Step) -> dict[str, Any]:
     """One of a parent's steps: a step that is no job yet is ``pending`` while its parent may
     still make it and ``skipped`` once the parent has ended."""
     if step.status is not None:
@@ -304,7 +304,8 @@ def step_json(org: str, parent: Job, step: store.Step) -> dict[str, Any]:
         "job_id": str(step.job_id) if made else None,
         "attempts": step.attempts if made else None,
         "error_code": step.error_code,
-        "links": {"job": url_for("api.get_job", org=org, job_id=str(step.job_id))} if made else None,
+        "links": {"job": url_for("api.get_job", org=str(parent.organization_id),
+                                 job_id=str(step.job_id))} if made else None,
     }
 
 
@@ -317,15 +318,16 @@ def list_job_step_results(org: str, job_id: str) -> ResponseReturnValue:
     limit = min(request_limit(service.MAX_RESULTS_LISTED), service.MAX_RESULTS_LISTED)
     after = decode_place(request.args.get("cursor"))
     with org_transaction(org) as (conn, membership):
-        job, results = job_api().step_results(conn, membership, jid, limit=limit + 1, after=after)
+        job, results = job_api().step_results(conn, membership, jid, limit=limit + 1,
+                                              after=after, request_id=g.request_id)
     shown = results[:limit]
     return jsonify({"job_id": str(job.id), "status": job.status,
-                    "results": [step_result_json(org, done) for done in shown],
+                    "results": [step_result_json(job, done) for done in shown],
                     "next_cursor": next_place(shown, len(results) > limit)})
 
 
-def step_result_json(org: str, done: store.StepResult) -> dict[str, Any]:
-    here = url_for("api.get_job", org=org, job_id=str(done.job_id))
+def step_result_json(parent: Job, done: store.StepResult) -> dict[str, Any]:
+    here = url_for("api.get_job", org=str(parent.organization_id), job_id=str(done.job_id))
     return {"place": done.place, "name": done.name, "kind": done.kind,
             "job_id": str(done.job_id), "result": done.result, "result_expired": done.expired,
             "links": {"job": here, "result": here + "/result"}}

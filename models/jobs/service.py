@@ -372,20 +372,25 @@ class Jobs:
         return store.steps_of(conn, job.id, limit=limit, after=after)
 
     def step_results(self, conn: Connection, member: Membership, job_id: UUID, *,
-                     limit: int = MAX_RESULTS_LISTED, after: int = -1
-                     ) -> tuple[Job, list[store.StepResult]]:
+                     limit: int = MAX_RESULTS_LISTED, after: int = -1,
+                     request_id: str | None = None) -> tuple[Job, list[store.StepResult]]:
         """The results of a parent's completed steps so far, whatever the parent's own status
         (the partial results of a workflow that failed, was cancelled or still runs), in place
         order after the place ``after``, at most ``limit``: by the rule of the parent's own
         result, which carries them (the strictest role of everything it holds, InsufficientRole
         otherwise), so nobody reads a step's result through its parent that they could not read
-        through the parent's result. NotFound for a job that is not the organization's."""
+        through the parent's result. NotFound for a job that is not the organization's. A read
+        that returns any is written to the organization's audit log as a download of the
+        parent's, in the caller's transaction."""
         if not 1 <= limit <= MAX_RESULTS_LISTED + 1:  # + 1: a page looks one step ahead
             raise InvalidRequest(f"A list of results holds 1 to {MAX_RESULTS_LISTED}.",
                                  fields=["limit"])
         parent = self.get(conn, member, job_id)
         check_may_read_result(member, store.role_needed(conn, job_id, kind_roles()) or "owner")
-        return parent, store.step_results(conn, job_id, limit=limit, after=after)
+        results = store.step_results(conn, job_id, limit=limit, after=after)
+        if results:
+            audit.record_download(conn, parent, member.user_id, request_id)
+        return parent, results
 
     def rights(self, conn: Connection, member: Membership, job: Job) -> JobRights:
         """What the member may do with the job, by the rules the actions enforce: the role the

@@ -185,6 +185,9 @@ def test_a_failed_workflows_completed_steps_results_are_read_by_name(stack: Stac
     status, rest = api(client, anna,
                        f"jobs/{workflow}/steps/results?cursor={page['next_cursor']}", org)
     assert [r["name"] for r in rest["results"]] == ["two"] and rest["next_cursor"] is None
+    # Each read that gave results is in the audit log, as a download of the workflow's.
+    log = client.get(f"/api/v1/orgs/{org}/audit?action=job.download", headers=anna.auth)
+    assert [e["job_id"] for e in log.get_json()["entries"]] == [str(workflow)] * 3
 
 
 def test_a_plain_member_reads_no_admin_steps_result_through_the_workflows_steps(stack: Stack,
