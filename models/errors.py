@@ -96,6 +96,16 @@ class TooManySignals(DomainError):
                "again once it has taken one.")
 
 
+class NoStepWaits(DomainError):
+    """A signal sent to a workflow that no step of it waits for now; nothing was kept (a workflow
+    never waits for a signal itself, so a signal kept for it would never be taken)."""
+
+    code = "no_step_waits"
+    message = ("No step of this workflow waits for this signal now, and a workflow takes no "
+               "signal itself: nothing was kept. Send it again once a step waits for it, or to "
+               "the step's own id (the workflow's steps list them).")
+
+
 class RateLimited(DomainError):
     code = "rate_limited"
     message = "Too many requests; slow down."

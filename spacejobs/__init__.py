@@ -46,6 +46,7 @@ _WHERE = {
     "IdempotencyKeyReused": "spacejobs.models.errors",
     "TooManyJobs": "spacejobs.models.errors",
     "TooManySignals": "spacejobs.models.errors",
+    "NoStepWaits": "spacejobs.models.errors",
     "JobNotCompleted": "spacejobs.models.errors",
     "JobFinished": "spacejobs.models.errors",
     "ResultExpired": "spacejobs.models.errors",
@@ -60,6 +61,7 @@ _WHERE = {
     "Outcome": "spacejobs.models.jobs.service",
     "JobRequest": "spacejobs.models.jobs.service",
     "JobRights": "spacejobs.models.jobs.service",
+    "Delivered": "spacejobs.models.jobs.service",
     "Job": "spacejobs.models.jobs.records",
     "Status": "spacejobs.models.jobs.records",
     "Membership": "spacejobs.models.tenancy.access",
@@ -77,10 +79,10 @@ _WHERE = {
 }
 
 #: the same names as _WHERE's, written out so that tools read them without running this
-__all__ = ["ChildrenFailed", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
+__all__ = ["ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
     "InsufficientRole", "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished",
     "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams",
-    "NotFound",
+    "NoStepWaits", "NotFound",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed", "Submitted",
     "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals", "UnknownKind", "chain",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ imports 
         InvalidRequest,
         JobFinished,
         JobNotCompleted,
+        NoStepWaits,
         NotFound,
         OrganizationReadOnly,
         OrganizationUnavailable,
@@ -109,7 +112,14 @@ if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ imports 
     )
     from spacejobs.models.jobs.canvas import chain, chord, graph, group, sig
     from spacejobs.models.jobs.records import Job, Status
-    from spacejobs.models.jobs.service import JobRequest, JobRights, Jobs, Outcome, Submitted
+    from spacejobs.models.jobs.service import (
+        Delivered,
+        JobRequest,
+        JobRights,
+        Jobs,
+        Outcome,
+        Submitted,
+    )
     from spacejobs.models.kinds import NoParams, Params, job_kind
     from spacejobs.models.tenancy.access import Membership
     from spacejobs.models.tenancy.api import MissingGrant, Tenancy

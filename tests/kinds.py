@@ -318,6 +318,15 @@ def approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
             "sender_role": signal.sender_role}
 
 
+@job_kind("test.admin_approval", org_states={"active"}, role="admin", max_attempts=3,
+          backoff=0.2, params=ApprovalParams)
+def admin_approval(ctx: JobContext, params: ApprovalParams) -> dict[str, Any]:
+    """An approval only its requester or an admin may send (its kind's role): the signal's
+    sender, as the database names them, is its result."""
+    signal = ctx.receive_signal("approve", timeout=params.timeout)
+    return {"payload": signal.payload, "sender_role": signal.sender_role}
+
+
 @job_kind("test.admin_step", org_states={"active"}, role="admin", max_attempts=2, backoff=0.2)
 def admin_step(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     """A step only admins may start, whose result only admins may read (its kind's role)."""

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ from spacejobs.demo import projects as tenant_projects
 from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InvalidRequest, NotFound
-from spacejobs.models.jobs import service
+from spacejobs.models.jobs import service, store
 from spacejobs.models.jobs.records import Job
 from spacejobs.models.json_limits import MAX_SIGNAL_BYTES
 from spacejobs.models.tenancy import audit
@@ -36,7 +36,13 @@ from spacejobs.webapp.bodies import IDEMPOTENCY_KEY, BodyT, CreateProject, Submi
 from spacejobs.webapp.jobs import job_api, list_page
 from spacejobs.webapp.limits import api_limit, check_organization_submits, poll_limit, rate_key, submit_limit
 from spacejobs.webapp.openapi import document as openapi_document_of
-from spacejobs.webapp.paging import decode_cursor, page_of, request_limit
+from spacejobs.webapp.paging import (
+    decode_cursor,
+    decode_place,
+    encode_place,
+    page_of,
+    request_limit,
+)
 from spacejobs.webapp.results import stored_result_response
 from spacejobs.webapp.streams import StreamSlots
 
@@ -61,6 +67,10 @@ def job_json(job: Job) -> dict[str, Any]:
     # The job's other URLs are its own with a suffix (the routes below): one URL built, not
     # four, which a page of jobs pays per job.
     here = url_for("api.get_job", org=org, job_id=jid)
+    links = {"self": here, "result": here + "/result", "events": here + "/events",
+             "cancel": here + "/cancel", "steps": here + "/steps"}
+    if job.parent_id is not None:
+        links["parent"] = here.removesuffix(jid) + str(job.parent_id)
     return {
         "id": jid,
         "kind": job.kind,
@@ -78,12 +88,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "cancel_requested_at": _iso(job.cancel_requested_at),
         "waiting_for": waiting_for(job),
         "sequence_key": job.sequence_key,
-        "links": {
-            "self": here,
-            "result": here + "/result",
-            "events": here + "/events",
-            "cancel": here + "/cancel",
-        },
+        "parent_id": str(job.parent_id) if job.parent_id else None,
+        "place": job.place,
+        "links": links,
     }
 
 
@@ -250,8 +257,80 @@ def signal_job(org: str, job_id: str, name: str) -> ResponseReturnValue:
         payload = request.get_json(silent=True) if raw.strip() else None
         if payload is None and raw.strip() and raw.strip() != b"null":
             raise InvalidRequest("The body must be a JSON document (the signal's payload).")
-        status = job_api().signal(conn, membership, jid, name, payload)
-    return jsonify({"job_id": str(jid), "signal": name, "status": status}), 202
+        delivered = job_api().signal(conn, membership, jid, name, payload)
+    return jsonify({"job_id": str(jid), "signal": name, "status": delivered.status,
+                    "received_by": str(delivered.job_id)}), 202
+
+
+# ----------------------------------------------------------------------------- steps
+
+@api.get("/orgs/<org>/jobs/<job_id>/steps")
+@api_limit
+def list_job_steps(org: str, job_id: str) -> ResponseReturnValue:
+    """A parent's steps in place order (a workflow's by name, a fan-out's parts), those that are
+    no job yet included; ``cursor`` pages on. Names, kinds and statuses: never params or
+    results."""
+    jid = parse_id(job_id)
+    limit = request_limit()
+    after = decode_place(request.args.get("cursor"))
+    with org_transaction(org) as (conn, membership):
+        jobs = job_api()
+        job = jobs.get(conn, membership, jid)
+        steps = jobs.steps(conn, membership, job, limit=limit + 1, after=after)
+    shown = steps.rows[:limit]
+    return jsonify({"job_id": str(job.id), "total": steps.total,
+                    "steps": [step_json(job, step) for step in shown],
+                    "next_cursor": next_place(shown, len(steps.rows) > limit)})
+
+
+def next_place(shown: Sequence[store.Step] | Sequence[store.StepResult], more: bool) -> str | None:
+    """The cursor of the page after ``shown`` (fetched with one row more), when there is one."""
+    return encode_place(shown[-1].place) if more else None
+
+
+def step_json(parent: Job, step: store.Step) -> dict[str, Any]:
+    """One of a parent's steps: a step that is no job yet is ``pending`` while its parent may
+    still make it and ``skipped`` once the parent has ended."""
+    if step.status is not None:
+        status: str = step.status
+    else:
+        status = "skipped" if parent.finished else "pending"
+    made = step.job_id is not None
+    return {
+        "place": step.place,
+        "name": step.name,
+        "kind": step.kind,
+        "status": status,
+        "job_id": str(step.job_id) if made else None,
+        "attempts": step.attempts if made else None,
+        "error_code": step.error_code,
+        "links": {"job": url_for("api.get_job", org=str(parent.organization_id),
+                                 job_id=str(step.job_id))} if made else None,
+    }
+
+
+@api.get("/orgs/<org>/jobs/<job_id>/steps/results")
+@api_limit
+def list_job_step_results(org: str, job_id: str) -> ResponseReturnValue:
+    """The results of a parent's steps that completed so far, whatever its own status (a
+    failed workflow's partial results), by the rule of the parent's own result."""
+    jid = parse_id(job_id)
+    limit = min(request_limit(service.MAX_RESULTS_LISTED), service.MAX_RESULTS_LISTED)
+    after = decode_place(request.args.get("cursor"))
+    with org_transaction(org) as (conn, membership):
+        job, results = job_api().step_results(conn, membership, jid, limit=limit + 1,
+                                              after=after, request_id=g.request_id)
+    shown = results[:limit]
+    return jsonify({"job_id": str(job.id), "status": job.status,
+                    "results": [step_result_json(job, done) for done in shown],
+                    "next_cursor": next_place(shown, len(results) > limit)})
+
+
+def step_result_json(parent: Job, done: store.StepResult) -> dict[str, Any]:
+    here = url_for("api.get_job", org=str(parent.organization_id), job_id=str(done.job_id))
+    return {"place": done.place, "name": done.name, "kind": done.kind,
+            "job_id": str(done.job_id), "result": done.result, "result_expired": done.expired,
+            "links": {"job": here, "result": here + "/result"}}
 
 
 # ----------------------------------------------------------------------------- audit log

@@ -35,6 +35,7 @@ HTTP_STATUS = {
     "job_not_completed": 409,
     "job_finished": 409,
     "too_many_signals": 409,
+    "no_step_waits": 409,
     "result_expired": 410,
     "result_missing": 410,
     "payload_too_large": 413,

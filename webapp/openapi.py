@@ -23,6 +23,7 @@ from flask import Flask
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from spacejobs.models.jobs.canvas import WORKFLOW_KIND, WorkflowParams
 from spacejobs.models.jobs.records import ALL_STATUSES
 from spacejobs.models.jobs.service import SIGNAL_NAME
 from spacejobs.models.json_limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SIGNAL_BYTES
@@ -48,6 +49,10 @@ class JobLinks(Answer):
     result: str
     events: str
     cancel: str
+    #: its steps (a workflow's) or parts (a fan-out's); an empty list for a job without any
+    steps: str
+    #: the job it is a step or part of (only for such a job)
+    parent: str | None = None
 
 
 class JobFailure(Answer):
@@ -64,9 +69,13 @@ class WaitingFor(Answer):
 
 
 class SignalSent(Answer):
+    #: the job the signal was sent to
     job_id: UUID
     signal: str
+    #: the status, after the signal, of the job that holds it (queued: it was waiting for it)
     status: JobStatus
+    #: the job that holds the signal: the job itself, or the step of a workflow that waits for it
+    received_by: UUID
 
 
 class Job(Answer):
@@ -91,6 +100,10 @@ class Job(Answer):
     sequence_key: str | None
     #: only in a submit's answer, when a queued job of the dedup_key took the params
     debounced: bool = False
+    #: the job it is a step (a workflow's) or a part (a fan-out's) of, and its place there
+    #: (from 0, as in the parent's steps); null for a job its requester started
+    parent_id: UUID | None
+    place: int | None
     links: JobLinks
 
 
@@ -107,6 +120,67 @@ class JobResult(Answer):
     job_id: UUID
     kind: str
     result: Any
+
+
+#: a step that is no job yet: pending while its parent may still make it, skipped once the
+#: parent has ended without it
+StepStatus = JobStatus | Literal["pending", "skipped"]
+
+
+class StepLinks(Answer):
+    job: str
+
+
+class Step(Answer):
+    """One of a parent's steps (a workflow's, by name) or parts (a fan-out's): never its params,
+    result or message."""
+
+    #: from 0, the step's index in the workflow's ``steps``
+    place: int
+    #: a workflow step's name; null for a fan-out's part
+    name: str | None
+    kind: str
+    status: StepStatus
+    #: null for a step that is no job yet
+    job_id: UUID | None
+    attempts: int | None
+    error_code: str | None
+    links: StepLinks | None
+
+
+class StepPage(Answer):
+    job_id: UUID
+    #: how many steps the parent has in all (made or not)
+    total: int
+    steps: list[Step]
+    next_cursor: str | None
+
+
+class StepResultLinks(Answer):
+    job: str
+    result: str
+
+
+class StepResult(Answer):
+    """A completed step's result, as the step's own result read answers it (a file stored in the
+    results store is its descriptor here: its ``result`` link downloads it)."""
+
+    place: int
+    name: str | None
+    kind: str
+    job_id: UUID
+    result: Any
+    #: true once retention dropped the result (``result`` is then null)
+    result_expired: bool
+    links: StepResultLinks
+
+
+class StepResultPage(Answer):
+    job_id: UUID
+    #: the parent's own status: a failed or cancelled workflow's completed steps are here too
+    status: JobStatus
+    results: list[StepResult]
+    next_cursor: str | None
 
 
 class Project(Answer):
@@ -154,6 +228,8 @@ class ErrorBody(Answer):
     reasons: list[FieldReason] | None = None
     status: str | None = None
     index: int | None = None
+    #: the refused step of a workflow: its index in ``params.steps``, from 0
+    step: int | None = None
     limit: int | None = None
 
 
@@ -227,8 +303,15 @@ def _job_links(job_id: str) -> dict[str, Link]:
     params = {"org": "$request.path.org", "job_id": job_id}
     return {name: {"operationId": target, "parameters": params} for name, target in (
         ("GetJob", "get_job"), ("GetJobResult", "get_job_result"), ("CancelJob", "cancel_job"),
-        ("JobEvents", "job_event_stream"))}
+        ("JobEvents", "job_event_stream"), ("JobSteps", "list_job_steps"),
+        ("JobStepResults", "list_job_step_results"))}
 
+
+#: the query of a list in place order (a parent's steps)
+PLACE_PAGE: dict[str, dict[str, Any]] = {
+    "limit": {"type": "integer", "description": "1 to 200 (clamped)"},
+    "cursor": {"type": "string", "description": "next_cursor of the page before"},
+}
 
 SUBMIT_ERRORS = ("invalid_params", "unknown_kind", "insufficient_role", "organization_read_only",
                  "duplicate_job", "too_many_jobs", *BODY)
@@ -271,10 +354,22 @@ OPERATIONS = (
                202: ("cancel requested (it is running)", Job)},
               (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
-              {202: ("sent: a wait of the job for this name takes it, now or later, once",
+              {202: ("sent: a wait of the job for this name takes it, now or later, once; sent "
+                     "to a workflow, the step that waits for it now takes it (`received_by`)",
                      SignalSent)},
-              (*IN_ORGANIZATION, "insufficient_role", "job_finished", "too_many_signals", *BODY),
+              (*IN_ORGANIZATION, "insufficient_role", "job_finished", "too_many_signals",
+               "no_step_waits", *BODY),
               raw_body=True),
+    Operation("api.list_job_steps", "get",
+              "A job's steps (a workflow's) or parts (a fan-out's), in place order",
+              {200: ("a page of steps, those that are no job yet included", StepPage)},
+              IN_ORGANIZATION, query=PLACE_PAGE),
+    Operation("api.list_job_step_results", "get",
+              "The results of a job's completed steps so far (a failed workflow's partial "
+              "results), by the rule of the job's own result",
+              {200: ("a page of results", StepResultPage)}, (*IN_ORGANIZATION, "insufficient_role"),
+              query={"limit": {"type": "integer", "description": "1 to 50 (clamped)"},
+                     "cursor": PLACE_PAGE["cursor"]}),
     Operation("api.job_event_stream", "get", "Server-sent events of the job's status and progress",
               {200: ("text/event-stream: `status` and `progress` events, data = the job", "stream"),
                204: ("the finished job named by Last-Event-ID: nothing more to send", None)},
@@ -320,14 +415,12 @@ def document(app: Flask) -> dict[str, Any]:
 def _build(app: Flask) -> dict[str, Any]:
     inputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (m, "validation") for m in (SubmitJob, SubmitBatch, CreateProject)]
+    inputs.append((WorkflowParams, "validation"))
     outputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (m, "serialization") for m in (Job, JobPage, JobBatch, JobResult, Project, ProjectList, Me,
-                                       Error, AuditPage, SignalSent)]
+                                       Error, AuditPage, SignalSent, StepPage, StepResultPage)]
     _, schemas = models_json_schema(inputs + outputs, ref_template="#/components/schemas/{model}")
-    # The kinds a submit takes (each with its own params: unknown fields are invalid_params);
-    # child-only kinds are not among them, nor named anywhere else in the document.
-    for body in ("SubmitJob", "BatchJob"):
-        schemas["$defs"][body]["properties"]["kind"]["enum"] = submittable_kinds()
+    _describe_submits(schemas["$defs"])
     rules = {rule.endpoint: rule for rule in app.url_map.iter_rules()
              if rule.endpoint.startswith("api.")}
     described = {op.endpoint for op in OPERATIONS}
@@ -357,6 +450,23 @@ def _build(app: Flask) -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
     }
+
+
+def _describe_submits(schemas: dict[str, Any]) -> None:
+    """What a submit takes: the kinds (each with its own params: unknown fields are
+    invalid_params; child-only kinds are not among them, nor named anywhere else in the
+    document), and for the kind ``workflow`` its params, a graph of steps (``WorkflowParams``):
+    each step a name, a kind (any a submit takes but ``workflow``), that kind's params and the
+    places of the steps it waits for."""
+    kinds = submittable_kinds()
+    workflow = {"if": {"properties": {"kind": {"const": WORKFLOW_KIND}}, "required": ["kind"]},
+                "then": {"properties": {"params": {"$ref": "#/components/schemas/WorkflowParams"}},
+                         "required": ["params"]}}
+    for body in ("SubmitJob", "BatchJob"):
+        schemas[body]["properties"]["kind"]["enum"] = kinds
+        if WORKFLOW_KIND in kinds:
+            schemas[body]["allOf"] = [workflow]
+    schemas["StepNode"]["properties"]["kind"]["enum"] = [k for k in kinds if k != WORKFLOW_KIND]
 
 
 def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""Keyset pagination for the API's and the pages' lists, newest first: a page is fetched with
-one row more than it shows, and the cursor of the next (older) page names the last row shown
-by its sort key (a time and an id), opaque to the client."""
+"""Keyset pagination for the API's and the pages' lists: a page is fetched with one row more
+than it shows, and the cursor of the next page names the last row shown by its sort key, opaque
+to the client. Most lists are newest first, keyed by a time and an id; a parent's steps are in
+place order, keyed by the place.
+"""
 
 from __future__ import annotations
 
@@ -52,3 +54,29 @@ def decode_cursor(cursor: str | None, key: Callable[[str], K]) -> tuple[datetime
         return datetime.fromisoformat(at), key(value)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InvalidRequest("The cursor is not valid.", fields=["cursor"]) from None
+
+
+#: a cursor of a list in place order (a parent's steps) says "after this place"
+_PLACE = "place|"
+
+
+def encode_place(place: int) -> str:
+    """The cursor of the page after the step at ``place``, as opaque as the others."""
+    return base64.urlsafe_b64encode(f"{_PLACE}{place}".encode()).decode().rstrip("=")
+
+
+def decode_place(cursor: str | None) -> int:
+    """The place a cursor of :func:`encode_place` names (-1, before the first, for none); a
+    cursor that does not parse is a 400."""
+    if not cursor:
+        return -1
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not raw.startswith(_PLACE):
+            raise ValueError("not a place cursor")
+        place = int(raw.removeprefix(_PLACE))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidRequest("The cursor is not valid.", fields=["cursor"]) from None
+    if not 0 <= place < 2**31 - 1:
+        raise InvalidRequest("The cursor is not valid.", fields=["cursor"])
+    return place

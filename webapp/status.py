@@ -182,6 +182,36 @@ def step_list(parent: Job, steps: Steps) -> StepList:
     return StepList(called, lines, steps.more, bool(lines) and (moving or not parent.finished))
 
 
+def attempt_number(job: Job) -> int | None:
+    """The attempt the job is in, or begins next when it is queued after running (None: it
+    has not started): see :func:`attempt_line`."""
+    if job.started_at is None:
+        return None
+    return job.attempts + 1 if job.status == Status.QUEUED else job.attempts
+
+
+def attempt_line(job: Job) -> str:
+    """Which attempt the job is in, out of how many it may take, as its page's facts say it.
+
+    ``jobs.attempts`` counts the attempts begun: a running, waiting or ended job's is the
+    attempt it is (or was last) in, a wait using none up. A queued job that ran before (a retry,
+    or a resume after a wait) holds one less than the attempt it begins or goes on with next.
+    A workflow's own attempts are only those of its short runs that start its steps and
+    collect their results; each step has its own, on its own page."""
+    current = attempt_number(job)
+    if current is None:
+        line = f"none yet (at most {job.max_attempts})"
+    elif job.status == Status.QUEUED:
+        line = f"{current} of {job.max_attempts}, next"
+    else:
+        line = f"{current} of {job.max_attempts}"
+    if job.status == Status.WAITING:
+        line += ", waiting (a wait uses no attempt up)"
+    if job.kind == "workflow":
+        line += "; the workflow's own, to start and collect its steps: each step has its own"
+    return line
+
+
 def describe(job: Job, now: datetime | None = None) -> Shown:
     """``now``: the moment the page is shown (a moment later today is written without its date).
     The word and the tone are :func:`short_status`'s, as a list of steps shows them."""
@@ -190,6 +220,10 @@ def describe(job: Job, now: datetime | None = None) -> Shown:
     if status == Status.WAITING:
         headline, detail, bar = waiting_line(job, now or datetime.now(UTC))
         return Shown(word, headline, detail, bar, tone=tone)
+    if status == Status.QUEUED and job.attempts == 0 and job.started_at is not None:
+        # it ran, and gave its first attempt back to go on with it (after a wait, or a worker
+        # that shut down): no attempt failed
+        return Shown(word, "Queued — it goes on shortly, in the same attempt", tone=tone)
     if status == Status.QUEUED and job.attempts == 0:
         return Shown(word, "Queued — accepted, not started yet", tone=tone)
     if status == Status.QUEUED:

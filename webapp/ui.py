@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from flask import (
     Blueprint,
@@ -65,7 +66,14 @@ from spacejobs.webapp.limits import (
     retry_after,
 )
 from spacejobs.webapp.results import stored_result_response
-from spacejobs.webapp.status import StepList, describe, label_of, step_list
+from spacejobs.webapp.status import (
+    StepList,
+    attempt_line,
+    attempt_number,
+    describe,
+    label_of,
+    step_list,
+)
 
 bp = Blueprint("ui", __name__)
 
@@ -300,7 +308,8 @@ def jobs_page(org: str, problem: str | None = None, status: int = 200) -> Respon
         return _page("people/jobs.html", status, jobs=[(job, describe(job)) for job in jobs],
                      names=names, offers=_offers(page.membership), problem=problem,
                      statuses=ALL_STATUSES, kinds=sorted(load_kinds()), filters=request.args,
-                     next_cursor=next_cursor, cursor=cursor, label_of=label_of, **page.context())
+                     next_cursor=next_cursor, cursor=cursor, label_of=label_of,
+                     attempt_number=attempt_number, **page.context())
 
 
 @bp.post("/orgs/<org>/jobs")
@@ -343,6 +352,17 @@ def _import_file() -> Any:
 
 
 @dataclass(frozen=True)
+class ParentLink:
+    """The job a step or part belongs to, as the step's page names it: the parent's id and
+    kind, and what the step is called there (a workflow's step by its name, a fan-out's part
+    by its number, as the parent's list of steps calls them)."""
+
+    job_id: UUID
+    kind: str
+    called: str
+
+
+@dataclass(frozen=True)
 class JobView:
     job: Job
     shown: Any
@@ -350,6 +370,8 @@ class JobView:
     started_by: str
     request_id: str | None
     steps: StepList
+    attempts: str
+    parent: ParentLink | None
 
 
 def _job_view(page: OrgPage, job_id: str) -> JobView:
@@ -359,7 +381,19 @@ def _job_view(page: OrgPage, job_id: str) -> JobView:
     steps = jobs.steps(page.conn, page.membership, job, limit=STEPS_SHOWN)
     return JobView(job, describe(job), jobs.rights(page.conn, page.membership, job),
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
-                   jobs.request_id_of(page.conn, job), step_list(job, steps))
+                   jobs.request_id_of(page.conn, job), step_list(job, steps), attempt_line(job),
+                   _parent_of(page, job))
+
+
+def _parent_of(page: OrgPage, job: Job) -> ParentLink | None:
+    """The parent of a step, read by the same rule as the step (its organization's job)."""
+    if job.parent_id is None or job.place is None:
+        return None
+    jobs = job_api()
+    parent = jobs.get(page.conn, page.membership, job.parent_id)
+    listed = jobs.steps(page.conn, page.membership, parent, limit=1, after=job.place - 1).rows
+    name = listed[0].name if listed and listed[0].place == job.place else None
+    return ParentLink(parent.id, parent.kind, f"“{name}”" if name else f"#{job.place + 1}")
 
 
 @bp.get("/orgs/<org>/jobs/<job_id>")

@@ -30,10 +30,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from spacejobs.models.errors import DomainError, InvalidRequest
+from spacejobs.models.errors import DomainError, InvalidParams, InvalidRequest
 from spacejobs.models.kinds import JobKind, KindRules, Params, get_any_kind, get_kind
+from spacejobs.models.kinds.reasons import FieldReason, reason, summary
 from spacejobs.models.tenancy.access import ROLE_RANK
 
 #: the key of a step's params that names the places of its dependencies, whose results it reads
@@ -54,16 +55,24 @@ Policy = Literal["fail_fast", "run_all"]
 
 @dataclass(frozen=True)
 class Signature:
-    """One step: a kind and its params (``sig("projects_export")``, ``sig("bench.sleep",
-    seconds=1)``), like Celery's ``task.s(...)``."""
+    """One step: a kind, its params and, optionally, the step's name (``sig("projects_export")``,
+    ``sig("bench.sleep", seconds=1)``), like Celery's ``task.s(...)``."""
 
     kind: str
     params: Mapping[str, Any] = field(default_factory=dict)
     name: str | None = None
 
 
-def sig(kind: str, /, *, name: str | None = None, **params: Any) -> Signature:
-    return Signature(kind, params, name)
+def sig(kind: str, params: Mapping[str, Any] | None = None, /, *, name: str | None = None,
+        **more: Any) -> Signature:
+    """A step of ``kind``: its params as a mapping (``sig("k", {"name": "x"}, name="step")``:
+    any field, ``name`` included), as keywords (``sig("k", seconds=1)``), or both; ``name=``
+    always names the step. A key given both ways is refused: neither may silently win."""
+    both = sorted(set(params or {}) & set(more))
+    if both:
+        raise InvalidRequest("A step's params name the same field twice: " + ", ".join(both)
+                             + ".", fields=["params"])
+    return Signature(kind, {**(params or {}), **more}, name)
 
 
 @dataclass(frozen=True)
@@ -110,17 +119,24 @@ def graph(steps: Mapping[str, tuple[Signature, Sequence[str]]]) -> Graph:
 
 
 class StepNode(Params):
-    """One compiled step: its place is its index in the workflow's ``steps``. ``after``: the
-    places whose results it reads (``ctx.inputs``, in that order), which it runs after;
-    ``waits``: places it runs after too without reading their results (what came before an
-    empty group: ``chain(a, group(), b)`` runs ``b`` once ``a`` completed, with the empty
+    """One step of a workflow: its place is its index in the workflow's ``steps`` (from 0).
+    ``after``: the places whose results it reads (``ctx.inputs``, in that order), which it runs
+    after; ``waits``: places it runs after too without reading their results (what came before
+    an empty group: ``chain(a, group(), b)`` runs ``b`` once ``a`` completed, with the empty
     group's results, ``[]``, as its inputs)."""
 
-    name: str = Field(min_length=1, max_length=200)
-    kind: str = Field(min_length=1, max_length=64)
-    params: dict[str, Any] = Field(default_factory=dict)
-    after: list[int] = Field(default_factory=list)
-    waits: list[int] = Field(default_factory=list)
+    name: str = Field(min_length=1, max_length=200,
+                      description="unique in the workflow; its result is under this name")
+    kind: str = Field(min_length=1, max_length=64,
+                      description="any kind a submit takes, but not a workflow")
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="the kind's own params, as its submit takes them")
+    after: list[int] = Field(default_factory=list,
+                             description="the places of the steps it waits for, each before "
+                                         "its own; their results are its inputs, in this order")
+    waits: list[int] = Field(default_factory=list,
+                             description="places of steps it also waits for, each before its "
+                                         "own, without reading their results")
 
     @property
     def needs(self) -> list[int]:
@@ -136,8 +152,24 @@ class StepNode(Params):
 
 
 class WorkflowParams(Params):
+    """The params of a submitted workflow (kind ``workflow``): its steps, and what a failed step
+    does to the rest (``fail_fast``: cancel them; ``run_all``: run those whose dependencies
+    completed)."""
+
     steps: list[StepNode] = Field(min_length=1, max_length=MAX_STEPS)
     policy: Policy = "fail_fast"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_step_has_a_steps_shape(cls, raw: Any) -> Any:
+        """A step without a kind, with a field a step does not have or a name too long is
+        refused naming its place (``step``), as a refusal of its kind or params is; the model
+        reads the rest (a ``steps`` that is no list, too many steps)."""
+        steps = raw.get("steps") if isinstance(raw, dict) else None
+        if isinstance(steps, list) and len(steps) <= MAX_STEPS:
+            for place, step in enumerate(steps):
+                check_step_shape(step, place)
+        return raw
 
     @model_validator(mode="after")
     def _steps_are_submittable(self) -> WorkflowParams:
@@ -167,13 +199,31 @@ def rules_with_steps(rules: KindRules, steps: Sequence[KindRules]) -> KindRules:
         org_states=frozenset.intersection(rules.org_states, *(step.org_states for step in steps)))
 
 
+def check_step_shape(raw: object, place: int) -> None:
+    """InvalidParams naming the step's place and its fields (``steps.<place>.<field>``, never
+    their values) when ``raw`` is not a step: an object of ``name``, ``kind``, ``params`` and
+    ``after``."""
+    try:
+        StepNode.model_validate(raw)
+    except ValidationError as error:
+        problems = error.errors(include_url=False, include_input=False)
+        reasons = sorted({(".".join(["steps", str(place), *map(str, p["loc"])]), reason(p))
+                          for p in problems})
+        listed = [FieldReason(field=name, reason=why) for name, why in reasons]
+        raise InvalidParams("The job parameters are not valid: " + summary(listed) + ".",
+                            fields=sorted({r["field"] for r in listed}), reasons=listed,
+                            step=place) from None
+
+
 def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) -> None:
-    """Refuse a graph no run could finish, naming the step's place: two steps of one name, a
-    nested workflow, a dependency on a later step, an unknown kind (as ``kind_of`` knows them)
-    or params its kind refuses."""
-    names = [step.name for step in steps]
-    if len(set(names)) != len(names):
-        raise InvalidRequest("Two steps of the workflow have the same name.", fields=["steps"])
+    """Refuse a graph no run could finish, naming the step's place: two steps of one name (the
+    second's place), a nested workflow, a dependency on a later step, an unknown kind (as
+    ``kind_of`` knows them) or params its kind refuses."""
+    first_of: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        if first_of.setdefault(step.name, index) != index:
+            raise InvalidRequest("Two steps of the workflow have the same name.",
+                                 fields=["steps"], step=index)
     for index, step in enumerate(steps):
         try:
             if step.kind == "workflow":
@@ -182,8 +232,17 @@ def check_steps(steps: Sequence[StepNode], kind_of: Callable[[str], JobKind]) ->
                 raise InvalidRequest("A step may wait only for steps before it.", fields=["steps"])
             kind_of(step.kind).parse_params(step.params)
         except DomainError as error:
-            error.details["step"] = index
+            at_step(error, index)
             raise
+
+
+def at_step(error: DomainError, place: int) -> None:
+    """``error`` as the refusal of the workflow's step at ``place`` (0-based, its index in
+    ``steps``): ``step`` in its details, and its message prefixed with where (``steps.1: …``,
+    as the fields of a step are named), so a reader of the message alone finds the step."""
+    error.details["step"] = place
+    error.message = f"steps.{place}: {error.message}"
+    error.args = (error.message,)
 
 
 def compile_canvas(canvas: Canvas) -> list[StepNode]:

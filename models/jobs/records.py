@@ -66,6 +66,10 @@ class Job:
     wait_children: int | None = None
     #: the sequence it runs in, one at a time in submit order within its organization
     sequence_key: str | None = None
+    #: the job it is a step (a workflow's) or a part (a fan-out's) of, and its place among that
+    #: job's steps, from 0 (None for a job nothing started but its requester)
+    parent_id: UUID | None = None
+    place: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
@@ -118,7 +122,8 @@ class WaitingFor(NamedTuple):
 
 _JOB_FIELDS = dataclasses.fields(Job)
 #: read where a statement selects them (the reads of one job or a page), None elsewhere
-_OPTIONAL_FIELDS = ("wait_until", "wait_signal", "wait_children", "sequence_key")
+_OPTIONAL_FIELDS = ("wait_until", "wait_signal", "wait_children", "sequence_key", "parent_id",
+                    "place")
 
 
 @functools.lru_cache(maxsize=64)

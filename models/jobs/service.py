@@ -46,6 +46,7 @@ from spacejobs.models.errors import (
     InvalidRequest,
     JobFinished,
     JobNotCompleted,
+    NoStepWaits,
     NotFound,
     ResultExpired,
     TooManySignals,
@@ -90,8 +91,12 @@ MAX_PAGE = 200
 #: in the schema holds it, and the payload's size)
 SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_PENDING_SIGNALS = 10
-#: a job's page lists at most this many of its steps (then says how many more)
+#: a job's page lists at most this many of its steps (then says how many more), as does a page
+#: of them
 MAX_STEPS_LISTED = 200
+#: a page of a parent's steps' results holds at most this many (each up to the inline result's
+#: 256 KiB: a larger result is a descriptor)
+MAX_RESULTS_LISTED = 50
 
 #: sends the wake-up for a committed job (tasks.wakeups.WakeupPublisher.wake); never raises
 Wake = Callable[[str | None], object]
@@ -126,6 +131,16 @@ class JobRights:
     kind_role: str
     may_cancel: bool
     may_read_result: bool
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Where a sent signal went: the job that holds it (the job it was sent to, or, for a
+    workflow, the step within it that waits for that name) and that job's status after it
+    (``queued`` when it was waiting for it)."""
+
+    job_id: UUID
+    status: Status
 
 
 @dataclass(frozen=True)
@@ -300,7 +315,7 @@ class Jobs:
             parts = _parts(job_kind, valid)
             rules = canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules
             new_jobs.append(store.NewJob(rules, valid, item.dedup_key, item.run_after,
-                                         item.priority, item.sequence_key))
+                                         item.priority, item.sequence_key, parts=parts))
         # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
         savepoint = conn.begin_nested()
         written = store.submit_many(conn, new_jobs, organization_id=organization_id,
@@ -343,17 +358,39 @@ class Jobs:
         return store.running(conn, member.organization_id, kind=kind)
 
     def steps(self, conn: Connection, member: Membership, job: Job, *,
-              limit: int = MAX_STEPS_LISTED) -> store.Steps:
-        """A parent job's steps (a workflow's) or parts (a fan-out's), in place order, at most
-        ``limit``, with how many there are in all; none for a job without children. Who may
+              limit: int = MAX_STEPS_LISTED, after: int = -1) -> store.Steps:
+        """A parent job's steps (a workflow's) or parts (a fan-out's), in place order after the
+        place ``after``, at most ``limit``, with how many there are in all; none for a job
+        without children. Steps that are no job yet are listed too (no id, no status). Who may
         read the job (:meth:`get`) may read its steps' names, kinds and statuses, and nothing
         more of them: never their params, results or messages. One statement, under the
         caller's row-level security."""
         if job.organization_id != member.organization_id:
             raise NotFound()
-        if not 1 <= limit <= MAX_STEPS_LISTED:
+        if not 1 <= limit <= MAX_STEPS_LISTED + 1:  # + 1: a page looks one step ahead
             raise InvalidRequest(f"A list of steps holds 1 to {MAX_STEPS_LISTED}.", fields=["limit"])
-        return store.steps_of(conn, job.id, limit=limit)
+        return store.steps_of(conn, job.id, limit=limit, after=after)
+
+    def step_results(self, conn: Connection, member: Membership, job_id: UUID, *,
+                     limit: int = MAX_RESULTS_LISTED, after: int = -1,
+                     request_id: str | None = None) -> tuple[Job, list[store.StepResult]]:
+        """The results of a parent's completed steps so far, whatever the parent's own status
+        (the partial results of a workflow that failed, was cancelled or still runs), in place
+        order after the place ``after``, at most ``limit``: by the rule of the parent's own
+        result, which carries them (the strictest role of everything it holds, InsufficientRole
+        otherwise), so nobody reads a step's result through its parent that they could not read
+        through the parent's result. NotFound for a job that is not the organization's. A read
+        that returns any is written to the organization's audit log as a download of the
+        parent's, in the caller's transaction."""
+        if not 1 <= limit <= MAX_RESULTS_LISTED + 1:  # + 1: a page looks one step ahead
+            raise InvalidRequest(f"A list of results holds 1 to {MAX_RESULTS_LISTED}.",
+                                 fields=["limit"])
+        parent = self.get(conn, member, job_id)
+        check_may_read_result(member, store.role_needed(conn, job_id, kind_roles()) or "owner")
+        results = store.step_results(conn, job_id, limit=limit, after=after)
+        if results:
+            audit.record_download(conn, parent, member.user_id, request_id)
+        return parent, results
 
     def rights(self, conn: Connection, member: Membership, job: Job) -> JobRights:
         """What the member may do with the job, by the rules the actions enforce: the role the
@@ -378,38 +415,44 @@ class Jobs:
                                     kind_roles=kind_roles())
 
     def signal(self, conn: Connection, member: Membership, job_id: UUID, name: str,
-               payload: Any = None) -> Status | None:
+               payload: Any = None) -> Delivered:
         """Send the signal ``name`` with ``payload`` (JSON, at most 64 KiB, nesting arrays and
         objects at most 64 levels deep: models/json_limits.py) to a job of the
         member's organization; a wait of the job for that name takes it, now or later, once.
-        Who may cancel the job may signal it (InsufficientRole otherwise): for a parent, the
-        strictest rule of what it holds. The database keeps who sent it and their role, for the
-        kind (``ctx.receive_signal``). NotFound for a job that is not the organization's,
-        JobFinished for one that ended, TooManySignals when the job already holds
-        :data:`MAX_PENDING_SIGNALS` it has not taken. Returns the job's status after the signal
-        (``queued`` when it was waiting for it)."""
+        A workflow takes no signal itself: one sent to it goes to the step within it (or a
+        step's own child) that waits for that name now, the first by place, and NoStepWaits
+        (nothing kept) when none does. Who may cancel the job may signal it (InsufficientRole
+        otherwise): for a parent, the strictest rule of what it holds, so nobody signals a step
+        through its workflow that they could not signal alone. The database keeps who sent it
+        and their role, for the kind (``ctx.receive_signal``). NotFound for a job that is not
+        the organization's, JobFinished for one that ended, TooManySignals when the job that
+        would hold it already holds :data:`MAX_PENDING_SIGNALS` it has not taken. Returns which
+        job holds the signal and its status after it (``queued`` when it was waiting for it)."""
         if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
             raise InvalidRequest("A signal's name is 1 to 64 letters, digits, '.', '_' or '-'.",
                                  fields=["name"])
         check_depth(payload, "A signal's payload", "payload")
         check_size(payload, "A signal's payload", "payload", MAX_SIGNAL_BYTES)
         roles = kind_roles()
-        outcome, status = store.signal_job(conn, job_id, name, payload, member.user_id,
-                                           kind_roles=roles)
-        if outcome == "not_found":
+        sent = store.signal_job(conn, job_id, name, payload, member.user_id, kind_roles=roles)
+        if sent.outcome == "not_found":
             raise NotFound()
-        if outcome == "finished":
-            raise JobFinished(status=status)
-        if outcome == "refused":
+        if sent.outcome == "finished":
+            raise JobFinished(status=sent.status)
+        if sent.outcome == "refused":
             raise cancel_refused(store.role_needed(conn, job_id, roles) or "owner")
-        if outcome == "too_large":
+        if sent.outcome == "too_large":
             raise InvalidRequest(f"A signal's payload holds at most {MAX_SIGNAL_BYTES // 1024} KiB.",
                                  fields=["payload"])
-        if outcome == "too_many":
+        if sent.outcome == "too_many":
             raise TooManySignals(limit=MAX_PENDING_SIGNALS)
-        if status == Status.QUEUED:
-            self._wake_after_commit(conn, str(job_id))
-        return status
+        if sent.outcome == "no_step_waits":
+            raise NoStepWaits()
+        if sent.receiver is None or sent.status is None:
+            raise RuntimeError(f"signal_job() answered {sent.outcome!r} without its receiver")
+        if sent.status == Status.QUEUED:
+            self._wake_after_commit(conn, str(sent.receiver))
+        return Delivered(sent.receiver, sent.status)
 
     def result(self, conn: Connection, member: Membership, job_id: UUID,
                request_id: str | None = None) -> tuple[Job, Any, StoredResult | None]:

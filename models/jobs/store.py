@@ -106,6 +106,9 @@ class NewJob:
     run_after: datetime | None = None
     priority: int = 0
     sequence_key: str | None = None
+    #: the rules of the jobs it will start (a workflow's steps, already in ``kind``'s), so that
+    #: a refusal names the step whose own rules refuse
+    parts: Sequence[KindRules] = ()
 
 
 def submit_many(
@@ -144,6 +147,7 @@ def submit_many(
         standing = _standing(outcome)
         for index, job in enumerate(jobs):
             try:
+                _check_parts(standing, job.parts)
                 check_allowed(standing, org_states=job.kind.org_states, role=job.kind.role)
             except DomainError as refusal:
                 refusal.details["index"] = index
@@ -180,15 +184,23 @@ def _standing(row: Any) -> Standing | None:
 def _raise_refusal(row: Any, org_states: frozenset[str], role: str,
                    parts: Sequence[KindRules] = ()) -> None:
     standing = _standing(row)
-    if standing is not None:
-        for place, part in enumerate(parts):
-            try:
-                check_allowed(standing, org_states=part.org_states, role=part.role)
-            except DomainError as refusal:
-                refusal.details["step"] = place
-                raise
+    _check_parts(standing, parts)
     check_allowed(standing, org_states=org_states, role=role)
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
+
+
+def _check_parts(standing: Standing | None, parts: Sequence[KindRules]) -> None:
+    """The refusal of the first part (a workflow's step) whose own rules refuse the requester,
+    naming its place (``step``); nothing for a requester who is not a member (the whole submit
+    is refused alike)."""
+    if standing is None:
+        return
+    for place, part in enumerate(parts):
+        try:
+            check_allowed(standing, org_states=part.org_states, role=part.role)
+        except DomainError as refusal:
+            refusal.details["step"] = place
+            raise
 
 
 def _raise_over_quota(row: Any) -> None:
@@ -713,15 +725,44 @@ class Steps:
         return max(0, self.total - len(self.rows))
 
 
-def steps_of(conn: Connection, parent_id: UUID, *, limit: int) -> Steps:
-    """At most ``limit`` of the parent's steps (a workflow's) or children (any other parent's),
-    in place order, in ONE statement; none for a job that has none, or that the caller's
-    organization does not hold (row-level security)."""
-    rows = conn.execute(Q["steps_of"], {"parent": parent_id, "limit": limit}).all()
+def steps_of(conn: Connection, parent_id: UUID, *, limit: int, after: int = -1) -> Steps:
+    """At most ``limit`` of the parent's steps (a workflow's) or children (any other parent's,
+    with the places its plan holds that are not jobs yet), in place order after the place
+    ``after``, in ONE statement; none for a job that has none, or that the caller's organization
+    does not hold (row-level security)."""
+    rows = conn.execute(Q["steps_of"], {"parent": parent_id, "limit": limit,
+                                        "after": after}).all()
     return Steps([Step(row.place, row.name, row.kind, row.id,
                        Status(row.status) if row.status else None, row.attempts or 0,
                        row.error_code) for row in rows],
                  int(rows[0].total) if rows else 0)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A completed step's result, as its parent's partial results list it: its place, its name
+    (a workflow's step; None for a fan-out's part), its job, and the result (None once
+    retention dropped it: ``expired``). A stored result is its descriptor; the step's own
+    result read serves the file."""
+
+    place: int
+    name: str | None
+    job_id: UUID
+    kind: str
+    result: Any
+    expired: bool
+
+
+def step_results(conn: Connection, parent_id: UUID, *, limit: int,
+                 after: int = -1) -> list[StepResult]:
+    """The results of at most ``limit`` of the parent's completed steps, in place order after
+    the place ``after``. The caller has checked that the member may read the parent's result
+    (:meth:`models.jobs.service.Jobs.step_results`); row-level security keeps it to the
+    caller's organization."""
+    rows = conn.execute(Q["step_results"], {"parent": parent_id, "limit": limit,
+                                            "after": after}).all()
+    return [StepResult(row.place, row.name, row.id, row.kind, row.result,
+                       row.result_expired_at is not None) for row in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -794,13 +835,24 @@ def resume_due_timers(conn: Connection, *, batch: int = 1000) -> list[tuple[UUID
     return [(row.id, row.kind) for row in conn.execute(Q["resume_due_timers"], {"batch": batch})]
 
 
+@dataclass(frozen=True)
+class SignalOutcome:
+    """What signal_job() answered: its outcome, a status (of the job that holds the signal once
+    sent, else of the job addressed) and, once sent, which job holds it (the job addressed, or
+    the step of a workflow that waits for it)."""
+
+    outcome: str
+    status: Status | None
+    receiver: UUID | None
+
+
 def signal_job(conn: Connection, job_id: UUID, name: str, payload: Any, user_id: UUID, *,
-               kind_roles: Mapping[str, str]) -> tuple[str, Status | None]:
-    """A member's signal (see signal_job() in the schema): (outcome, the job's status)."""
+               kind_roles: Mapping[str, str]) -> SignalOutcome:
+    """A member's signal (see signal_job() in the schema)."""
     row = conn.execute(Q["signal_job"], {
         "id": job_id, "name": name, "payload": json.dumps(payload), "user_id": user_id,
         "kind_roles": json.dumps(dict(kind_roles))}).one()
-    return row.outcome, Status(row.status) if row.status else None
+    return SignalOutcome(row.outcome, Status(row.status) if row.status else None, row.receiver)
 
 
 def step_result(conn: Connection, job: LeasedJob, name: str) -> tuple[bool, Any]:

@@ -142,7 +142,8 @@ WITH asked AS (
                                     j.id, CAST(:kind_roles AS jsonb))))))
     RETURNING id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
            error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
-           finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at
+           finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
+           wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
 ), audited AS (
     INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail, request_id)
     SELECT organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_id AS text)),
@@ -212,7 +213,8 @@ SELECT organization_id, status, requested_by, kind, params FROM jobs WHERE id = 
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children, sequence_key FROM jobs WHERE id = :id
+       wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
+FROM jobs WHERE id = :id
 
 -- role_needed --
 -- Web role, scoped to the organization (see job_role_needed() in the schema).
@@ -225,7 +227,8 @@ SELECT job_role_needed(:id, CAST(:kind_roles AS jsonb))
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at, result,
-       wait_until, wait_signal, wait_children, sequence_key, result_ref,
+       wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place,
+       result_ref,
        CASE WHEN CAST(:kind_roles AS jsonb) IS NOT NULL
             THEN job_role_needed(id, CAST(:kind_roles AS jsonb)) END AS role_needed
 FROM jobs WHERE id = :id
@@ -235,7 +238,8 @@ FROM jobs WHERE id = :id
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children, sequence_key FROM jobs
+       wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
+FROM jobs
 WHERE organization_id = :organization_id
   AND (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
@@ -250,27 +254,34 @@ LIMIT :limit
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
-       wait_until, wait_signal, wait_children, sequence_key FROM jobs
+       wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
+FROM jobs
 WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
 
 -- steps_of --
 -- Web role, scoped to the organization: the parent and its children are that organization's
--- rows (row-level security) or nothing. What a job's page lists of a parent job, in place
--- order, at most :limit of them, each child found through jobs_children_idx (parent_id,
+-- rows (row-level security) or nothing. A parent job's steps in place order, after the place
+-- :after, at most :limit of them, each child found through jobs_children_idx (parent_id,
 -- child_index): for a workflow, every step of its compiled graph (params -> 'steps'), whether
--- it is a job yet or not, by name; for any other parent (a fan-out), the children there are.
--- Names, kinds, statuses and error codes only: never a step's params, result or message.
--- total counts them all (the graph's steps, or the children), once, for "and N more".
+-- it is a job yet or not, by name; for any other parent (a fan-out, a kind's own workflow), the
+-- children there are and, through job_unmade_steps(), the places its plan holds that are not
+-- jobs yet. Names, kinds, statuses and error codes only: never a step's params, result or
+-- message. total counts them all (the graph's steps, the plan's, or the children), once.
 WITH parent AS MATERIALIZED (
     SELECT p.id,
            CASE WHEN p.kind = 'workflow' AND jsonb_typeof(p.params -> 'steps') = 'array'
                 THEN p.params -> 'steps' END AS graph
     FROM jobs p WHERE p.id = :parent
+), plan AS MATERIALIZED (
+    SELECT u.total, u.places, u.kinds
+    FROM parent, job_unmade_steps(parent.id, :after, :limit) AS u
+    WHERE parent.graph IS NULL
 ), graph_steps AS (
     SELECT CAST(s.n - 1 AS integer) AS place, s.step ->> 'name' AS name, s.step ->> 'kind' AS kind
     FROM parent, jsonb_array_elements(parent.graph) WITH ORDINALITY AS s (step, n)
+    WHERE s.n - 1 > :after
     ORDER BY s.n
     LIMIT :limit
 )
@@ -279,13 +290,43 @@ SELECT g.place, g.name, coalesce(c.kind, g.kind) AS kind, c.id, c.status, c.atte
 FROM graph_steps g
 LEFT JOIN jobs c ON c.parent_id = :parent AND c.child_index = g.place
 UNION ALL
-(SELECT c.child_index, NULL, c.kind, c.id, c.status, c.attempts, c.error_code,
-        (SELECT count(*) FROM jobs k WHERE k.parent_id = :parent)
- FROM parent JOIN jobs c ON c.parent_id = parent.id
- WHERE parent.graph IS NULL
- ORDER BY c.child_index
+(SELECT k.place, NULL, k.kind, k.id, k.status, k.attempts, k.error_code,
+        coalesce((SELECT plan.total FROM plan),
+                 (SELECT count(*) FROM jobs n WHERE n.parent_id = :parent)) AS total
+ FROM (SELECT c.child_index AS place, c.kind, c.id, c.status, c.attempts, c.error_code
+       FROM parent JOIN jobs c ON c.parent_id = parent.id
+       WHERE parent.graph IS NULL AND c.child_index > :after
+       UNION ALL
+       SELECT u.place, u.kind, NULL, NULL, NULL, NULL
+       FROM plan, unnest(plan.places, plan.kinds) AS u (place, kind)) AS k
+ ORDER BY k.place
  LIMIT :limit)
 ORDER BY place
+
+-- step_results --
+-- Web role, scoped to the organization, AFTER the caller checked the member may read the
+-- parent's result (the strictest role of what it holds): the results of the parent's steps
+-- that completed, in place order after the place :after, at most :limit of them, each with its
+-- name (a workflow's, from its graph; NULL for a fan-out's part) and whether retention dropped
+-- it. The children are the organization's rows (row-level security) or nothing.
+WITH parent AS MATERIALIZED (
+    SELECT p.id,
+           CASE WHEN p.kind = 'workflow' AND jsonb_typeof(p.params -> 'steps') = 'array'
+                THEN p.params -> 'steps' END AS graph
+    FROM jobs p WHERE p.id = :parent
+), done AS (
+    SELECT c.child_index AS place, c.id, c.kind, c.result, c.result_expired_at
+    FROM parent JOIN jobs c ON c.parent_id = parent.id
+    WHERE c.status = 'completed' AND c.child_index > :after
+    ORDER BY c.child_index
+    LIMIT :limit
+)
+SELECT d.place, d.id, d.kind, d.result, d.result_expired_at, g.step ->> 'name' AS name
+FROM done d
+LEFT JOIN (SELECT CAST(s.n - 1 AS integer) AS place, s.step
+           FROM parent, jsonb_array_elements(parent.graph) WITH ORDINALITY AS s (step, n)) AS g
+       ON g.place = d.place
+ORDER BY d.place
 
 -- lock_lease --
 -- Taken at the end of every tenant transaction of a job: its writes commit only while the
@@ -328,8 +369,8 @@ SELECT id, kind FROM resume_due_timers(:batch)
 
 -- signal_job --
 -- Web role, scoped to the organization (see signal_job() in the schema).
-SELECT outcome, status FROM signal_job(:id, :name, CAST(:payload AS jsonb), :user_id,
-                                       CAST(:kind_roles AS jsonb))
+SELECT outcome, status, receiver FROM signal_job(:id, :name, CAST(:payload AS jsonb), :user_id,
+                                                 CAST(:kind_roles AS jsonb))
 
 -- step_result --
 -- A step the held job recorded earlier (see step_result() in the schema).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -183,7 +184,7 @@ def get_kind(name: object) -> JobKind:
     refused exactly as a kind that does not exist, so a member cannot even learn its name."""
     found = get_any_kind(name)
     if found.rules.child_only:
-        raise UnknownKind()
+        raise unknown_kind(name)
     return found
 
 
@@ -192,8 +193,22 @@ def get_any_kind(name: object) -> JobKind:
     leased, a parent's fan-out, the one path that creates child-only jobs, and operators'
     controls of a kind."""
     if not isinstance(name, str) or name not in _REGISTRY:
-        raise UnknownKind()
+        raise unknown_kind(name)
     return _REGISTRY[name]
+
+
+#: what a kind's name may look like, for a refusal to quote it back
+_NAME_SHOWN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+
+
+def unknown_kind(name: object) -> UnknownKind:
+    """The refusal of a kind that is not registered (or is child-only: the same words), naming
+    it when it reads as a kind's name could: the caller's own word, shown so that a typo or a
+    kind this deployment does not load (the benchmarks') is found at once. Anything else is
+    not repeated."""
+    if isinstance(name, str) and _NAME_SHOWN.fullmatch(name):
+        return UnknownKind(f"There is no job of the kind “{name}”.")
+    return UnknownKind()
 
 
 def submittable_kinds() -> list[str]:

@@ -287,7 +287,7 @@ class Harness:
         job = self.job(job_id)
         user = sender.user_id if isinstance(sender, Member) else sender or job.requested_by
         with self.jobs.transaction(job.organization_id, user) as (conn, member):
-            return self.jobs.signal(conn, member, job.id, name, payload)
+            return self.jobs.signal(conn, member, job.id, name, payload).status
 
     # -- running jobs ----------------------------------------------------------------------------
     def drain(self, *, organization_id: UUID | None = None, kinds: Iterable[str] | None = None,

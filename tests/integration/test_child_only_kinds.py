@@ -44,8 +44,11 @@ def test_a_member_submitting_a_child_only_kind_gets_the_unknown_kind_answer(stac
     child = client.post(url, json={"kind": kind, "params": params}, headers=vera.auth)
     unknown = client.post(url, json={"kind": NO_SUCH_KIND, "params": params}, headers=vera.auth)
     print("single submit of", kind, "->", seen(child))
-    assert answer_of(child) == answer_of(unknown) == (
-        400, {"error": {"code": "unknown_kind", "message": "There is no job of that kind."}})
+    # The same answer, in the same words, each naming the kind it was sent.
+    assert answer_of(child) == (400, {"error": {
+        "code": "unknown_kind", "message": f"There is no job of the kind “{kind}”."}})
+    assert answer_of(unknown) == (400, {"error": {
+        "code": "unknown_kind", "message": f"There is no job of the kind “{NO_SUCH_KIND}”."}})
     assert stack.count_jobs(org) == 0
 
 
@@ -62,7 +65,8 @@ def test_a_batch_holding_a_child_only_kind_is_refused_as_an_unknown_kind(stack: 
 
     child, unknown = batch(kind), batch(NO_SUCH_KIND)
     print("batch submit of", kind, "->", seen(child))
-    assert answer_of(child) == answer_of(unknown)
+    assert child.get_data(as_text=True).replace(kind, "KIND") == unknown.get_data(
+        as_text=True).replace(NO_SUCH_KIND, "KIND")
     assert answer_of(child)[0] == 400
     assert answer_of(child)[1]["error"]["code"] == "unknown_kind"
     assert answer_of(child)[1]["error"]["index"] == 1

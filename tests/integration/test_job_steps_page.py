@@ -5,6 +5,7 @@ index, as the web's role under row-level security. Real PostgreSQL, Redis and wo
 
 from __future__ import annotations
 
+import html as html_module
 import re
 import uuid
 
@@ -205,7 +206,7 @@ def test_the_list_is_one_statement_through_the_childrens_index(stack: Stack):
     for parent in parents:
         with transaction(stack.app_db, organization_id=org, user_id=owner.id) as conn:
             plan = "\n".join(row[0] for row in conn.execute(
-                text("EXPLAIN " + statement), {"parent": parent, "limit": 200}))
+                text("EXPLAIN " + statement), {"parent": parent, "limit": 200, "after": -1}))
             steps = store.steps_of(conn, parent, limit=200)
         assert "jobs_children_idx" in plan and "jobs_pkey" in plan, plan
         assert "Seq Scan on jobs" not in plan, plan
@@ -218,3 +219,63 @@ def child_parents(stack: Stack, org) -> list[uuid.UUID]:
         return list(conn.execute(text(
             "SELECT DISTINCT parent_id FROM jobs WHERE organization_id = :org"
             " AND parent_id IS NOT NULL"), {"org": org}).scalars())
+
+
+def facts_of(html: str) -> dict[str, str]:
+    """The job page's facts (Kind, Started by, Attempt...), as text."""
+    found = re.findall(r"<dt>([^<]+)</dt><dd>(.*?)</dd>", html, re.S)
+    return {term: html_module.unescape(re.sub(r"<[^>]+>", "", value)).strip()
+            for term, value in found}
+
+
+def test_a_steps_page_links_back_to_its_workflow_and_a_part_to_its_parent(stack: Stack, app,
+                                                                         client):
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    job = start_workflow(stack, org, owner, chain(sig("test.add", n=1, name="warm up"),
+                                                  sig("test.add", n=2, name="wrap up")))
+    fan = submit(client, org, owner, "test.fan", {"parts": [{"n": 1}, {"n": 2}]})
+    stack.wait_for(job.id, "completed", timeout=30)
+    stack.wait_for(fan["id"], "completed", timeout=30)
+    browser = app.test_client()
+    sign_in(browser, owner)
+    step = browser.get(f"/orgs/{org}/jobs/{child_ids(stack, job.id)[1]}").get_data(as_text=True)
+    back = f'<a href="/orgs/{org}/jobs/{job.id}">Workflow <span class="mono">{str(job.id)[:8]}</span></a>'
+    assert "Step “wrap up” of" in step and back in step
+    part = browser.get(f"/orgs/{org}/jobs/{child_ids(stack, fan['id'])[0]}").get_data(as_text=True)
+    assert "Part #1 of" in part and f'<a href="/orgs/{org}/jobs/{fan["id"]}">test.fan' in part
+    parent = browser.get(f"/orgs/{org}/jobs/{job.id}").get_data(as_text=True)
+    assert 'class="parent"' not in parent  # nothing started the workflow but its requester
+
+
+def test_a_waiting_job_and_a_waiting_workflow_show_the_attempt_they_are_in(stack: Stack, app,
+                                                                          client):
+    """A wait uses no attempt up, and the job waits in the attempt it ran in: its row, its JSON
+    and its page say 1 while it waits (they said 0), and so does a job cancelled while it
+    waited."""
+    org = stack.org()
+    owner = stack.user(org, role="owner", password=PASSWORD)
+    job = start_workflow(stack, org, owner, chain(
+        Signature("bench.await_signal", {"name": "go-ahead", "timeout": 3600}, "approval")))
+    wait_until(lambda: 0 in child_ids(stack, job.id)
+               and stack.job_row(child_ids(stack, job.id)[0])["status"] == "waiting",
+               30, what="the approval step waiting for its signal")
+    step = child_ids(stack, job.id)[0]
+    browser = app.test_client()
+    sign_in(browser, owner)
+    shown = facts_of(browser.get(f"/orgs/{org}/jobs/{step}").get_data(as_text=True))
+    assert shown["Attempt"] == "1 of 3, waiting (a wait uses no attempt up)"
+    assert client.get(f"/api/v1/orgs/{org}/jobs/{step}", headers=owner.auth).get_json()[
+        "attempts"] == 1
+    shown = facts_of(browser.get(f"/orgs/{org}/jobs/{job.id}").get_data(as_text=True))
+    assert shown["Attempt"] == ("1 of 10, waiting (a wait uses no attempt up); the workflow's own, "
+                                "to start and collect its steps: each step has its own")
+    client.post(f"/api/v1/orgs/{org}/jobs/{job.id}/cancel", headers=owner.auth)
+    stack.wait_for(job.id, "cancelled", timeout=30)
+    assert stack.job_row(step)["status"] == "cancelled" and stack.job_row(step)["attempts"] == 1
+    assert stack.job_row(job.id)["attempts"] == 1
+    shown = facts_of(browser.get(f"/orgs/{org}/jobs/{step}").get_data(as_text=True))
+    assert shown["Attempt"] == "1 of 3"
+    queued = submit(client, org, owner, "bench.sleep", {"seconds": 0})
+    assert facts_of(browser.get(f"/orgs/{org}/jobs/{queued['id']}").get_data(as_text=True))[
+        "Attempt"] in ("none yet (at most 5)", "1 of 5")

@@ -272,6 +272,17 @@ def test_the_web_may_not_run_retention(bare_stack: Stack, world: World, call: st
     assert "permission denied for function purge_" in error
 
 
+def test_only_the_web_lists_a_parents_unmade_steps_and_only_its_organizations(world: World):
+    """job_unmade_steps() (revision 0045) reads owner-only tables: the worker may not call it,
+    and the web learns nothing of a job outside its scoped organization, or with none."""
+    call = "SELECT total, places, kinds FROM job_unmade_steps(:id, -1, 1000)"
+    error = refused(world.worker, call, {"id": world.completed})
+    assert "permission denied for function job_unmade_steps" in error
+    for scope in ({"organization_id": world.org, "user_id": world.user}, {}):
+        with transaction(world.app, **scope) as conn:
+            assert conn.execute(text(call), {"id": world.completed}).one() == (None, [], [])
+
+
 # ------------------------------------------------------------------------- the audit trigger
 
 def test_no_role_may_create_a_temporary_table_to_shadow_history(world: World):

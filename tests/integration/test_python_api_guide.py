@@ -97,12 +97,3 @@ def test_the_flask_view_example_starts_shows_and_refuses(stack: Stack):
     assert out["stranger_start"][0] == 404
     assert stack.count_jobs(org) == 1
 
-
-def test_the_workflow_example_runs_a_chain_with_a_chord_as_one_job(stack: Stack):
-    org = stack.org()
-    anna = stack.user(org, role="owner")
-    done = run(stack, str(EXAMPLES / "workflow_script.py"), str(org), str(anna.id))
-    assert done.returncode == 0, done.stderr[-2000:]
-    status, steps = done.stdout.splitlines()[-2:]
-    assert status == "workflow completed {'done': 5, 'stage': 'steps', 'total': 5}"
-    assert steps == "['merge', 'part 0', 'part 1', 'part 2', 'prepare']"

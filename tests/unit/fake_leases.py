@@ -254,14 +254,15 @@ class FakeLeases:
 
     def wait(self, job: LeasedJob, until: Any, signal: str | None,
              children: int | None) -> Status | None:
-        """wait_job() in miniature: waiting, or queued at once when a signal already came."""
+        """wait_job() in miniature: waiting in the attempt it ran in, or queued at once, its
+        attempt given back for the next claim, when a signal already came."""
         self._call("wait")
         row = self.rows[job.id]
         if row.lease_token != job.lease_token or row.status != Status.LEASED:
             return None
-        row.lease_token, row.attempts = None, row.attempts - 1
+        row.lease_token = None
         if signal is not None and any(sent == signal for sent, _ in row.signals):
-            row.status = Status.QUEUED
+            row.status, row.attempts = Status.QUEUED, row.attempts - 1
         else:
             row.status, row.waits_for = Status.WAITING, (until, signal, children)
         return row.status

@@ -113,3 +113,32 @@ def test_a_submit_names_the_kinds_it_takes_and_never_a_child_only_one(document):
 
 def test_the_document_is_built_once_per_app(app, document):
     assert openapi.document(app) is document
+
+
+def test_a_workflows_params_are_typed_as_steps_not_a_free_object(document):
+    schemas = document["components"]["schemas"]
+    for body in ("SubmitJob", "BatchJob"):
+        (rule,) = schemas[body]["allOf"]
+        assert rule["if"]["properties"]["kind"] == {"const": "workflow"}
+        assert rule["then"]["properties"]["params"] == {
+            "$ref": "#/components/schemas/WorkflowParams"}
+    workflow = schemas["WorkflowParams"]
+    assert workflow["properties"]["steps"]["items"] == {"$ref": "#/components/schemas/StepNode"}
+    assert workflow["properties"]["policy"]["enum"] == ["fail_fast", "run_all"]
+    step = schemas["StepNode"]
+    assert set(step["properties"]) == {"name", "kind", "params", "after", "waits"}
+    assert step["required"] == ["name", "kind"]
+    assert step["properties"]["after"]["items"] == {"type": "integer"}
+    assert step["properties"]["kind"]["enum"] == [k for k in submittable_kinds() if k != "workflow"]
+
+
+def test_an_error_may_name_the_refused_step_and_a_job_links_its_steps_and_parent(document):
+    schemas = document["components"]["schemas"]
+    assert schemas["ErrorBody"]["properties"]["step"]["anyOf"] == [{"type": "integer"},
+                                                                   {"type": "null"}]
+    assert {"steps", "parent"} <= set(schemas["JobLinks"]["properties"])
+    assert "parent" not in schemas["JobLinks"]["required"]
+    assert {"parent_id", "place"} <= set(schemas["Job"]["required"])
+    assert schemas["Step"]["properties"]["status"]["anyOf"][-1]["enum"] == ["pending", "skipped"]
+    signal = document["paths"]["/api/v1/orgs/{org}/jobs/{job_id}/signals/{name}"]["post"]
+    assert "no_step_waits" in signal["responses"]["409"]["description"]

@@ -10,9 +10,10 @@ import sys
 import spacejobs
 
 PUBLIC = [
-    "ChildrenFailed", "DomainError", "DuplicateJob", "IdempotencyKeyReused", "InsufficientRole",
-    "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished", "JobNotCompleted",
-    "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams", "NotFound",
+    "ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
+    "InsufficientRole", "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished",
+    "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams",
+    "NoStepWaits", "NotFound",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed",
     "Submitted", "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals",

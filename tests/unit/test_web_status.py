@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from spacejobs.models.jobs.records import Status
-from spacejobs.webapp.status import NEXT_STEPS, TRY_AGAIN, describe, label_of, running_line
+from spacejobs.webapp.status import (
+    NEXT_STEPS,
+    TRY_AGAIN,
+    attempt_line,
+    describe,
+    label_of,
+    running_line,
+)
 from tests.unit.test_people import job
 
 SHOWN_AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
@@ -130,3 +137,28 @@ def test_without_a_moment_given_the_page_is_shown_now():
     shown = describe(job(**waiting(wait_until=soon)))
     assert shown.headline in {f"Waiting until {soon:%H:%M:%S} UTC",
                               f"Waiting until {soon:%Y-%m-%d %H:%M:%S} UTC"}
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    ({}, "none yet (at most 3)"),
+    ({"status": Status.LEASED, "attempts": 1, "started_at": SHOWN_AT}, "1 of 3"),
+    # it waits in the attempt it ran in: a wait uses none up
+    ({"status": Status.WAITING, "attempts": 1, "started_at": SHOWN_AT},
+     "1 of 3, waiting (a wait uses no attempt up)"),
+    # resumed (its attempt given back for the claim to count again), or queued for a retry:
+    # the attempt it goes on with, or begins, next
+    ({"status": Status.QUEUED, "attempts": 0, "started_at": SHOWN_AT}, "1 of 3, next"),
+    ({"status": Status.QUEUED, "attempts": 1, "started_at": SHOWN_AT}, "2 of 3, next"),
+    ({"status": Status.CANCELLED, "attempts": 1, "started_at": SHOWN_AT}, "1 of 3"),
+    ({"status": Status.COMPLETED, "attempts": 1, "started_at": SHOWN_AT, "kind": "workflow",
+      "max_attempts": 10},
+     "1 of 10; the workflow's own, to start and collect its steps: each step has its own"),
+])
+def test_the_attempt_a_job_is_in_is_told_as_it_is(changes, line):
+    assert attempt_line(job(**changes)) == line
+
+
+def test_a_job_queued_to_go_on_after_a_wait_is_not_said_to_be_new_or_failed():
+    resumed = describe(job(status=Status.QUEUED, attempts=0, started_at=SHOWN_AT))
+    assert resumed.headline == "Queued — it goes on shortly, in the same attempt"
+    assert resumed.detail is None

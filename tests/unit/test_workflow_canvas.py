@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spacejobs.models.errors import InvalidRequest, UnknownKind
+from spacejobs.models.errors import InvalidParams, InvalidRequest, UnknownKind
 from spacejobs.models.jobs.canvas import (
     WorkflowParams,
     chain,
@@ -16,7 +16,7 @@ from spacejobs.models.jobs.canvas import (
     sig,
     workflow_params,
 )
-from spacejobs.models.kinds import load_kinds
+from spacejobs.models.kinds import get_kind, load_kinds
 
 load_kinds(["spacejobs.tasks.kinds.bench", "spacejobs.demo.kinds",
             "spacejobs.tasks.kinds.workflow"])
@@ -120,3 +120,67 @@ def test_two_steps_of_one_name_are_refused():
     with pytest.raises(InvalidRequest, match="same name"):
         WorkflowParams.model_validate(workflow_params(group(sig("bench.noop", name="x"),
                                                             sig("bench.noop", name="x"))))
+
+
+def test_a_steps_params_may_be_a_mapping_holding_any_field_name_even_name():
+    step = sig("bench.await_signal", {"name": "go-ahead", "timeout": 60}, name="approval")
+    (node,) = compile_canvas(step)
+    assert (node.name, node.kind, node.params) == ("approval", "bench.await_signal",
+                                                   {"name": "go-ahead", "timeout": 60})
+    # keywords still work, alone or beside a mapping of other fields
+    assert sig("bench.sleep", seconds=1).params == {"seconds": 1}
+    assert sig("bench.await_signal", {"name": "go"}, timeout=5).params == {"name": "go",
+                                                                          "timeout": 5}
+
+
+def test_a_field_given_both_in_the_mapping_and_as_a_keyword_is_refused():
+    with pytest.raises(InvalidRequest) as refused:
+        sig("bench.sleep", {"seconds": 1}, seconds=2)
+    assert refused.value.message == "A step's params name the same field twice: seconds."
+    assert refused.value.details == {"fields": ["params"]}
+
+
+def test_an_unknown_kind_names_the_kind_and_the_step_in_words_and_details():
+    with pytest.raises(UnknownKind) as refused:
+        WorkflowParams.model_validate(workflow_params(chain(sig("bench.noop"), sig("no.such"))))
+    assert refused.value.message == "steps.1: There is no job of the kind “no.such”."
+    assert refused.value.details == {"step": 1}
+
+
+def test_a_child_only_kind_is_refused_in_the_words_of_one_that_does_not_exist():
+    def refusal(kind):
+        with pytest.raises(UnknownKind) as refused:
+            WorkflowParams.model_validate({"steps": [{"name": "a", "kind": kind}]})
+        return refused.value.message.replace(kind, "KIND"), refused.value.details
+
+    assert refusal("projects_report.project") == refusal("projects_report.nothing") == (
+        "steps.0: There is no job of the kind “KIND”.", {"step": 0})
+
+
+@pytest.mark.parametrize("name", ["x" * 65, "<b>", "a b", "", "näme", "-x", None, 3])
+def test_a_kinds_name_that_no_kind_could_have_is_not_repeated(name):
+    with pytest.raises(UnknownKind) as refused:
+        get_kind(name)
+    assert refused.value.message == "There is no job of that kind."
+
+
+@pytest.mark.parametrize("step, fields", [
+    ({"name": "b"}, ["steps.1.kind"]),
+    ({"name": "b" * 201, "kind": "bench.noop"}, ["steps.1.name"]),
+    ({"name": "b", "kind": "bench.noop", "after": "zero"}, ["steps.1.after"]),
+    ({"name": "b", "kind": "bench.noop", "secret-field": "secret-value"}, ["steps.1.secret-field"]),
+    ("not a step", ["steps.1"]),
+])
+def test_a_step_of_the_wrong_shape_is_refused_naming_its_place_never_its_values(step, fields):
+    with pytest.raises(InvalidParams) as refused:
+        WorkflowParams.model_validate({"steps": [{"name": "a", "kind": "bench.noop"}, step]})
+    assert refused.value.details["step"] == 1
+    assert refused.value.details["fields"] == fields
+    assert "secret-value" not in refused.value.message and "not a step" not in refused.value.message
+
+
+def test_the_second_of_two_steps_of_one_name_is_the_one_named():
+    with pytest.raises(InvalidRequest) as refused:
+        WorkflowParams.model_validate(workflow_params(chain(
+            sig("bench.noop", name="x"), sig("bench.noop", name="y"), sig("bench.noop", name="x"))))
+    assert refused.value.details == {"fields": ["steps"], "step": 2}

@@ -57,6 +57,13 @@ BEGIN
         NEW.wait_signal := NULL;
         NEW.wait_children := NULL;
     END IF;
+    -- A waiting job is still in the attempt it waits in (wait_job() keeps its number, so its
+    -- row says the attempt it is in, and so does the row of one cancelled while it waits); its
+    -- resume, whoever resumes it, gives the attempt back, for the claim that runs it again to
+    -- count it once more: a wait never uses one up.
+    IF OLD.status = 'waiting' AND NEW.status = 'queued' THEN
+        NEW.attempts := greatest(OLD.attempts - 1, 0);
+    END IF;
     NEW.updated_at := now();
     RETURN NEW;
 END $$;

@@ -33,9 +33,11 @@ CREATE TABLE job_signals (
 CREATE INDEX job_signals_untaken_idx ON job_signals (job_id, name, id) WHERE taken_at IS NULL;
 
 -- The lease holder ends its run to wait: the job gives back its lease and its slot, and the
--- attempt is not used up (the claim that resumes it counts it again). Unless what it waits for
--- has already come (a signal sent meanwhile, a moment passed, fewer children active than the
--- caller saw when it looked, or none): then it is queued again at once. The job's row is locked
+-- attempt is not used up: the row keeps the attempt's number while it waits, and its resume
+-- gives it back (jobs_check_transition()), for the claim that runs it again to count it once
+-- more. Unless what it waits for has already come (a signal sent meanwhile, a moment passed,
+-- fewer children active than the caller saw when it looked, or none): then it is queued again
+-- at once, its attempt given back here. The job's row is locked
 -- first, so a signal_job() or a child's end from now on sees the job waiting; a child that
 -- ended between the caller's look and this lock is counted here (p_children_seen: how many
 -- the caller saw active, NULL when it does not wait for children). Returns the job's new
@@ -68,7 +70,7 @@ BEGIN
         OR (p_until IS NULL AND p_signal IS NULL AND p_children_seen IS NULL);
     UPDATE jobs j
     SET status = CASE WHEN met THEN 'queued' ELSE 'waiting' END,
-        attempts = j.attempts - 1, run_after = now(),
+        attempts = CASE WHEN met THEN j.attempts - 1 ELSE j.attempts END, run_after = now(),
         lease_token = NULL, lease_until = NULL, leased_by = NULL,
         last_wakeup_at = CASE WHEN met THEN NULL ELSE now() END,
         wait_until = CASE WHEN met THEN NULL ELSE p_until END,
@@ -151,58 +153,83 @@ GRANT EXECUTE ON FUNCTION resume_due_timers(integer) TO space_worker;
 -- strictest of what it holds; p_kind_roles as for request_cancel), in an organization that is
 -- not deleted (a read-only one takes signals as it takes cancels: the kind's own rules decide at
 -- its next run whether it may go on). It is kept, with who sent it and their role, until a wait
--- of the job takes it; a job waiting for that name is queued again at once. Bounded: a payload
--- of at most 64 KiB (as JSON text), and at most 10 signals a job has not taken yet.
--- Answers 'sent' (and the job's status), 'not_found' (no such job in this organization, or a
--- member who may not see it), 'finished', 'refused' (a member without the right), 'too_large'
--- or 'too_many' (nothing kept).
+-- of the job takes it; a job waiting for that name is queued again at once. A workflow never
+-- waits for a signal itself: one sent to it goes to the job within it (a step, or a step's own
+-- child) that waits for that name now, the first by place, under the workflow's rule; when none
+-- does, nothing is kept ('no_step_waits'). Bounded: a payload of at most 64 KiB (as JSON text),
+-- and at most 10 signals a job has not taken yet.
+-- Answers 'sent' (with the status and the id of the job that holds the signal), 'not_found' (no
+-- such job in this organization, or a member who may not see it), 'finished', 'refused' (a
+-- member without the right), 'too_large', 'too_many' or 'no_step_waits' (nothing kept).
 CREATE FUNCTION signal_job(p_id uuid, p_name text, p_payload jsonb, p_user uuid,
                            p_kind_roles jsonb)
-RETURNS TABLE (outcome text, status text)
+RETURNS TABLE (outcome text, status text, receiver uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     max_payload CONSTANT integer := 65536;
     max_pending CONSTANT integer := 10;
     found_job jobs;
+    taker jobs;
     member_role text;
 BEGIN
+    IF EXISTS (SELECT 1 FROM jobs j WHERE j.id = p_id AND j.organization_id = app_org()
+                                      AND j.kind = 'workflow') THEN
+        -- The waiting job within the workflow, locked before the workflow's row: a child's row
+        -- before its parent's, in the order a cancel and a child's finish take them.
+        WITH RECURSIVE tree AS (
+            SELECT c.id, ARRAY[c.child_index] AS path FROM jobs c WHERE c.parent_id = p_id
+            UNION ALL
+            SELECT c.id, t.path || c.child_index FROM tree t JOIN jobs c ON c.parent_id = t.id
+        )
+        SELECT j.* INTO taker FROM tree t JOIN jobs j ON j.id = t.id
+        WHERE j.status = 'waiting' AND j.wait_signal = p_name
+        ORDER BY t.path
+        LIMIT 1
+        FOR UPDATE OF j;
+    END IF;
     SELECT * INTO found_job FROM jobs j
     WHERE j.id = p_id AND j.organization_id = app_org() FOR UPDATE;
     SELECT m.role INTO member_role FROM memberships m JOIN organizations o ON o.id = m.organization_id
     WHERE m.organization_id = app_org() AND m.user_id = p_user AND o.state <> 'deleted';
     IF found_job.id IS NULL OR member_role IS NULL THEN
-        RETURN QUERY SELECT 'not_found'::text, NULL::text;
+        RETURN QUERY SELECT 'not_found'::text, NULL::text, NULL::uuid;
         RETURN;
     END IF;
     IF found_job.status IN ('completed', 'failed', 'cancelled') THEN
-        RETURN QUERY SELECT 'finished'::text, found_job.status;
+        RETURN QUERY SELECT 'finished'::text, found_job.status, NULL::uuid;
         RETURN;
     END IF;
     IF found_job.requested_by <> p_user
        AND role_rank(member_role) < coalesce(role_rank(job_role_needed(p_id, p_kind_roles)), 4) THEN
-        RETURN QUERY SELECT 'refused'::text, found_job.status;
+        RETURN QUERY SELECT 'refused'::text, found_job.status, NULL::uuid;
         RETURN;
     END IF;
     IF octet_length(p_payload::text) > max_payload THEN
-        RETURN QUERY SELECT 'too_large'::text, found_job.status;
+        RETURN QUERY SELECT 'too_large'::text, found_job.status, NULL::uuid;
         RETURN;
     END IF;
-    -- The job's row is locked above: signals of one job are counted one sender at a time.
-    IF (SELECT count(*) FROM job_signals s WHERE s.job_id = p_id AND s.taken_at IS NULL)
+    IF found_job.kind <> 'workflow' THEN
+        taker := found_job;
+    ELSIF taker.id IS NULL THEN
+        RETURN QUERY SELECT 'no_step_waits'::text, found_job.status, NULL::uuid;
+        RETURN;
+    END IF;
+    -- The taker's row is locked above: signals of one job are counted one sender at a time.
+    IF (SELECT count(*) FROM job_signals s WHERE s.job_id = taker.id AND s.taken_at IS NULL)
        >= max_pending THEN
-        RETURN QUERY SELECT 'too_many'::text, found_job.status;
+        RETURN QUERY SELECT 'too_many'::text, taker.status, NULL::uuid;
         RETURN;
     END IF;
     INSERT INTO job_signals (job_id, organization_id, name, payload, sent_by, sender_role)
-    VALUES (p_id, found_job.organization_id, p_name, p_payload, p_user, member_role);
-    IF found_job.status = 'waiting' AND found_job.wait_signal = p_name THEN
+    VALUES (taker.id, taker.organization_id, p_name, p_payload, p_user, member_role);
+    IF taker.status = 'waiting' AND taker.wait_signal = p_name THEN
         UPDATE jobs j SET status = 'queued', run_after = now(), last_wakeup_at = NULL
-        WHERE j.id = p_id;
+        WHERE j.id = taker.id;
         PERFORM pg_notify('spacejobs_jobs', '');
-        RETURN QUERY SELECT 'sent'::text, 'queued'::text;
+        RETURN QUERY SELECT 'sent'::text, 'queued'::text, taker.id;
         RETURN;
     END IF;
-    RETURN QUERY SELECT 'sent'::text, found_job.status;
+    RETURN QUERY SELECT 'sent'::text, taker.status, taker.id;
 END $$;
 REVOKE ALL ON FUNCTION signal_job(uuid, text, jsonb, uuid, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signal_job(uuid, text, jsonb, uuid, jsonb) TO space_app;
