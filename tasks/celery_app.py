@@ -50,6 +50,7 @@ def make_runner(process: worker_process.WorkerProcess) -> Runner:
         stats=process.stats,
         ring=process.ring,
         spans=process.spans,
+        watch=process.long_job_watch,
     )
 
 

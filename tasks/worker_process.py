@@ -1,7 +1,7 @@
 """What one worker process holds, built once per process from the settings: its name and
-engine, its store adapter, its heartbeat, its counts and counter buffer, its wake-up publisher
-and job API, its operator controls cache, its listener for new jobs, its drains and their
-floor, its shutdown state.
+engine, its store adapter, its heartbeat and its long-job watch, its counts and counter buffer,
+its wake-up publisher and job API, its operator controls cache, its listener for new jobs, its
+drains and their floor, its shutdown state.
 
 Celery's process model forces one handle per process: a task body is a module function that
 Celery calls with no place to pass state, and a prefork child inherits its parent's memory. So
@@ -33,6 +33,7 @@ from spacejobs.models.results.store import ResultStore
 from spacejobs.models.settings import Settings, get_settings
 from spacejobs.tasks.engine.floor import Drains, Floor
 from spacejobs.tasks.engine.heartbeat import LeaseKeeper
+from spacejobs.tasks.engine.held import LongJobWatch
 from spacejobs.tasks.engine.leases import WorkerLeases
 from spacejobs.tasks.engine.runner import Ring, Stats
 from spacejobs.tasks.engine.tracing import NO_SPANS, AttemptSpans, NoSpans
@@ -65,6 +66,8 @@ class WorkerProcess:
         self.keeper = LeaseKeeper(self.leases.extend, self.leases.fail,
                                   cancels_asked=self.leases.cancels_asked,
                                   cancel_check=settings.cancel_check_interval)
+        #: gives back what a drain holds behind a long job (one thread, started on first use)
+        self.long_job_watch = LongJobWatch()
         self.stats = Stats()
         #: this process's turn among the organizations, kept from one wake-up to the next
         self.ring = Ring()

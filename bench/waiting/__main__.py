@@ -17,7 +17,15 @@ from typing import Any
 import bench.waiting
 from bench.servers import add_embedded_option, measured_on
 from bench.waiting import targets
-from bench.waiting.figures import BenchError, ChainFigure, DrainFigure, WaitingBench, median, say
+from bench.waiting.figures import (
+    BenchError,
+    ChainFigure,
+    DrainFigure,
+    GroupFigure,
+    WaitingBench,
+    median,
+    say,
+)
 from spacejobs.models.kinds import load_kinds
 from spacejobs.models.settings import Settings, reload_settings
 from tests.kit.private_servers import RestartableRedis
@@ -25,7 +33,7 @@ from tests.kit.processes import clean_up_on_signals
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
-FIGURES = ("slots", "fanout", "chain", "timers")
+FIGURES = ("slots", "fanout", "chain", "group", "timers")
 DEFAULT_SWEEP_INTERVAL: float = Settings.model_fields["sweep_interval"].default
 DEFAULT_TIMER_INTERVAL: float = Settings.model_fields["timer_interval"].default
 KIND_MODULE = "bench.waiting.kinds"
@@ -57,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs, and chains"
                                                   " (default 3; 1 with --quick)")
     parser.add_argument("--steps", type=int, help="the chain's steps (default 100; 20 with --quick)")
+    parser.add_argument("--group-seconds", type=float, help="each of the group's two steps' work"
+                                                             " (default 4; 1 with --quick)")
+    parser.add_argument("--burst", type=int, help="short jobs drained just before each group"
+                                                   " (default 500; 100 with --quick)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes (Celery main processes)")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork pool size of each worker")
     parser.add_argument("--sweep-interval", type=float, default=DEFAULT_SWEEP_INTERVAL,
@@ -84,14 +96,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.children = pick(args.children, 1000, 200)
     args.reps = pick(args.reps, 3, 1)
     args.steps = pick(args.steps, 100, 20)
+    args.group_seconds = pick(args.group_seconds, 4.0, 1.0)
+    args.burst = pick(args.burst, 500, 100)
     args.only = args.only or list(FIGURES)
     if min(args.jobs, args.samples, args.timers, args.children, args.reps, args.workers,
-           args.concurrency, args.max_parallel, args.steps) < 1:
+           args.concurrency, args.max_parallel, args.steps, args.burst) < 1:
         parser.error("the sizes must be positive")
-    if (min(args.cpu_seconds, args.sweep_interval, args.timer_interval) <= 0
+    if (min(args.cpu_seconds, args.sweep_interval, args.timer_interval, args.group_seconds) <= 0
             or args.spread < 0 or args.lead < 0):
-        parser.error("--cpu-seconds, --sweep-interval and --timer-interval must be positive,"
-                     " --spread and --lead not negative")
+        parser.error("--cpu-seconds, --sweep-interval, --timer-interval and --group-seconds must"
+                     " be positive, --spread and --lead not negative")
+    if args.group_seconds > 60:
+        parser.error("--group-seconds is at most 60 (bench.sleep's bound)")
     if args.timer_interval > 60:
         parser.error("--timer-interval is at most 60 (SPACEJOBS_TIMER_INTERVAL's bound)")
     return args
@@ -128,7 +144,9 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
         f" {args.cpu_seconds:g} s per state; timers {args.timers} per figure, spread over"
         f" {args.spread:g} s, first due {args.lead:g} s after the submit, {args.patience:g} s of"
         f" patience; fan-out {args.children:,} children, max_parallel {args.max_parallel},"
-        f" {args.reps} pair(s) with a plain drain; chain {args.steps} steps, {args.reps} run(s)",
+        f" {args.reps} pair(s) with a plain drain; chain {args.steps} steps, {args.reps} run(s);"
+        f" group two {args.group_seconds:g} s steps after a burst of {args.burst:,} short jobs,"
+        f" {args.reps} run(s)",
         f"load      : {_load()} at start (1 / 5 / 15 min)",
     ]
 
@@ -198,6 +216,22 @@ class Run:
                      f" ({found.runs} runs of the workflow)")
         self.lines.append(targets.chain_line(chains, args.steps))
 
+    def group(self) -> None:
+        args = self.args
+        groups: list[GroupFigure] = []
+        for rep in range(1, args.reps + 1):
+            say(f"  group: run {rep} of {args.reps} (load {_load()})")
+            found = self.attempt("group", lambda: self.bench.group(args.group_seconds, args.burst))
+            if found is not None:
+                groups.append(found)
+                _out(f"group       : two {found.step_seconds:g} s steps in {found.seconds:.2f} s"
+                     f" from the submit to the completion, the steps {found.steps_seconds:.2f} s"
+                     f" from the first lease to the last completion, {found.given_back} given"
+                     f" back unstarted (after {found.burst:,} short jobs)")
+        slots = (f"{args.workers * args.concurrency} free slots ({args.workers} worker(s)"
+                 f" -c {args.concurrency})")
+        self.lines.append(targets.group_line(groups, args.group_seconds, args.burst, slots))
+
     def timers(self) -> None:
         args = self.args
         for redis_running in (True, False):
@@ -243,7 +277,7 @@ def measure_all(args: argparse.Namespace, admin_url: str, directory: Path,
     run: Run | None = None
     interrupted = False
     try:
-        _out("Jobs that wait without a worker, measured (issue 16)")
+        _out("Jobs that wait without a worker, measured (issue 16); a group side by side (issue 31)")
         for line in header(args, servers, redis):
             _out(line)
         log_dir = directory / "logs"
@@ -271,7 +305,7 @@ def measure_all(args: argparse.Namespace, admin_url: str, directory: Path,
             servers.close()
         finally:
             redis.kill()
-    _out("\ntargets (issue 16, \"Measured\")")
+    _out("\ntargets (issue 16, \"Measured\"; issue 31, the group)")
     for line in run.lines if run else []:
         _out(line)
     _out(f"\nload      : {_load()} at end (1 / 5 / 15 min)")

@@ -41,6 +41,10 @@ QUIET = 3.0
 RECOVERY = 30.0
 #: a chain's step: a kind that does nothing, so the chain's time is the machinery's
 CHAIN_STEP = "bench.noop"
+#: a group's step: a kind that takes the seconds it is given (checkpointing as it goes), and
+#: the burst's jobs before it
+GROUP_STEP = "bench.sleep"
+BURST_JOB = "bench.noop"
 #: beat's line for a tick in which the sweep's chores ran (tasks/maintenance/schedule.py)
 SWEEP_LINE = re.compile(r"maintenance ran in ([\d.]+)s")
 
@@ -106,6 +110,15 @@ class ChainFigure:
     def overhead_per_step(self) -> float:
         """Seconds per step beyond the steps' own work."""
         return (self.seconds - self.work) / self.steps
+
+
+@dataclass(frozen=True)
+class GroupFigure:
+    step_seconds: float  # each of the two steps' own work
+    burst: int  # short jobs the workers drained just before
+    seconds: float  # the workflow's submit to its completion
+    steps_seconds: float  # its steps' first lease to their last completion
+    given_back: int  # steps a process gave back unstarted for another to run
 
 
 class WaitingBench:
@@ -329,6 +342,35 @@ class WaitingBench:
             raise BenchError(f"chain: workflow {span.workflow_status}, {span.clean_steps} of"
                              f" {steps} steps ran exactly once")
         return ChainFigure(steps, span.seconds, span.work, span.runs)
+
+    # -- group -----------------------------------------------------------------------------
+
+    def group(self, step_seconds: float, burst: int) -> GroupFigure:
+        """A workflow ``group`` of two ``step_seconds`` bench.sleep steps, submitted the moment
+        the workers have drained ``burst`` bench.noop (their pool processes still linger, their
+        claims sized for short jobs): its submit to its completion."""
+        warm = self.tenant("burst")
+        self.submit(warm, [JobRequest(BURST_JOB)] * burst)
+        self.wait(f"{burst:,} {BURST_JOB} completed",
+                  lambda: self.count(warm, Status.COMPLETED) == burst, 60 + burst / 10,
+                  interval=0.05)
+        tenant = self.tenant("group")
+        canvas = workflows.group(*[workflows.sig(GROUP_STEP, seconds=step_seconds)
+                                   for _ in range(2)])
+        with self.stack.app_db.begin() as conn:
+            self.jobs.submit_workflow(conn, canvas, organization_id=tenant.organization_id,
+                                      requested_by=tenant.user_id)
+        self.wait("a group of two steps completed",
+                  lambda: self.count(tenant, Status.COMPLETED, Status.FAILED) == 3,
+                  60 + 4 * step_seconds, interval=0.05)
+        time.sleep(0.5)  # a step run twice would show as a second completion
+        span = self.read(records.group_span, tenant.organization_id)
+        self.read(records.forget, warm.organization_id)
+        if (span.workflow_status != Status.COMPLETED or span.completed_once != 2
+                or span.seconds is None or span.steps_seconds is None):
+            raise BenchError(f"group: workflow {span.workflow_status}, {span.completed_once} of 2"
+                             " steps completed exactly once")
+        return GroupFigure(step_seconds, burst, span.seconds, span.steps_seconds, span.given_back)
 
     def close(self) -> None:
         self.jobs.close()

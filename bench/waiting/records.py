@@ -50,6 +50,16 @@ class ChainSpan:
     clean_steps: int
 
 
+@dataclass(frozen=True)
+class GroupSpan:
+    workflow_status: str | None
+    seconds: float | None  # the workflow's submit to its completion
+    steps_seconds: float | None  # its steps' first lease to their last completion
+    given_back: int  # steps given back unstarted (leased > queued events)
+    steps: int
+    completed_once: int
+
+
 def statuses(conn: Connection, org: uuid.UUID) -> Counter[str]:
     return Counter(dict(conn.execute(Q["statuses"], {"org": org}).all()))
 
@@ -86,3 +96,9 @@ def chain_span(conn: Connection, org: uuid.UUID) -> ChainSpan:
     row = conn.execute(Q["chain_span"], {"org": org}).one()
     return ChainSpan(row.workflow_status, _seconds(row.seconds), _seconds(row.work), row.runs,
                      row.steps, row.clean_steps)
+
+
+def group_span(conn: Connection, org: uuid.UUID) -> GroupSpan:
+    row = conn.execute(Q["group_span"], {"org": org}).one()
+    return GroupSpan(row.workflow_status, _seconds(row.seconds), _seconds(row.steps_seconds),
+                     row.given_back, row.steps, row.completed_once)

@@ -103,3 +103,32 @@ SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,
        (SELECT count(*) FROM steps
         WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean_steps
 FROM workflow_events we
+
+-- group_span --
+-- A workflow (the organization's one job without a parent) whose steps may run side by side:
+-- its submit to its completion, its steps' first lease to their last completion, how many
+-- times a step was given back unstarted (leased > queued: a process that held it behind a long
+-- job let another take it), and how many steps completed in exactly one completion.
+WITH workflow AS (
+    SELECT id, status FROM jobs WHERE organization_id = :org AND parent_id IS NULL
+), workflow_events AS (
+    SELECT min(e.at) FILTER (WHERE e.from_status IS NULL) AS submitted_at,
+           max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at
+    FROM job_events e JOIN workflow w ON w.id = e.job_id
+), step_events AS (
+    SELECT e.* FROM job_events e JOIN jobs c ON c.id = e.job_id
+    WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
+), steps AS (
+    SELECT job_id, count(*) FILTER (WHERE to_status = 'completed') AS completions
+    FROM step_events GROUP BY job_id
+)
+SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,
+       extract(epoch FROM we.completed_at - we.submitted_at) AS seconds,
+       (SELECT extract(epoch FROM max(at) FILTER (WHERE to_status = 'completed')
+                                  - min(at) FILTER (WHERE to_status = 'leased'))
+        FROM step_events) AS steps_seconds,
+       (SELECT count(*) FROM step_events
+        WHERE from_status = 'leased' AND to_status = 'queued') AS given_back,
+       (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM steps WHERE completions = 1) AS completed_once
+FROM workflow_events we

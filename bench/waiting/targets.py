@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from bench.harness import percentile
 from bench.waiting.figures import (
+    BURST_JOB,
     CHAIN_STEP,
+    GROUP_STEP,
     RECOVERY,
     ChainFigure,
     DrainFigure,
+    GroupFigure,
     SlotsFigure,
     TimerFigure,
     median,
@@ -19,6 +22,9 @@ LATENESS_P95 = 1.0
 FAN_OUT_SHARE = 0.8
 #: the most a chain's step may cost beyond its own work, in seconds
 CHAIN_STEP_OVERHEAD = 0.005
+#: the most a group of two steps may take beyond one step's work, on two free slots (issue 31:
+#: two 4 s steps in at most 4.5 s)
+GROUP_ROOM = 0.5
 #: CPU within noise of idle: at most the highest idle reading plus this (percent of one core),
 #: or plus the idle readings' own range when that is wider. psutil reads CPU time in clock ticks
 #: (10 ms), so over a reading of a few seconds a quiet process already varies by a few tenths.
@@ -108,3 +114,16 @@ def chain_line(chains: list[ChainFigure], steps: int) -> str:
                       for c in chains)
     return (f"{head}: {1000 * per_step:.1f} ms per step (median of {len(chains)}; each {facts})"
             f" {verdict(per_step <= CHAIN_STEP_OVERHEAD)}")
+
+
+def group_line(groups: list[GroupFigure], step_seconds: float, burst: int, slots: str) -> str:
+    head = (f"issue 31 group: two {step_seconds:g} s {GROUP_STEP} steps take <="
+            f" {step_seconds + GROUP_ROOM:g} s from the submit to the completion on {slots}"
+            f" after a burst of {burst:,} {BURST_JOB}")
+    if not groups:
+        return f"{head}: not measured"
+    seconds = median([g.seconds for g in groups])
+    facts = ", ".join(f"{g.seconds:.2f} s (the steps {g.steps_seconds:.2f} s, {g.given_back} given"
+                      " back)" for g in groups)
+    return (f"{head}: {seconds:.2f} s (median of {len(groups)}; each {facts})"
+            f" {verdict(seconds <= step_seconds + GROUP_ROOM)}")

@@ -498,7 +498,8 @@ def cancels_asked(conn: Connection, job_ids: Sequence[UUID]) -> set[UUID]:
 
 
 def release_batch(conn: Connection, leases: Sequence[tuple[UUID, UUID]]) -> set[UUID]:
-    """Give jobs back without burning their attempt (graceful shutdown); returns those given back."""
+    """Give jobs back without burning their attempt (graceful shutdown, or held unstarted behind
+    a long job), waking the processes that listen; returns those given back."""
     if not leases:
         return set()
     return {row.id for row in conn.execute(Q["release_batch"], _lease_arrays(leases))}

@@ -101,8 +101,13 @@ FROM fail_job(p_id => :id, p_token => :lease_token, p_permanent => :permanent,
 SELECT acknowledge_cancel(:id, :lease_token)
 
 -- release_batch --
--- Graceful shutdown: give jobs back untouched, attempt not burned, claimable at once.
-SELECT id FROM release_jobs(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[]))
+-- Give jobs back untouched, attempt not burned, claimable at once: at graceful shutdown, and the
+-- jobs a process holds unstarted behind a long one. The NOTIFY (one per transaction, however
+-- many rows: PostgreSQL folds identical ones; none when nothing was given back) tells the pool
+-- processes that linger on LISTEN at once, as an insert's does: a broker wake-up reaches only
+-- an idle one.
+SELECT released.id, pg_notify('spacejobs_jobs', '')
+FROM release_jobs(CAST(:ids AS uuid[]), CAST(:tokens AS uuid[])) AS released
 
 -- lock_for_cancel --
 -- Web role, scoped to the organization, in the cancel's transaction before request_cancel: the

@@ -1,6 +1,7 @@
 """The ends of an attempt other than a completion: a failure, a cancel acknowledged, a lease
 given back, each written through the store at once, and every end (completions too) counted
-and logged once (:meth:`Ends.end`)."""
+and logged once (:meth:`Ends.end`); and the give-back of jobs held behind a long one, which
+never started here (:meth:`Ends.hand_over`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
+from uuid import UUID
 
+from spacejobs.models.diagnostics import diagnose
 from spacejobs.models.errors import WaitRequested
 from spacejobs.models.jobs.records import LeasedJob, Status
 from spacejobs.tasks.engine.leases import Failure
@@ -108,6 +111,29 @@ class Ends:
         if released:
             self.signals.publish_wake(None)
         return Outcome.RELEASED if released else Outcome.LEASE_LOST
+
+    def hand_over(self, jobs: list[LeasedJob]) -> set[UUID]:
+        """Give back leased jobs this process has not started while it runs a long one, and
+        wake another process to take them; returns the ids given back. What is not given back
+        (a cancel asked for, a lease lost; all of them if the database did not answer) stays
+        this process's to end in turn."""
+        try:
+            released = self.ports.leases.release(jobs)
+        except Exception as exc:
+            log.warning("held jobs not given back (%s); they run here in turn",
+                        diagnose(exc).summary)
+            return set()
+        given = [job for job in jobs if job.id in released]
+        self.ports.keeper.drop([job.id for job in given])
+        self.spans.forget(given)
+        for job in given:
+            log.info("job given back unstarted: its process runs a long job; attempt not"
+                     " counted", extra=job.log_context)
+        if given:
+            # Coalesced: a wake-up already on its way finds these jobs too. A process that
+            # lingers on LISTEN hears the release's NOTIFY instead (store.release_batch).
+            self.signals.fan_out()
+        return released
 
     def wait(self, job: LeasedJob, request: WaitRequested) -> Outcome:
         """End the run to wait; a cancel asked for meanwhile is acknowledged instead."""

@@ -14,7 +14,9 @@ the runner sequences it, in three parts that each fit in one's head:
 Leases come in batches: a claim leases up to K due jobs in one statement, each with its own
 token. K adapts to how long recent jobs took (:class:`BatchSize`): many when jobs are short, so
 a batch costs one commit, one when they are long, so no job waits in this process's hands while
-another process idles. One heartbeat per process (:class:`~tasks.heartbeat.LeaseKeeper`) keeps
+another process idles. A batch sized for short jobs can still meet a long one: once the job it
+runs has run a moment, the jobs it has not started are given back for an idle process
+(tasks/held.py). One heartbeat per process (:class:`~tasks.heartbeat.LeaseKeeper`) keeps
 every held lease alive in one statement per tick. Large results are files written before the
 finish (models.results.attempt): a finish that is stale or refused deletes its file once the
 report says so; an attempt that raised deletes its files at once.
@@ -23,7 +25,6 @@ report says so; an attempt that raised deletes its files at once.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from spacejobs.models.kinds import JobKind, get_any_kind
 from spacejobs.tasks.engine.attempt import ON_EXCEPTION, Action, Attempt, action_for
 from spacejobs.tasks.engine.ends import Ends, Outcome, Stats
 from spacejobs.tasks.engine.finishes import FLUSH_AFTER, FinishBuffer
+from spacejobs.tasks.engine.held import NO_WATCH, HeldJobs, NoWatch
 from spacejobs.tasks.engine.ports import Keeper, Leases, Ports, Signals
 from spacejobs.tasks.engine.tracing import NO_SPANS, NoSpans
 
@@ -120,6 +122,8 @@ class Runner:
     clock: Callable[[], float] = time.monotonic
     #: each attempt's span (tasks/tracing.py); nothing at all when tracing is off
     spans: NoSpans = NO_SPANS
+    #: the process's watch that gives back what a batch holds behind a long job (tasks/held.py)
+    watch: NoWatch = NO_WATCH
 
     def __post_init__(self) -> None:
         self.ends = Ends(self.ports, self.signals, self.stats, self.spans)
@@ -151,7 +155,7 @@ class Drain:
         self.runner = runner
         self.signals = runner.signals
         self.limit = limit
-        self.held: deque[LeasedJob] = deque()
+        self.held = HeldJobs(clock=runner.clock)
         self.ran = 0
         self.more_due = False
         self.fanned_out = False
@@ -161,19 +165,24 @@ class Drain:
         """When it stops at the limit (more is likely due), it publishes a wake-up so the queue
         goes on draining: wake-ups are coalesced, and nobody else may send one."""
         try:
-            while self._job_ready():
-                self._run_next()
+            while (job := self._next_job()) is not None:
+                self._run(job)
         finally:
             self._close()
         if self.ran >= self.limit and not self.signals.stop_requested():
             self.signals.publish_wake(None)
         return self.ran
 
-    def _job_ready(self) -> bool:
-        """Whether a held job may start now (claiming a batch if none is held)."""
-        if not self.held and not self._refill():
-            return False
-        return not self.signals.stop_requested()  # else the held jobs are given back, unstarted
+    def _next_job(self) -> LeasedJob | None:
+        """The held job to start now (claiming a batch if none is held); None when the drain
+        is over. Once the worker is stopping, the held jobs are given back unstarted."""
+        while not self.signals.stop_requested():
+            job = self.held.start_next()
+            if job is not None:
+                return job
+            if not self._refill():
+                return None
+        return None
 
     def _refill(self) -> bool:
         want = self._wanted()
@@ -211,16 +220,22 @@ class Drain:
             self.runner.window.ring_at(report.window_opens_at, self.signals.publish_wake)
         if want:
             ring.after = report.next_organization
-        self.held.extend(report.leased)
+        self.held.add(report.leased)
+        if len(report.leased) > 1:
+            # Once per batch: only a batch of several jobs can hold one behind a long one.
+            self.runner.watch.watch(self.held, self.runner.ends.hand_over)
 
-    def _run_next(self) -> None:
-        job = self.held.popleft()
+    def _run(self, job: LeasedJob) -> None:
         kind = _kind(job)
         if self.buffer.due_before(kind):
             self.buffer.flush()
         clock = self.runner.clock
         started = clock()
-        finished = self.runner.attempt.run(job, kind)
+        self.held.running_since = started
+        try:
+            finished = self.runner.attempt.run(job, kind)
+        finally:
+            self.held.running_since = None
         self.runner.tuning.batch.observe(clock() - started)
         self.ran += 1
         if finished is not None:
@@ -229,8 +244,9 @@ class Drain:
     def _close(self) -> None:
         if self.buffer:
             self.buffer.flush()
-        if self.held:
-            self.runner.ends.give_back(list(self.held))
+        unstarted = self.held.take_all()
+        if unstarted:
+            self.runner.ends.give_back(unstarted)
 
 
 def _kind(job: LeasedJob) -> JobKind | None:

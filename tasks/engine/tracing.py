@@ -39,6 +39,9 @@ class NoSpans:
         """Start ``job``'s attempt span; the block runs with it current."""
         return _NOTHING
 
+    def forget(self, jobs: Sequence[LeasedJob]) -> None:
+        """These jobs were given back unstarted: no attempt of theirs runs here."""
+
     def failed(self, job: LeasedJob, exc: BaseException) -> None:
         """The run raised ``exc`` (its class is recorded, never its message)."""
 
@@ -92,6 +95,10 @@ class AttemptSpans(NoSpans):
         self._open[job.id] = span
         return trace.use_span(span, end_on_exit=False, record_exception=False,
                               set_status_on_exception=False)
+
+    def forget(self, jobs: Sequence[LeasedJob]) -> None:
+        for job in jobs:
+            self._parents.pop(job.id, None)
 
     def failed(self, job: LeasedJob, exc: BaseException) -> None:
         span = self._open.get(job.id)
