@@ -18,7 +18,7 @@ from tests.kit.servers import Servers
 TINY = ["--quick", "--jobs", "100", "--samples", "1", "--cpu-seconds", "1", "--timers", "10",
         "--spread", "2", "--lead", "2", "--patience", "2", "--children", "50",
         "--max-parallel", "10", "--steps", "5", "--group-seconds", "1", "--burst", "50",
-        "--sweep-interval", "0.5"]
+        "--running-for", "0.5", "--sweep-interval", "0.5"]
 VERDICT = r"(PASS|FALL SHORT)$"
 TIMER = (r"^issue 16 timers: 10 ({when}), Redis {redis}, fire <= 1 s late at p95"
          r" \(SPACEJOBS_TIMER_INTERVAL=0.25 s, SPACEJOBS_SWEEP_INTERVAL=0.5 s\):"
@@ -55,3 +55,6 @@ def test_quick_run_measures_every_figure_and_prints_the_targets(servers: Servers
          r" completion on 2 free slots \(1 worker\(s\) -c 2\) after a burst of 50 bench.noop:"
          r" [\d.]+ s \(median of 1; each [\d.]+ s \(the steps [\d.]+ s, \d+ given back\)\) "
          + VERDICT)
+    line(r"^issue 31 cancel: a workflow's cancel reaches its running grandchild \(a 60 s"
+         r" bench.sleep under a bench_waiting.fan step\) within 1 s: [\d.-]+ s \(median of 1;"
+         r" each [\d.-]+ s after 0.5 s of its run\) " + VERDICT)

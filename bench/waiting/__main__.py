@@ -19,6 +19,7 @@ from bench.servers import add_embedded_option, measured_on
 from bench.waiting import targets
 from bench.waiting.figures import (
     BenchError,
+    CancelFigure,
     ChainFigure,
     DrainFigure,
     GroupFigure,
@@ -33,7 +34,7 @@ from tests.kit.processes import clean_up_on_signals
 from tests.kit.servers import Servers
 from tests.kit.stack import Stack
 
-FIGURES = ("slots", "fanout", "chain", "group", "timers")
+FIGURES = ("slots", "fanout", "chain", "group", "cancel", "timers")
 DEFAULT_SWEEP_INTERVAL: float = Settings.model_fields["sweep_interval"].default
 DEFAULT_TIMER_INTERVAL: float = Settings.model_fields["timer_interval"].default
 KIND_MODULE = "bench.waiting.kinds"
@@ -64,11 +65,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-parallel", type=int, default=50, help="the fan-out's children at a time")
     parser.add_argument("--reps", type=int, help="fan-out and plain drain pairs, and chains"
                                                   " (default 3; 1 with --quick)")
-    parser.add_argument("--steps", type=int, help="the chain's steps (default 100; 20 with --quick)")
+    parser.add_argument("--steps", type=int, help="the chain's steps (default 200; 20 with --quick)")
     parser.add_argument("--group-seconds", type=float, help="each of the group's two steps' work"
                                                              " (default 4; 1 with --quick)")
     parser.add_argument("--burst", type=int, help="short jobs drained just before each group"
                                                    " (default 500; 100 with --quick)")
+    parser.add_argument("--running-for", type=float, help="seconds the grandchild runs before its"
+                        " workflow is cancelled (default 2; 1 with --quick)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes (Celery main processes)")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork pool size of each worker")
     parser.add_argument("--sweep-interval", type=float, default=DEFAULT_SWEEP_INTERVAL,
@@ -95,17 +98,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          max(5.0, 3 * args.sweep_interval))
     args.children = pick(args.children, 1000, 200)
     args.reps = pick(args.reps, 3, 1)
-    args.steps = pick(args.steps, 100, 20)
+    args.steps = pick(args.steps, 200, 20)
     args.group_seconds = pick(args.group_seconds, 4.0, 1.0)
     args.burst = pick(args.burst, 500, 100)
+    args.running_for = pick(args.running_for, 2.0, 1.0)
     args.only = args.only or list(FIGURES)
     if min(args.jobs, args.samples, args.timers, args.children, args.reps, args.workers,
            args.concurrency, args.max_parallel, args.steps, args.burst) < 1:
         parser.error("the sizes must be positive")
     if (min(args.cpu_seconds, args.sweep_interval, args.timer_interval, args.group_seconds) <= 0
-            or args.spread < 0 or args.lead < 0):
+            or args.spread < 0 or args.lead < 0 or args.running_for < 0):
         parser.error("--cpu-seconds, --sweep-interval, --timer-interval and --group-seconds must"
-                     " be positive, --spread and --lead not negative")
+                     " be positive, --spread, --lead and --running-for not negative")
     if args.group_seconds > 60:
         parser.error("--group-seconds is at most 60 (bench.sleep's bound)")
     if args.timer_interval > 60:
@@ -146,6 +150,7 @@ def header(args: argparse.Namespace, servers: Servers, redis: RestartableRedis) 
         f" patience; fan-out {args.children:,} children, max_parallel {args.max_parallel},"
         f" {args.reps} pair(s) with a plain drain; chain {args.steps} steps, {args.reps} run(s);"
         f" group two {args.group_seconds:g} s steps after a burst of {args.burst:,} short jobs,"
+        f" {args.reps} run(s); cancel after the grandchild ran {args.running_for:g} s,"
         f" {args.reps} run(s)",
         f"load      : {_load()} at start (1 / 5 / 15 min)",
     ]
@@ -232,6 +237,18 @@ class Run:
                  f" -c {args.concurrency})")
         self.lines.append(targets.group_line(groups, args.group_seconds, args.burst, slots))
 
+    def cancel(self) -> None:
+        args = self.args
+        cancels: list[CancelFigure] = []
+        for rep in range(1, args.reps + 1):
+            say(f"  cancel: run {rep} of {args.reps} (load {_load()})")
+            found = self.attempt("cancel", lambda: self.bench.cancel(args.running_for))
+            if found is not None:
+                cancels.append(found)
+                _out(f"cancel      : the running grandchild cancelled {found.seconds:.2f} s after"
+                     f" its workflow's cancel (it had run {found.ran:g} s)")
+        self.lines.append(targets.cancel_line(cancels))
+
     def timers(self) -> None:
         args = self.args
         for redis_running in (True, False):
@@ -277,7 +294,8 @@ def measure_all(args: argparse.Namespace, admin_url: str, directory: Path,
     run: Run | None = None
     interrupted = False
     try:
-        _out("Jobs that wait without a worker, measured (issue 16); a group side by side (issue 31)")
+        _out("Jobs that wait without a worker, measured (issue 16); a group side by side and a"
+             " tree's cancel (issue 31)")
         for line in header(args, servers, redis):
             _out(line)
         log_dir = directory / "logs"
@@ -305,7 +323,7 @@ def measure_all(args: argparse.Namespace, admin_url: str, directory: Path,
             servers.close()
         finally:
             redis.kill()
-    _out("\ntargets (issue 16, \"Measured\"; issue 31, the group)")
+    _out("\ntargets (issue 16, \"Measured\"; issue 31, the group and the cancel)")
     for line in run.lines if run else []:
         _out(line)
     _out(f"\nload      : {_load()} at end (1 / 5 / 15 min)")

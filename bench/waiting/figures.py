@@ -45,6 +45,9 @@ CHAIN_STEP = "bench.noop"
 #: the burst's jobs before it
 GROUP_STEP = "bench.sleep"
 BURST_JOB = "bench.noop"
+#: the cancel figure's fan-out step, and how long each grandchild would sleep uncancelled
+FAN_KIND = "bench_waiting.fan"
+CANCEL_CHILD_SECONDS = 60.0
 #: beat's line for a tick in which the sweep's chores ran (tasks/maintenance/schedule.py)
 SWEEP_LINE = re.compile(r"maintenance ran in ([\d.]+)s")
 
@@ -119,6 +122,12 @@ class GroupFigure:
     seconds: float  # the workflow's submit to its completion
     steps_seconds: float  # its steps' first lease to their last completion
     given_back: int  # steps a process gave back unstarted for another to run
+
+
+@dataclass(frozen=True)
+class CancelFigure:
+    seconds: float  # the workflow's cancel to its running grandchild's cancelled event
+    ran: float  # how long the grandchild had run when the cancel was asked
 
 
 class WaitingBench:
@@ -371,6 +380,33 @@ class WaitingBench:
             raise BenchError(f"group: workflow {span.workflow_status}, {span.completed_once} of 2"
                              " steps completed exactly once")
         return GroupFigure(step_seconds, burst, span.seconds, span.steps_seconds, span.given_back)
+
+    # -- cancel ----------------------------------------------------------------------------
+
+    def cancel(self, running_for: float) -> CancelFigure:
+        """A workflow whose step fans out bench.sleep children one at a time; once the first
+        grandchild has run ``running_for`` seconds, the workflow is cancelled as its requester
+        would: from that cancel to the grandchild's cancelled event (job_events)."""
+        tenant = self.tenant("cancel")
+        canvas = workflows.chain(workflows.sig(FAN_KIND, children=2, max_parallel=1,
+                                               child_seconds=CANCEL_CHILD_SECONDS))
+        with self.stack.app_db.begin() as conn:
+            workflow = self.jobs.submit_workflow(conn, canvas, organization_id=tenant.organization_id,
+                                                 requested_by=tenant.user_id).job
+        # The workflow, its step and the first grandchild: the last one leased (running).
+        self.wait("a grandchild running", lambda: self.count(tenant, Status.LEASED) == 1
+                  and self.count(tenant, Status.WAITING) == 2, 60, interval=0.05)
+        time.sleep(running_for)
+        with self.jobs.transaction(tenant.organization_id, tenant.user_id) as (conn, member):
+            self.jobs.cancel(conn, member, workflow.id)
+        self.wait("the tree cancelled", lambda: self.count(tenant, Status.CANCELLED) == 3,
+                  30 + CANCEL_CHILD_SECONDS, interval=0.05)
+        span = self.read(records.cancel_span, tenant.organization_id)
+        if (span.workflow_status != Status.CANCELLED or span.grandchildren != 1
+                or span.grandchild_statuses != Status.CANCELLED or span.seconds is None):
+            raise BenchError(f"cancel: workflow {span.workflow_status}, {span.grandchildren}"
+                             f" grandchild(ren) {span.grandchild_statuses}")
+        return CancelFigure(span.seconds, running_for)
 
     def close(self) -> None:
         self.jobs.close()

@@ -60,6 +60,14 @@ class GroupSpan:
     completed_once: int
 
 
+@dataclass(frozen=True)
+class CancelSpan:
+    workflow_status: str | None
+    grandchild_statuses: str | None  # the distinct statuses the grandchildren ended in
+    grandchildren: int
+    seconds: float | None  # the workflow's cancel to its last grandchild's cancelled event
+
+
 def statuses(conn: Connection, org: uuid.UUID) -> Counter[str]:
     return Counter(dict(conn.execute(Q["statuses"], {"org": org}).all()))
 
@@ -102,3 +110,9 @@ def group_span(conn: Connection, org: uuid.UUID) -> GroupSpan:
     row = conn.execute(Q["group_span"], {"org": org}).one()
     return GroupSpan(row.workflow_status, _seconds(row.seconds), _seconds(row.steps_seconds),
                      row.given_back, row.steps, row.completed_once)
+
+
+def cancel_span(conn: Connection, org: uuid.UUID) -> CancelSpan:
+    row = conn.execute(Q["cancel_span"], {"org": org}).one()
+    return CancelSpan(row.workflow_status, row.grandchild_statuses, row.grandchildren,
+                      _seconds(row.seconds))

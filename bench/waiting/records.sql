@@ -132,3 +132,25 @@ SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,
        (SELECT count(*) FROM steps) AS steps,
        (SELECT count(*) FROM steps WHERE completions = 1) AS completed_once
 FROM workflow_events we
+
+-- cancel_span --
+-- A workflow whose step is a fan-out of bench.sleep (the organization's one job without a
+-- parent, its step, the step's children): seconds from the workflow's cancel (its first event
+-- out of a live status into cancel_requested or cancelled) to each grandchild's cancelled
+-- event, and the statuses the tree ended in.
+WITH workflow AS (
+    SELECT id, status FROM jobs WHERE organization_id = :org AND parent_id IS NULL
+), asked AS (
+    SELECT min(e.at) AS at FROM job_events e JOIN workflow w ON w.id = e.job_id
+    WHERE e.to_status IN ('cancel_requested', 'cancelled')
+), grandchildren AS (
+    SELECT g.id, g.status FROM jobs g
+    JOIN jobs c ON c.id = g.parent_id JOIN workflow w ON w.id = c.parent_id
+), reached AS (
+    SELECT max(e.at) AS at FROM job_events e JOIN grandchildren g ON g.id = e.job_id
+    WHERE e.to_status = 'cancelled'
+)
+SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,
+       (SELECT string_agg(DISTINCT status, ',') FROM grandchildren) AS grandchild_statuses,
+       (SELECT count(*) FROM grandchildren) AS grandchildren,
+       extract(epoch FROM (SELECT at FROM reached) - (SELECT at FROM asked)) AS seconds

@@ -5,9 +5,12 @@ from __future__ import annotations
 from bench.harness import percentile
 from bench.waiting.figures import (
     BURST_JOB,
+    CANCEL_CHILD_SECONDS,
     CHAIN_STEP,
+    FAN_KIND,
     GROUP_STEP,
     RECOVERY,
+    CancelFigure,
     ChainFigure,
     DrainFigure,
     GroupFigure,
@@ -25,6 +28,8 @@ CHAIN_STEP_OVERHEAD = 0.005
 #: the most a group of two steps may take beyond one step's work, on two free slots (issue 31:
 #: two 4 s steps in at most 4.5 s)
 GROUP_ROOM = 0.5
+#: the most seconds from a workflow's cancel to its running grandchild's end (issue 31)
+CANCEL_REACH = 1.0
 #: CPU within noise of idle: at most the highest idle reading plus this (percent of one core),
 #: or plus the idle readings' own range when that is wider. psutil reads CPU time in clock ticks
 #: (10 ms), so over a reading of a few seconds a quiet process already varies by a few tenths.
@@ -127,3 +132,15 @@ def group_line(groups: list[GroupFigure], step_seconds: float, burst: int, slots
                       " back)" for g in groups)
     return (f"{head}: {seconds:.2f} s (median of {len(groups)}; each {facts})"
             f" {verdict(seconds <= step_seconds + GROUP_ROOM)}")
+
+
+def cancel_line(cancels: list[CancelFigure]) -> str:
+    head = (f"issue 31 cancel: a workflow's cancel reaches its running grandchild (a"
+            f" {CANCEL_CHILD_SECONDS:g} s bench.sleep under a {FAN_KIND} step) within"
+            f" {CANCEL_REACH:g} s")
+    if not cancels:
+        return f"{head}: not measured"
+    seconds = median([c.seconds for c in cancels])
+    facts = ", ".join(f"{c.seconds:.2f} s after {c.ran:g} s of its run" for c in cancels)
+    return (f"{head}: {seconds:.2f} s (median of {len(cancels)}; each {facts})"
+            f" {verdict(seconds <= CANCEL_REACH)}")
