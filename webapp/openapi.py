@@ -375,10 +375,12 @@ OPERATIONS = (
               (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
               {202: ("sent: a wait of the job for this name takes it, now or later, once; sent "
-                     "to a workflow, the step that waits for it now takes it (`received_by`)",
+                     "to a workflow, the step that waits for it now takes it (`received_by`). "
+                     "A signal the job's kind declares must fit the model it declares for it "
+                     "(`invalid_params` otherwise, as for a job's params)",
                      SignalSent)},
               (*IN_ORGANIZATION, "insufficient_role", "job_finished", "too_many_signals",
-               "no_step_waits", *BODY),
+               "no_step_waits", "invalid_params", *BODY),
               raw_body=True),
     Operation("api.list_job_steps", "get",
               "A job's steps (a workflow's) or parts (a fan-out's), in place order",

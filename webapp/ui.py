@@ -42,7 +42,7 @@ from spacejobs.models.jobs.holds import Waiting, why_waiting
 from spacejobs.models.jobs.records import ACTIVE, ALL_STATUSES, Job, Status
 from spacejobs.models.jobs.service import JobRights
 from spacejobs.models.json_limits import MAX_DEPTH, too_deep
-from spacejobs.models.kinds import label_of, load_kinds, startable_kinds
+from spacejobs.models.kinds import label_of, load_kinds, registered_kinds, startable_kinds
 from spacejobs.models.tenancy import passwords
 from spacejobs.models.tenancy.access import Membership, check_allowed
 from spacejobs.models.tenancy.accounts import User, get_user, memberships_of, names_of
@@ -390,6 +390,26 @@ class ParentLink:
 
 
 @dataclass(frozen=True)
+class SignalOffer:
+    """A signal a waiting job's kind declares, and the form of its payload's model;
+    ``awaited``: the job waits for this one now."""
+
+    name: str
+    form: Form
+    awaited: bool
+
+
+def _signal_offers(job: Job, rights: JobRights) -> tuple[SignalOffer, ...]:
+    """What the page offers to send: while the job waits, the signals its kind declares, to
+    whoever may signal it (the rule the signal itself enforces); nothing to anyone else."""
+    kind = registered_kinds().get(job.kind)
+    if kind is None or job.status != Status.WAITING or not rights.may_signal:
+        return ()
+    return tuple(SignalOffer(name, form_of(model), job.wait_signal == name)
+                 for name, model in kind.rules.signals.items())
+
+
+@dataclass(frozen=True)
 class JobView:
     job: Job
     shown: Any
@@ -401,6 +421,9 @@ class JobView:
     parent: ParentLink | None
     #: why it waits (models.jobs.holds), if something holds it
     held: Waiting | None = None
+    #: the signals its kind declares that the page offers now (a waiting job's, to whoever may
+    #: send them)
+    signals: tuple[SignalOffer, ...] = ()
 
 
 def _job_view(page: OrgPage, job_id: str) -> JobView:
@@ -410,11 +433,11 @@ def _job_view(page: OrgPage, job_id: str) -> JobView:
     steps = jobs.steps(page.conn, page.membership, job, limit=STEPS_SHOWN)
     request_id = jobs.request_id_of(page.conn, job)
     held = why_waiting(page.conn, [job]).get(job.id)
-    return JobView(job, describe(job, request_id=request_id, held=held),
-                   jobs.rights(page.conn, page.membership, job),
+    rights = jobs.rights(page.conn, page.membership, job)
+    return JobView(job, describe(job, request_id=request_id, held=held), rights,
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
                    request_id, step_list(job, steps), attempt_line(job), _parent_of(page, job),
-                   held)
+                   held, _signal_offers(job, rights))
 
 
 def _parent_of(page: OrgPage, job: Job) -> ParentLink | None:
@@ -452,11 +475,53 @@ def job_notices(job: Job) -> list[tuple[str, str]]:
 
 @bp.get("/orgs/<org>/jobs/<job_id>")
 @signed_in
-def job_page(org: str, job_id: str) -> ResponseReturnValue:
+def job_page(org: str, job_id: str, problem: str | None = None, status: int = 200,
+             typed: Typed | None = None) -> ResponseReturnValue:
     with org_page(org) as page:
         view = _job_view(page, job_id)
-        return _page("people/job.html", view=view, label_of=label_of,
-                     notices=job_notices(view.job), **page.context())
+        return _page("people/job.html", status, view=view, label_of=label_of,
+                     notices=job_notices(view.job), problem=problem, typed=typed,
+                     **page.context())
+
+
+@bp.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
+@signed_in
+def send_signal(org: str, job_id: str, name: str) -> ResponseReturnValue:
+    """Send a signal its kind declares, its payload from the form of the signal's model, through
+    the job API as the JSON API sends one: the same rule (who may cancel the job may signal
+    it), the same refusals, and the database records who sent it and their role."""
+    jobs, jid = job_api(), parse_id(job_id)
+    with org_page(org) as page:
+        kind = registered_kinds().get(jobs.get(page.conn, page.membership, jid).kind)
+    model = kind.rules.signals.get(name) if kind is not None else None
+    if model is None:
+        raise NotFound()  # a signal its kind does not declare is the API's alone
+    form = form_of(model)
+    try:
+        payload = _signal_payload() if form.rich else typed_values(form, request.form)
+        with org_page(org) as page:
+            jobs.signal(page.conn, page.membership, jid, name, payload)
+    except DomainError as error:
+        if error.code == "not_found":
+            raise
+        with org_page(org) as page:
+            problem = _why_not(error, f"Sending “{name}”", page.membership,
+                               jobs.rights(page.conn, page.membership,
+                                           jobs.get(page.conn, page.membership, jid)).kind_role)
+        return job_page(org, job_id, problem=problem, status=HTTP_STATUS.get(error.code, 400),
+                        typed=_typed(f"signal:{name}", error))
+    flash_while(f"Sent “{name}”: the job goes on by itself.", ACTIVE)
+    return redirect(url_for("ui.job_page", org=org, job_id=job_id))
+
+
+def _signal_payload() -> Any:
+    """A payload too rich for a form, typed as JSON; the signal's model validates it."""
+    try:
+        return parse_json(request.form.get("payload", "").encode(), max_depth=MAX_DEPTH)
+    except NestedTooDeep:
+        raise InvalidRequest(too_deep("A signal's payload"), fields=["payload"]) from None
+    except MalformedJSON as error:
+        raise InvalidParams(f"The payload is not valid JSON ({error}).") from None
 
 
 @bp.get("/orgs/<org>/jobs/<job_id>/status")

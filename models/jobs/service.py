@@ -137,6 +137,9 @@ class JobRights:
     kind_role: str
     may_cancel: bool
     may_read_result: bool
+    #: may send it a signal: who may cancel it (the rule :meth:`Jobs.signal` enforces), while
+    #: it has not ended
+    may_signal: bool = False
 
 
 @dataclass(frozen=True)
@@ -403,11 +406,12 @@ class Jobs:
         job needs is its kind's, and for a parent the strictest of what it holds (read in the
         caller's transaction, as the cancel and the result read it)."""
         role = store.role_needed(conn, job.id, kind_roles()) or "owner"
+        allowed = may_cancel(member, job.requested_by, role)
         return JobRights(
             kind_role=role,
-            may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED
-            and may_cancel(member, job.requested_by, role),
+            may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED and allowed,
             may_read_result=may_read_result(member, role),
+            may_signal=job.status in ACTIVE and allowed,
         )
 
     def cancel(self, conn: Connection, member: Membership, job_id: UUID,
