@@ -92,7 +92,8 @@ def test_the_kind_of_the_guide_is_started_from_the_jobs_page_with_its_form(
     page = browser.get(f"{web}/orgs/{org}/jobs", timeout=10).text
     assert "<h2>Count words</h2>" in page
     assert "The most common words in the projects&#39; descriptions." in page
-    assert ">How many words<" in page and 'name="top" type="number" step="1" min="1" max="100"' in page
+    assert '>How many words <span class="muted">(optional)</span></label>' in page
+    assert 'name="top" type="number" step="1" min="1" max="100"' in page
     started = browser.post(f"{web}/orgs/{org}/jobs", timeout=10, allow_redirects=False, data={
         "kind": "word_count", "top": "3", "min_length": "",
         "csrf": re.search(r'name="csrf" value="([^"]+)"', page).group(1)})

@@ -94,7 +94,8 @@ def test_a_waiting_job_is_answered_from_its_page_by_whom_the_signal_rule_allows(
     # a plain member who did not start it may not signal it: no form, the rule in words
     seen = text_of(member.get(page_url))
     assert "Send “answer”" not in seen
-    assert "Only the person who started this job, or a member with the admin role, may send it “answer”." in seen
+    assert ("Only the person who started this job, or a member with the admin role, may send it "
+            "“answer”.") in seen
     sent = member.post(f"{page_url}/signals/answer",
                        data={"csrf": csrf_of(member.get(page_url)), "decision": "approve"})
     assert sent.status_code == 403
