@@ -390,3 +390,19 @@ def test_a_fan_out_waiting_for_its_parts_says_how_many_are_done(stack: Stack, ap
     assert stack.job_row(job["id"])["status"] == "cancelled"  # at once, its parts asked to stop
     assert "Cancelled while it waited" in browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(
         as_text=True)
+
+
+def test_a_kinds_own_failure_of_a_job_from_python_asks_to_fix_the_input_and_quotes_its_job_id(
+        stack: Stack, app, acme):
+    org, people = acme
+    with stack.app_db.begin() as conn:  # from Python: no web request, so no request id
+        job = stack.jobs.submit(conn, "test.image_too_large", organization_id=org,
+                                requested_by=people["owner"].id).job
+    stack.wait_for(job.id, "failed")
+    browser = app.test_client()
+    sign_in(browser, people["owner"])
+    page = browser.get(f"/orgs/{org}/jobs/{job.id}").get_data(as_text=True)
+    assert "The image is larger than 10,000 pixels on a side." in page
+    assert "a new job with the same input would fail the same way" in page
+    assert "Try again" not in page
+    assert "Request id" not in page and f"Job id <span class=\"mono\">{job.id}</span>" in page
