@@ -16,6 +16,7 @@ from spacejobs.models.jobs import store
 from spacejobs.models.kinds import RateLimit
 from spacejobs.models.tenancy import accounts
 from tests.conftest import sign_in, submit
+from tests.integration.test_job_lifecycle import parse_events
 from tests.kit.stack import Stack
 
 PASSWORD = "a long and careful password"
@@ -142,3 +143,28 @@ def test_the_web_role_learns_nothing_of_another_organizations_jobs(stack: Stack,
         assert conn.execute(query, {"id": job}).scalar_one() == 0
     with transaction(stack.operator_db) as conn:  # operators see every organization's
         assert conn.execute(query, {"id": job}).scalar_one() == 1
+
+
+def test_the_events_stream_says_why_a_job_waits_and_tells_when_the_reason_changes(stack: Stack):
+    client = stack.make_app(EVENTS_POLL_SECONDS=0.1, EVENTS_MAX_SECONDS=3).test_client()
+    org = stack.org()
+    anna = stack.user(org)
+    key = f"sequence-{uuid.uuid4().hex[:8]}"
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    first = client.post(f"/api/v1/orgs/{org}/jobs", headers=anna.auth, json={
+        "kind": "bench.noop", "sequence_key": key, "run_after": later}).get_json()
+    second = client.post(f"/api/v1/orgs/{org}/jobs", headers=anna.auth, json={
+        "kind": "bench.noop", "sequence_key": key, "run_after": later}).get_json()
+    response = client.get(second["links"]["events"], headers=anna.auth)
+    chunks = (c.decode() if isinstance(c, bytes) else c for c in response.response)
+    opening = ""
+    while "event:" not in opening:
+        opening += next(chunks)
+    # the job before it is cancelled: the second is now only delayed, and the stream says so
+    client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/cancel", headers=anna.auth)
+    events = parse_events(opening + "".join(chunks))  # the stream ends after 3 s
+    reasons = [data["waiting_reason"]["reason"] for _, data in events]
+    assert reasons == ["sequence", "delayed"]
+    assert events[0][1]["waiting_reason"]["behind"] == first["id"]
+    assert [data["status"] for _, data in events] == ["queued", "queued"]
+    client.post(f"/api/v1/orgs/{org}/jobs/{second['id']}/cancel", headers=anna.auth)
