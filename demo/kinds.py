@@ -7,7 +7,7 @@ import tempfile
 import time
 import zipfile
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import Field, StringConstraints
@@ -32,6 +32,9 @@ IMPORT_BATCH = 50  # import: projects per transaction (and per progress report)
     role="member",
     max_attempts=3,
     lease=timedelta(seconds=30),
+    label="Export projects",
+    description="A JSON file of every project of this organization.",
+    start_from_pages=True,
 )
 def export_projects(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     return export(ctx)
@@ -67,6 +70,10 @@ def export(ctx: JobContext, *, linger_seconds: float = 0.0) -> dict[str, Any]:
     role="member",
     max_attempts=3,
     lease=timedelta(seconds=30),
+    label="Archive projects (ZIP)",
+    description="A ZIP file of every project of this organization: one JSON file per project, "
+                "and a manifest that lists them.",
+    start_from_pages=True,
 )
 def archive_projects(ctx: JobContext, params: NoParams) -> StoredResult:
     """A ZIP of the organization's projects, one JSON file per project and a manifest, kept in
@@ -120,6 +127,10 @@ class ImportParams(Params):
     lease=timedelta(seconds=30),
     dedupable=True,
     params=ImportParams,
+    label="Import projects",
+    description='The file holds {"projects": [{"name": "…", "description": "…"}]}, 1 to 500 '
+                "projects, at most 1 MiB.",
+    start_from_pages=True,
 )
 def import_projects(ctx: JobContext, params: ImportParams) -> dict[str, Any]:
     """Import in batches, one transaction and one progress report each.
@@ -154,6 +165,7 @@ class ReportParams(Params):
     max_attempts=10,
     lease=timedelta(seconds=30),
     params=ReportParams,
+    label="Projects report",
 )
 def report_projects(ctx: JobContext, params: ReportParams) -> dict[str, Any]:
     """A chord: a report per project, one step each (at most ``max_parallel`` at a time), then
@@ -214,7 +226,8 @@ def merged_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class SlowExportParams(Params):
-    seconds: Annotated[float, Field(ge=1, le=600)] = 20.0
+    seconds: Annotated[float, Field(ge=1, le=600, title="Seconds it should take",
+                                    description="How long the writing of the file takes.")] = 20.0
 
 
 # Slow enough to watch: the projects export, lingering over each project so the live job page
@@ -226,6 +239,45 @@ class SlowExportParams(Params):
     max_attempts=3,
     lease=timedelta(seconds=30),
     params=SlowExportParams,
+    label="Slow export (demo)",
+    description="The same export, slowed down so you can watch it and cancel it.",
+    start_from_pages=True,
 )
 def slow_export(ctx: JobContext, params: SlowExportParams) -> dict[str, Any]:
     return export(ctx, linger_seconds=params.seconds)
+
+
+class ApprovalRequest(Params):
+    request: Annotated[str, Field(min_length=1, max_length=200, title="What needs approving",
+                                  description="One line: the approver reads it on the job's page.")]
+    hours: Annotated[int, Field(ge=1, le=168, title="Hours to answer",
+                                description="Without an answer by then, the job fails.")] = 24
+
+
+class ApprovalAnswer(Params):
+    decision: Literal["approve", "reject"] = Field(title="Decision")
+    comment: Annotated[str, Field(max_length=500, title="Comment",
+                                  description="Optional: why, for whoever started it.")] = ""
+
+
+# A person's approval, answered on the job's page: the job waits for its "answer" signal without
+# holding a worker, and trusts who the database says sent it, never the payload (the demo's own).
+@job_kind(
+    "demo.approval",
+    org_states={"active"},
+    role="admin",
+    max_attempts=3,
+    lease=timedelta(seconds=30),
+    params=ApprovalRequest,
+    label="Approval (demo)",
+    description="Ask for an approval: the job waits until an owner or an admin answers it on its "
+                "page.",
+    start_from_pages=True,
+    signals={"answer": ApprovalAnswer},
+)
+def approval(ctx: JobContext, params: ApprovalRequest) -> dict[str, Any]:
+    ctx.progress("waiting for an answer")
+    signal = ctx.receive_signal("answer", timeout=params.hours * 3600)
+    answer = ApprovalAnswer.model_validate(signal.payload)
+    return {"request": params.request, "decision": answer.decision, "comment": answer.comment,
+            "answered_by": str(signal.sent_by), "answerer_role": signal.sender_role}

@@ -383,3 +383,15 @@ def retry_later(ctx: JobContext, params: RetryLaterParams) -> dict[str, Any]:
             raise RuntimeError("a bug on the first attempt")
         raise NotYet()
     return {"attempt": ctx.job.attempt}
+
+
+class ImageTooLarge(DomainError):
+    """A kind's own failure: permanent, its sentence says what is wrong with the input."""
+
+    code = "image_too_large"
+    message = "The image is larger than 10,000 pixels on a side."
+
+
+@job_kind("test.image_too_large", org_states={"active"}, max_attempts=3, backoff=0.2)
+def image_too_large(ctx: JobContext, params: NoParams) -> dict[str, Any]:
+    raise ImageTooLarge()

@@ -6,9 +6,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context, url_for
 from flask.typing import ResponseReturnValue
@@ -19,7 +20,8 @@ from spacejobs.demo.projects import Projects
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InvalidRequest, NotFound
 from spacejobs.models.jobs import service, store
-from spacejobs.models.jobs.records import Job
+from spacejobs.models.jobs.holds import Waiting, waiting_in_row, why_waiting
+from spacejobs.models.jobs.records import Job, Status
 from spacejobs.models.json_limits import MAX_SIGNAL_BYTES
 from spacejobs.models.tenancy import audit
 from spacejobs.models.tenancy.access import find_membership
@@ -44,6 +46,7 @@ from spacejobs.webapp.paging import (
     request_limit,
 )
 from spacejobs.webapp.results import stored_result_response
+from spacejobs.webapp.status import waiting_words
 from spacejobs.webapp.streams import StreamSlots
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -62,7 +65,9 @@ def parse_body(model: type[BodyT]) -> BodyT:
                              fields=fields) from None
 
 
-def job_json(job: Job) -> dict[str, Any]:
+def job_json(job: Job, held: Mapping[UUID, Waiting] | None = None) -> dict[str, Any]:
+    """A job as the API answers it. ``held``: why jobs wait (:func:`why_waiting`, read in the
+    caller's transaction); without it a queued job's ``waiting_reason`` is null."""
     org, jid = str(job.organization_id), str(job.id)
     # The job's other URLs are its own with a suffix (the routes below): one URL built, not
     # four, which a page of jobs pays per job.
@@ -87,6 +92,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "updated_at": _iso(job.updated_at),
         "cancel_requested_at": _iso(job.cancel_requested_at),
         "waiting_for": waiting_for(job),
+        "waiting_reason": waiting_reason(job, held),
         "sequence_key": job.sequence_key,
         "parent_id": str(job.parent_id) if job.parent_id else None,
         "place": job.place,
@@ -101,6 +107,19 @@ def waiting_for(job: Job) -> dict[str, Any] | None:
     if found is None:
         return None
     return {"until": _iso(found.until), "signal": found.signal, "children": found.children}
+
+
+def waiting_reason(job: Job, held: Mapping[UUID, Waiting] | None) -> dict[str, Any] | None:
+    """Why the job waits (models.jobs.holds): the reason, what it names, and the words the
+    pages say; None for a job nothing holds back (running, ended, or queued and about to run)."""
+    found = held.get(job.id) if held is not None else None
+    if found is None and held is None and job.status == Status.WAITING:
+        found = waiting_in_row(job)
+    if found is None:
+        return None
+    return {"reason": str(found.reason), "until": _iso(found.until),
+            "behind": str(found.behind) if found.behind else None, "signal": found.signal,
+            "children": found.children, "words": waiting_words(found)}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -174,8 +193,9 @@ def submit_job(org: str) -> ResponseReturnValue:
             requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
             run_after=body.run_after, priority=body.priority, request_id=g.request_id,
             sequence_key=body.sequence_key, debounce_seconds=body.debounce_seconds)
+        held = why_waiting(conn, [submitted.job])
     job = submitted.job
-    answer = job_json(job)
+    answer = job_json(job, held)
     if submitted.debounced:
         answer["debounced"] = True
     response = jsonify(answer)
@@ -198,7 +218,8 @@ def submit_jobs(org: str) -> ResponseReturnValue:
                                j.sequence_key)
             for j in body.jobs], organization_id=membership.organization_id,
             requested_by=g.user.id, request_id=g.request_id)
-    return jsonify({"jobs": [job_json(job) for job in jobs]}), 202
+        held = why_waiting(conn, jobs)
+    return jsonify({"jobs": [job_json(job, held) for job in jobs]}), 202
 
 
 @api.get("/orgs/<org>/jobs")
@@ -209,7 +230,8 @@ def list_jobs(org: str) -> ResponseReturnValue:
         page, next_cursor = list_page(
             conn, membership, status=request.args.get("status") or None,
             kind=request.args.get("kind") or None, cursor=request.args.get("cursor"), limit=limit)
-    return jsonify({"jobs": [job_json(job) for job in page], "next_cursor": next_cursor})
+        held = why_waiting(conn, page)
+    return jsonify({"jobs": [job_json(job, held) for job in page], "next_cursor": next_cursor})
 
 
 @api.get("/orgs/<org>/jobs/<job_id>")
@@ -218,7 +240,8 @@ def get_job(org: str, job_id: str) -> ResponseReturnValue:
     jid = parse_id(job_id)
     with org_transaction(org) as (conn, membership):
         job = job_api().get(conn, membership, jid)
-    return jsonify(job_json(job))
+        held = why_waiting(conn, [job])
+    return jsonify(job_json(job, held))
 
 
 @api.get("/orgs/<org>/jobs/<job_id>/result")
@@ -240,7 +263,8 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     # one statement authenticates the token and finds the membership (as a submit does)
     with org_transaction(org) as (conn, membership):
         job = job_api().cancel(conn, membership, jid, g.request_id)
-    return jsonify(job_json(job)), 200 if job.status == "cancelled" else 202
+        held = why_waiting(conn, [job])
+    return jsonify(job_json(job, held)), 200 if job.status == "cancelled" else 202
 
 
 @api.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
@@ -418,14 +442,16 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
                     job = jobs.get(conn, member, jid) if member is not None else None
                 except NotFound:
                     job = None
+                # a queued job's: index probes of this one job (models/jobs/holds.py)
+                held = why_waiting(conn, [job]) if job is not None else {}
             if job is None:
                 yield _sse("error", {"error": {"code": "not_found", "message": "Not found."}})
                 return
-            current = event_id(job)
+            current = event_id(job, held)
             if current != last:
                 # "status" when the status or the attempt changed, "progress" otherwise
                 name = "progress" if current.rsplit(".", 1)[0] == last.rsplit(".", 1)[0] else "status"
-                yield _sse(name, job_json(job), current)
+                yield _sse(name, job_json(job, held), current)
                 last, last_write = current, time.monotonic()
             if job.finished or time.monotonic() - started > max_seconds:
                 return
@@ -444,10 +470,11 @@ def job_event_stream(org: str, job_id: str) -> ResponseReturnValue:
     return response
 
 
-def event_id(job: Job) -> str:
+def event_id(job: Job, held: Mapping[UUID, Waiting] | None = None) -> str:
     # What it waits for is part of the visible state: a job that waits again for something
-    # else between two polls (a second signal) keeps its attempt, status and progress.
-    wait = waiting_for(job)
+    # else between two polls (a second signal) keeps its attempt, status and progress, and a
+    # queued job held back by a rate limit, then by a sequence, keeps its status.
+    wait = waiting_reason(job, held)
     seen = job.progress if wait is None else [job.progress, wait]
     digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:12]
     return f"{job.attempts}.{job.status}.{digest}"

@@ -25,9 +25,8 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from spacejobs.models.jobs.canvas import WORKFLOW_KIND, WorkflowParams
 from spacejobs.models.jobs.records import ALL_STATUSES
-from spacejobs.models.jobs.service import SIGNAL_NAME
 from spacejobs.models.json_limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SIGNAL_BYTES
-from spacejobs.models.kinds import submittable_kinds
+from spacejobs.models.kinds import SIGNAL_NAME, submittable_kinds
 from spacejobs.models.tenancy import audit
 from spacejobs.webapp.bodies import CreateProject, SubmitBatch, SubmitJob
 from spacejobs.webapp.errors import HTTP_STATUS
@@ -68,6 +67,24 @@ class WaitingFor(Answer):
     children: int | None = None  # its children still active when it began to wait
 
 
+class WaitingReason(Answer):
+    """Why a job that has not ended is not running now, for a queued job held back as for a
+    waiting one (models.jobs.holds.why_waiting: one statement of index probes per page)."""
+
+    #: sequence: an earlier job of its sequence has not ended (``behind``); delayed: its start
+    #: was put off (a delay, a retry's backoff) ``until``; rate_limit: its kind's rate limit
+    #: window in its organization is full ``until`` it lets one more start; signal, children,
+    #: moment: what a waiting job waits for (``until``: a signal's deadline, or the moment)
+    reason: Literal["sequence", "delayed", "rate_limit", "signal", "children", "moment"]
+    until: datetime | None
+    #: the job it waits behind (a sequence's)
+    behind: UUID | None
+    signal: str | None
+    children: int | None
+    #: the same, in the words the job's page says
+    words: str
+
+
 class SignalSent(Answer):
     #: the job the signal was sent to
     job_id: UUID
@@ -96,6 +113,9 @@ class Job(Answer):
     updated_at: datetime
     cancel_requested_at: datetime | None
     waiting_for: WaitingFor | None
+    #: why it is not running now; null for a job nothing holds back (running, ended, or queued
+    #: and about to start)
+    waiting_reason: WaitingReason | None
     #: the sequence it runs in (one at a time, in submit order), if any
     sequence_key: str | None
     #: only in a submit's answer, when a queued job of the dedup_key took the params
@@ -355,10 +375,12 @@ OPERATIONS = (
               (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
               {202: ("sent: a wait of the job for this name takes it, now or later, once; sent "
-                     "to a workflow, the step that waits for it now takes it (`received_by`)",
+                     "to a workflow, the step that waits for it now takes it (`received_by`). "
+                     "A signal the job's kind declares must fit the model it declares for it "
+                     "(`invalid_params` otherwise, as for a job's params)",
                      SignalSent)},
               (*IN_ORGANIZATION, "insufficient_role", "job_finished", "too_many_signals",
-               "no_step_waits", *BODY),
+               "no_step_waits", "invalid_params", *BODY),
               raw_body=True),
     Operation("api.list_job_steps", "get",
               "A job's steps (a workflow's) or parts (a fan-out's), in place order",

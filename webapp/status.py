@@ -11,19 +11,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from spacejobs.models.jobs.holds import Reason, Waiting
 from spacejobs.models.jobs.records import ACTIVE, Job, Status
+from spacejobs.models.kinds import label_of as label_of  # the pages name kinds by it
 
 if TYPE_CHECKING:
     from spacejobs.models.jobs.store import Steps
-
-LABELS = {
-    "projects_export": "Export projects",
-    "projects_archive": "Archive projects (ZIP)",
-    "projects_import": "Import projects",
-    "demo.slow_export": "Slow export (demo)",
-    "projects_report": "Projects report",
-    "workflow": "Workflow",
-}
 
 # What to do after a failure, by error code; anything else: try again, then contact support.
 NEXT_STEPS = {
@@ -35,9 +28,27 @@ NEXT_STEPS = {
     "organization_unavailable": "The organization is no longer available for this.",
     "invalid_params": "Correct the file, then start a new import.",
     "result_not_storable": "Its result could not be kept, and a new job would fail the same way: "
-                           "contact support and quote the request id.",
+                           "contact support and quote {quote}.",
+    "children_failed": "Open its failed parts below to see why each failed, then start a new job.",
+    "steps_failed": "Open its failed steps below to see why each failed, then start a new job.",
+    "signal_timeout": "Nobody answered in time. Start a new job and answer it before its deadline.",
 }
-TRY_AGAIN = "Try again with a new job. If it fails again, contact support and quote the request id."
+#: the failures of the machinery, not of the job's input: a new job may well succeed
+TRANSIENT = frozenset({"internal_error", "lease_expired", "timed_out", "unavailable"})
+TRY_AGAIN = "Try again with a new job. If it fails again, contact support and quote {quote}."
+#: any other code is the kind's own (a DomainError, permanent unless it says otherwise): its
+#: message names what is wrong, and the same input would fail the same way
+FIX_FIRST = ("The message above says what is wrong: a new job with the same input would fail the "
+             "same way. Change what it names, then start a new job.")
+
+
+def next_step(code: str | None, request_id: str | None) -> str:
+    """What to do after a failure with this error code; ``request_id``: the one to quote (a job
+    submitted from Python or a script has none: its job id is quoted instead)."""
+    quote = "the request id" if request_id else "the job id"
+    if code in NEXT_STEPS:
+        return NEXT_STEPS[code].format(quote=quote)
+    return TRY_AGAIN.format(quote=quote) if code is None or code in TRANSIENT else FIX_FIRST
 
 
 @dataclass(frozen=True)
@@ -48,10 +59,6 @@ class Shown:
     progress: tuple[int, int] | None = None  # (done, total): a bar only when a total was measured
     next_step: str | None = None
     tone: str = "neutral"  # a CSS class; the words above always say it all
-
-
-def label_of(kind: str) -> str:
-    return LABELS.get(kind, kind)
 
 
 def running_line(job: Job) -> tuple[str, tuple[int, int] | None]:
@@ -108,6 +115,41 @@ def waiting_line(job: Job, now: datetime) -> tuple[str, str, tuple[int, int] | N
         return (f"Waiting until {moment(job.wait_until, now)}",
                 f"{meanwhile}, and carries on by itself at that moment.", None)
     return "Waiting", f"{meanwhile}.", None  # the schema forbids this; say no more than known
+
+
+def waiting_words(why: Waiting, now: datetime | None = None) -> str:
+    """Why a job waits, in one sentence (models.jobs.holds.why_waiting: the JSON's
+    ``waiting_reason.words``, the job page's headline, the operators' dashboard)."""
+    now = now or datetime.now(UTC)
+    at = moment(why.until, now) if why.until else None
+    if why.reason == Reason.SEQUENCE:
+        return f"Queued behind job {str(why.behind)[:8]} of its sequence, until it has ended"
+    if why.reason == Reason.DELAYED:
+        return f"Queued until {at}: its start was put off"
+    if why.reason == Reason.RATE_LIMIT:
+        return f"Queued behind its kind's rate limit until {at}"
+    if why.reason == Reason.SIGNAL:
+        by = f", or until {at} at the latest" if at else ""
+        return f"Waiting for the signal “{why.signal}”{by}"
+    if why.reason == Reason.CHILDREN:
+        return "Waiting for its children to finish"
+    return f"Waiting until {at}"
+
+
+def queued_line(why: Waiting, now: datetime) -> tuple[str, str]:
+    """A queued job held back, as its page says it: the headline and what happens next."""
+    at = moment(why.until, now) if why.until else ""
+    if why.reason == Reason.SEQUENCE:
+        return (f"Queued — after job {str(why.behind)[:8]} of its sequence",
+                "Jobs of a sequence run one at a time, in the order they were submitted: this "
+                "one starts by itself once the job before it has ended.")
+    if why.reason == Reason.RATE_LIMIT:
+        return (f"Queued — behind a rate limit until {at}",
+                "As many jobs of this kind as its rate limit lets start in this organization "
+                f"have started in the last window; this one starts by itself at {at} or soon "
+                "after.")
+    return (f"Queued — delayed until {at}",
+            f"Its start was put off until then; it starts by itself at {at} or soon after.")
 
 
 def short_status(status: Status, attempts: int) -> tuple[str, str]:
@@ -212,14 +254,20 @@ def attempt_line(job: Job) -> str:
     return line
 
 
-def describe(job: Job, now: datetime | None = None) -> Shown:
-    """``now``: the moment the page is shown (a moment later today is written without its date).
+def describe(job: Job, now: datetime | None = None, request_id: str | None = None,
+             held: Waiting | None = None) -> Shown:
+    """``now``: the moment the page is shown (a moment later today is written without its date);
+    ``request_id``: the request that submitted it, for a failure's next step to quote;
+    ``held``: why a queued job waits (models.jobs.holds.why_waiting), if anything holds it.
     The word and the tone are :func:`short_status`'s, as a list of steps shows them."""
     status = job.status
     word, tone = short_status(status, job.attempts)
     if status == Status.WAITING:
         headline, detail, bar = waiting_line(job, now or datetime.now(UTC))
         return Shown(word, headline, detail, bar, tone=tone)
+    if status == Status.QUEUED and held is not None and job.attempts == 0:
+        headline, detail = queued_line(held, now or datetime.now(UTC))
+        return Shown(word, headline, detail, tone=tone)
     if status == Status.QUEUED and job.attempts == 0 and job.started_at is not None:
         # it ran, and gave its first attempt back to go on with it (after a wait, or a worker
         # that shut down): no attempt failed
@@ -228,8 +276,13 @@ def describe(job: Job, now: datetime | None = None) -> Shown:
         return Shown(word, "Queued — accepted, not started yet", tone=tone)
     if status == Status.QUEUED:
         reason = f" ({job.error_message})" if job.error_message else ""
+        when = "shortly"
+        if held is not None and held.until is not None:
+            when = f"at {moment(held.until, now or datetime.now(UTC))} or soon after"
+        elif held is not None:
+            when = queued_line(held, now or datetime.now(UTC))[0].removeprefix("Queued — ")
         return Shown(word, f"Retrying — attempt {job.attempts + 1} of {job.max_attempts}",
-                     f"Attempt {job.attempts} did not succeed{reason}. It will run again shortly: "
+                     f"Attempt {job.attempts} did not succeed{reason}. It will run again {when}: "
                      "the same job, with the same id.", tone=tone)
     if status == Status.LEASED:
         line, bar = running_line(job)
@@ -247,4 +300,4 @@ def describe(job: Job, now: datetime | None = None) -> Shown:
     if status == Status.COMPLETED:
         return Shown(word, "Completed", tone=tone)
     return Shown(word, "Failed", job.error_message or "The job failed.",
-                 next_step=NEXT_STEPS.get(job.error_code or "", TRY_AGAIN), tone=tone)
+                 next_step=next_step(job.error_code, request_id), tone=tone)

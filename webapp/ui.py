@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +24,7 @@ from flask import (
     Response,
     flash,
     g,
+    get_flashed_messages,
     redirect,
     render_template,
     request,
@@ -37,10 +38,11 @@ from sqlalchemy import Connection
 from spacejobs.demo.projects import Projects, create_project
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import DomainError, InvalidParams, InvalidRequest, NotFound
-from spacejobs.models.jobs.records import ALL_STATUSES, Job, Status
+from spacejobs.models.jobs.holds import Waiting, why_waiting
+from spacejobs.models.jobs.records import ACTIVE, ALL_STATUSES, Job, Status
 from spacejobs.models.jobs.service import JobRights
 from spacejobs.models.json_limits import MAX_DEPTH, too_deep
-from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.models.kinds import label_of, load_kinds, registered_kinds, startable_kinds
 from spacejobs.models.tenancy import passwords
 from spacejobs.models.tenancy.access import Membership, check_allowed
 from spacejobs.models.tenancy.accounts import User, get_user, memberships_of, names_of
@@ -56,6 +58,7 @@ from spacejobs.webapp.auth import (
     sign_out,
 )
 from spacejobs.webapp.errors import HTTP_STATUS
+from spacejobs.webapp.forms import Form, form_of, typed_values
 from spacejobs.webapp.inputs import MalformedJSON, NestedTooDeep, parse_json
 from spacejobs.webapp.jobs import job_api, list_page, start_job
 from spacejobs.webapp.limits import (
@@ -71,14 +74,12 @@ from spacejobs.webapp.status import (
     attempt_line,
     attempt_number,
     describe,
-    label_of,
     step_list,
+    waiting_words,
 )
 
 bp = Blueprint("ui", __name__)
 
-# The jobs a person can start from the Jobs page (others exist for scripts and benchmarks).
-STARTABLE = ("projects_export", "projects_archive", "projects_import", "demo.slow_export")
 #: a parent job's page lists this many of its steps at most, then says how many more
 STEPS_SHOWN = 200
 
@@ -260,18 +261,23 @@ def projects_page(org: str) -> ResponseReturnValue:
 
 @dataclass(frozen=True)
 class Offer:
-    """A button of the Jobs page, or the sentence that says why it is not there."""
+    """A card of the Jobs page: a kind members start from the pages, its form (made from its
+    params model), or the sentence that says why it is not there."""
 
     kind: str
     label: str
+    description: str | None
+    form: Form
     refusal: str | None
 
 
 def _offers(membership: Membership) -> list[Offer]:
-    kinds = load_kinds()
-    return [Offer(name, label_of(name), _refusal(membership, kinds[name].rules.org_states,
-                                                 kinds[name].rules.role, label_of(name)))
-            for name in STARTABLE if name in kinds]
+    load_kinds()
+    return [Offer(kind.rules.name, kind.rules.shown_label, kind.rules.description,
+                  form_of(kind.rules.params),
+                  _refusal(membership, kind.rules.org_states, kind.rules.role,
+                           kind.rules.shown_label))
+            for kind in startable_kinds()]
 
 
 def _refusal(membership: Membership, org_states: Any, role: str, what: str) -> str | None:
@@ -295,9 +301,27 @@ def _why_not(error: DomainError, what: str, membership: Membership, role: str | 
     return error.message
 
 
+@dataclass(frozen=True)
+class Typed:
+    """A form sent back with a refusal: which one (a kind's, a signal's), what the person typed
+    in it, and the fields the refusal names."""
+
+    form: str
+    values: Mapping[str, str]
+    invalid: frozenset[str]
+
+
+def _typed(form: str, error: DomainError) -> Typed:
+    fields = error.details.get("fields")
+    return Typed(form, request.form.to_dict(),
+                 frozenset(str(f).split(".")[0] for f in fields) if isinstance(fields, list)
+                 else frozenset())
+
+
 @bp.get("/orgs/<org>/jobs")
 @signed_in
-def jobs_page(org: str, problem: str | None = None, status: int = 200) -> ResponseReturnValue:
+def jobs_page(org: str, problem: str | None = None, status: int = 200,
+              typed: Typed | None = None) -> ResponseReturnValue:
     status_filter = request.args.get("status") or None
     kind_filter = request.args.get("kind") or None
     cursor = request.args.get("cursor") or None
@@ -305,7 +329,10 @@ def jobs_page(org: str, problem: str | None = None, status: int = 200) -> Respon
         jobs, next_cursor = list_page(page.conn, page.membership,
                                       status=status_filter, kind=kind_filter, cursor=cursor)
         names = names_of(page.conn, [job.requested_by for job in jobs])
-        return _page("people/jobs.html", status, jobs=[(job, describe(job)) for job in jobs],
+        held = why_waiting(page.conn, jobs)
+        return _page("people/jobs.html", status, jobs=[(job, describe(job, held=held.get(job.id)))
+                                                       for job in jobs], held=held,
+                     waiting_words=waiting_words, typed=typed,
                      names=names, offers=_offers(page.membership), problem=problem,
                      statuses=ALL_STATUSES, kinds=sorted(load_kinds()), filters=request.args,
                      next_cursor=next_cursor, cursor=cursor, label_of=label_of,
@@ -315,29 +342,29 @@ def jobs_page(org: str, problem: str | None = None, status: int = 200) -> Respon
 @bp.post("/orgs/<org>/jobs")
 @signed_in
 def start(org: str) -> ResponseReturnValue:
-    kind = request.form.get("kind", "")
-    if kind not in STARTABLE or kind not in load_kinds():
+    """Start a kind from its card: its params from the form made of its params model (or the
+    JSON file of a model too rich for a form), submitted as the API submits them, by the same
+    rules (the kind's organization states and role), refused in the same words."""
+    name = request.form.get("kind", "")
+    kind = load_kinds().get(name)
+    if kind is None or not kind.rules.start_from_pages or kind.rules.child_only:
         raise NotFound()
+    form = form_of(kind.rules.params)
     try:
-        params = _import_file() if kind == "projects_import" else _form_params(kind)
-        job, _created = start_job(org, g.user, kind, params)
+        params = _params_file() if form.rich else typed_values(form, request.form)
+        job, _created = start_job(org, g.user, name, params)
     except DomainError as error:
         if error.code == "not_found":
             raise  # not a member (any more): the 404 page, as for a stranger
         with org_page(org) as page:
-            problem = _why_not(error, label_of(kind), page.membership, get_kind(kind).rules.role)
-        return jobs_page(org, problem=problem, status=HTTP_STATUS.get(error.code, 400))
-    flash("Accepted. This page follows the job until it is done.")
+            problem = _why_not(error, kind.rules.shown_label, page.membership, kind.rules.role)
+        return jobs_page(org, problem=problem, status=HTTP_STATUS.get(error.code, 400),
+                         typed=_typed(name, error))
+    flash_while("Accepted. This page follows the job until it is done.", ACTIVE)
     return redirect(url_for("ui.job_page", org=org, job_id=job.id))
 
 
-def _form_params(kind: str) -> dict[str, Any]:
-    if kind == "demo.slow_export":
-        return {"seconds": request.form.get("seconds") or 20}
-    return {}
-
-
-def _import_file() -> Any:
+def _params_file() -> Any:
     """The uploaded file's JSON, which the kind's own params model then validates exactly as
     the API validates ``params`` (same rules, same ``invalid_params`` sentence)."""
     upload = request.files.get("file")
@@ -363,6 +390,26 @@ class ParentLink:
 
 
 @dataclass(frozen=True)
+class SignalOffer:
+    """A signal a waiting job's kind declares, and the form of its payload's model;
+    ``awaited``: the job waits for this one now."""
+
+    name: str
+    form: Form
+    awaited: bool
+
+
+def _signal_offers(job: Job, rights: JobRights) -> tuple[SignalOffer, ...]:
+    """What the page offers to send: while the job waits, the signals its kind declares, to
+    whoever may signal it (the rule the signal itself enforces); nothing to anyone else."""
+    kind = registered_kinds().get(job.kind)
+    if kind is None or job.status != Status.WAITING or not rights.may_signal:
+        return ()
+    return tuple(SignalOffer(name, form_of(model), job.wait_signal == name)
+                 for name, model in kind.rules.signals.items())
+
+
+@dataclass(frozen=True)
 class JobView:
     job: Job
     shown: Any
@@ -372,6 +419,11 @@ class JobView:
     steps: StepList
     attempts: str
     parent: ParentLink | None
+    #: why it waits (models.jobs.holds), if something holds it
+    held: Waiting | None = None
+    #: the signals its kind declares that the page offers now (a waiting job's, to whoever may
+    #: send them)
+    signals: tuple[SignalOffer, ...] = ()
 
 
 def _job_view(page: OrgPage, job_id: str) -> JobView:
@@ -379,10 +431,13 @@ def _job_view(page: OrgPage, job_id: str) -> JobView:
     job = jobs.get(page.conn, page.membership, parse_id(job_id))
     # Whoever may see the job may see its steps: read after (and by) the same rule as the job.
     steps = jobs.steps(page.conn, page.membership, job, limit=STEPS_SHOWN)
-    return JobView(job, describe(job), jobs.rights(page.conn, page.membership, job),
+    request_id = jobs.request_id_of(page.conn, job)
+    held = why_waiting(page.conn, [job]).get(job.id)
+    rights = jobs.rights(page.conn, page.membership, job)
+    return JobView(job, describe(job, request_id=request_id, held=held), rights,
                    names_of(page.conn, [job.requested_by]).get(job.requested_by, "a former member"),
-                   jobs.request_id_of(page.conn, job), step_list(job, steps), attempt_line(job),
-                   _parent_of(page, job))
+                   request_id, step_list(job, steps), attempt_line(job), _parent_of(page, job),
+                   held, _signal_offers(job, rights))
 
 
 def _parent_of(page: OrgPage, job: Job) -> ParentLink | None:
@@ -396,12 +451,77 @@ def _parent_of(page: OrgPage, job: Job) -> ParentLink | None:
     return ParentLink(parent.id, parent.kind, f"“{name}”" if name else f"#{job.place + 1}")
 
 
+#: the category of a job page's notice that holds only while the job is in one of the statuses
+#: that follow it (space-separated): the page shows it only then, and its script takes it away
+#: when the job moves on, so it never contradicts the state below it
+WHILE = "while:"
+
+
+def flash_while(message: str, statuses: Iterable[Status]) -> None:
+    flash(message, WHILE + " ".join(sorted(statuses)))
+
+
+def job_notices(job: Job) -> list[tuple[str, str]]:
+    """The job page's notices, as (message, the statuses it holds in), without those the job
+    has already left."""
+    shown = []
+    flashed: list[tuple[str, str]] = get_flashed_messages(with_categories=True)  # type: ignore[assignment]
+    for category, message in flashed:
+        holds = category.removeprefix(WHILE) if category.startswith(WHILE) else ""
+        if not holds or job.status in holds.split():
+            shown.append((message, holds))
+    return shown
+
+
 @bp.get("/orgs/<org>/jobs/<job_id>")
 @signed_in
-def job_page(org: str, job_id: str) -> ResponseReturnValue:
+def job_page(org: str, job_id: str, problem: str | None = None, status: int = 200,
+             typed: Typed | None = None) -> ResponseReturnValue:
     with org_page(org) as page:
         view = _job_view(page, job_id)
-        return _page("people/job.html", view=view, label_of=label_of, **page.context())
+        return _page("people/job.html", status, view=view, label_of=label_of,
+                     notices=job_notices(view.job), problem=problem, typed=typed,
+                     **page.context())
+
+
+@bp.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
+@signed_in
+def send_signal(org: str, job_id: str, name: str) -> ResponseReturnValue:
+    """Send a signal its kind declares, its payload from the form of the signal's model, through
+    the job API as the JSON API sends one: the same rule (who may cancel the job may signal
+    it), the same refusals, and the database records who sent it and their role."""
+    jobs, jid = job_api(), parse_id(job_id)
+    with org_page(org) as page:
+        kind = registered_kinds().get(jobs.get(page.conn, page.membership, jid).kind)
+    model = kind.rules.signals.get(name) if kind is not None else None
+    if model is None:
+        raise NotFound()  # a signal its kind does not declare is the API's alone
+    form = form_of(model)
+    try:
+        payload = _signal_payload() if form.rich else typed_values(form, request.form)
+        with org_page(org) as page:
+            jobs.signal(page.conn, page.membership, jid, name, payload)
+    except DomainError as error:
+        if error.code == "not_found":
+            raise
+        with org_page(org) as page:
+            problem = _why_not(error, f"Sending “{name}”", page.membership,
+                               jobs.rights(page.conn, page.membership,
+                                           jobs.get(page.conn, page.membership, jid)).kind_role)
+        return job_page(org, job_id, problem=problem, status=HTTP_STATUS.get(error.code, 400),
+                        typed=_typed(f"signal:{name}", error))
+    flash_while(f"Sent “{name}”: the job goes on by itself.", ACTIVE)
+    return redirect(url_for("ui.job_page", org=org, job_id=job_id))
+
+
+def _signal_payload() -> Any:
+    """A payload too rich for a form, typed as JSON; the signal's model validates it."""
+    try:
+        return parse_json(request.form.get("payload", "").encode(), max_depth=MAX_DEPTH)
+    except NestedTooDeep:
+        raise InvalidRequest(too_deep("A signal's payload"), fields=["payload"]) from None
+    except MalformedJSON as error:
+        raise InvalidParams(f"The payload is not valid JSON ({error}).") from None
 
 
 @bp.get("/orgs/<org>/jobs/<job_id>/status")
@@ -423,11 +543,12 @@ def cancel(org: str, job_id: str) -> ResponseReturnValue:
         was = jobs.get(page.conn, page.membership, jid).status
         job = jobs.cancel(page.conn, page.membership, jid, g.request_id)
     if job.status == "cancel_requested":
-        flash("Cancel requested: the job stops at its next safe point. Until then it is still running.")
+        flash_while("Cancel requested: the job stops at its next safe point. Until then it is "
+                    "still running.", {Status.CANCEL_REQUESTED})
     elif was == Status.WAITING:
-        flash("Cancelled while it waited: it will not run again.")
+        flash_while("Cancelled while it waited: it will not run again.", {Status.CANCELLED})
     else:
-        flash("Cancelled before it started.")
+        flash_while("Cancelled before it started.", {Status.CANCELLED})
     return redirect(url_for("ui.job_page", org=org, job_id=job_id))
 
 

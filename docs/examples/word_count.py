@@ -21,12 +21,18 @@ WORD = re.compile(r"[^\W\d_]+")
 class WordCountParams(Params):
     """What a submit may ask for; anything else is refused with 400 invalid_params."""
 
-    top: Annotated[int, Field(ge=1, le=100)] = 10
-    min_length: Annotated[int, Field(ge=1, le=50)] = 3
+    top: Annotated[int, Field(ge=1, le=100, title="How many words",
+                              description="The most common words, this many of them.")] = 10
+    min_length: Annotated[int, Field(ge=1, le=50, title="Shortest word",
+                                     description="Words shorter than this are not counted.")] = 3
 
 
 @job_kind("word_count", org_states={"active", "read_only"}, role="member",
-          max_attempts=3, params=WordCountParams)
+          max_attempts=3, params=WordCountParams,
+          # how the Jobs page offers it: a card with this label and sentence, and a form made
+          # from WordCountParams (its titles, descriptions, bounds and defaults)
+          label="Count words", description="The most common words in the projects' descriptions.",
+          start_from_pages=True)
 def count_words(ctx: JobContext, params: WordCountParams) -> dict[str, Any]:
     # A transaction scoped to the job's organization: only its rows are visible.
     with ctx.tenant() as tenant:

@@ -26,7 +26,6 @@ errors (models.errors) say what was refused; nothing has been written when one i
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,7 +61,15 @@ from spacejobs.models.json_limits import (
     check_size,
     check_step_params,
 )
-from spacejobs.models.kinds import JobKind, KindRules, get_any_kind, get_kind, kind_roles
+from spacejobs.models.kinds import (
+    SIGNAL_NAME,
+    JobKind,
+    KindRules,
+    get_any_kind,
+    get_kind,
+    kind_roles,
+    registered_kinds,
+)
 from spacejobs.models.ops import actions
 from spacejobs.models.ops.dashboard import job_organization
 from spacejobs.models.results.records import StoredResult
@@ -86,10 +93,9 @@ MIN_PRIORITY, MAX_PRIORITY = -10, 10
 MAX_SEQUENCE_KEY, MAX_DEBOUNCE_SECONDS = 200, 86_400
 #: a page of an organization's jobs holds at most this many
 MAX_PAGE = 200
-#: a signal's name (the job_signals CHECK says the same); its payload's limits:
+#: a signal's name: SIGNAL_NAME (models/kinds/rules.py); its payload's limits:
 #: models/json_limits.py; the most signals a job may hold that it has not taken (signal_job()
 #: in the schema holds it, and the payload's size)
-SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_PENDING_SIGNALS = 10
 #: a job's page lists at most this many of its steps (then says how many more), as does a page
 #: of them
@@ -131,6 +137,9 @@ class JobRights:
     kind_role: str
     may_cancel: bool
     may_read_result: bool
+    #: may send it a signal: who may cancel it (the rule :meth:`Jobs.signal` enforces), while
+    #: it has not ended
+    may_signal: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,11 +406,12 @@ class Jobs:
         job needs is its kind's, and for a parent the strictest of what it holds (read in the
         caller's transaction, as the cancel and the result read it)."""
         role = store.role_needed(conn, job.id, kind_roles()) or "owner"
+        allowed = may_cancel(member, job.requested_by, role)
         return JobRights(
             kind_role=role,
-            may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED
-            and may_cancel(member, job.requested_by, role),
+            may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED and allowed,
             may_read_result=may_read_result(member, role),
+            may_signal=job.status in ACTIVE and allowed,
         )
 
     def cancel(self, conn: Connection, member: Membership, job_id: UUID,
@@ -433,6 +443,10 @@ class Jobs:
                                  fields=["name"])
         check_depth(payload, "A signal's payload", "payload")
         check_size(payload, "A signal's payload", "payload", MAX_SIGNAL_BYTES)
+        target = self.get(conn, member, job_id)
+        declared = registered_kinds().get(target.kind)
+        if declared is not None:  # the model its kind declares for the signal, if any
+            payload = declared.rules.parse_signal(name, payload)
         roles = kind_roles()
         sent = store.signal_job(conn, job_id, name, payload, member.user_id, kind_roles=roles)
         if sent.outcome == "not_found":

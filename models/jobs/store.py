@@ -408,7 +408,7 @@ class Claimed(list[LeasedJob]):
     window_opens_at: datetime | None = None
 
 
-def _declared_rate_limits() -> tuple[list[str], list[int], list[int]]:
+def declared_rate_limits() -> tuple[list[str], list[int], list[int]]:
     """The rate limits this process's kinds declare, as claim_jobs() takes them: read from the
     registry once per set of kinds (kinds register at import), not at every claim."""
     return _rate_limits_of(len(registered_kinds()))
@@ -427,7 +427,7 @@ def _rate_limits_of(_kind_count: int) -> tuple[list[str], list[int], list[int]]:
 
 def _claim(conn: Connection, worker: str, *, limit: int, skip: list[str] | None = None,
            only_kind: str | None = None, after_organization: UUID) -> Claimed:
-    rate_kinds, rate_max, rate_seconds = _declared_rate_limits()
+    rate_kinds, rate_max, rate_seconds = declared_rate_limits()
     answer = hot.rows(conn, Q["claim_batch"], {
         "worker": worker, "limit": limit, "skip_kinds": skip or [], "only_kind": only_kind,
         "after_organization": after_organization, "rate_kinds": rate_kinds,

@@ -11,12 +11,15 @@ from spacejobs.models.kinds.registry import (
     get_kind,
     job_kind,
     kind_roles,
+    label_of,
     load_kinds,
     registered_kinds,
     required_role,
+    startable_kinds,
     submittable_kinds,
 )
-from spacejobs.models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
+from spacejobs.models.kinds.rules import SIGNAL_NAME, JobKind, KindRules, NoParams, Params, RateLimit
 
-__all__ = ["JobKind", "KindRules", "NoParams", "Params", "RateLimit", "get_any_kind", "get_kind", "job_kind",
-           "kind_roles", "load_kinds", "registered_kinds", "required_role", "submittable_kinds"]
+__all__ = ["SIGNAL_NAME", "JobKind", "KindRules", "NoParams", "Params", "RateLimit", "get_any_kind",
+           "get_kind", "job_kind", "kind_roles", "label_of", "load_kinds", "registered_kinds",
+           "required_role", "startable_kinds", "submittable_kinds"]

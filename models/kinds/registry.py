@@ -17,11 +17,20 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from spacejobs.models.errors import UnknownKind
-from spacejobs.models.kinds.rules import JobKind, KindRules, NoParams, Params, RateLimit
+from spacejobs.models.kinds.rules import (
+    SIGNAL_NAME,
+    JobKind,
+    KindRules,
+    NoParams,
+    Params,
+    RateLimit,
+    label_from_name,
+)
 from spacejobs.models.settings import get_settings
 from spacejobs.models.tenancy.access import ORG_STATES, ROLE_RANK
 
 _REGISTRY: dict[str, JobKind] = {}
+
 
 RunFunction = Callable[..., Any]
 
@@ -44,6 +53,10 @@ def job_kind(
     quota: int | None = None,
     child_only: bool = False,
     rate_limit: str | None = None,
+    label: str | None = None,
+    description: str | None = None,
+    start_from_pages: bool = False,
+    signals: Mapping[str, type[Params]] | None = None,
 ) -> Callable[[RunFunction], RunFunction]:
     """Register a job kind. The decorated function is ``run(ctx, params) -> result``.
 
@@ -59,6 +72,14 @@ def job_kind(
     window, ``"10 per minute"`` or ``"50 per 10 seconds"``; the rest stay queued, in order, until
     the window lets them start. Operators override it per organization
     (``spacejobs orgs set-rate-limit ORG KIND "N per S seconds"``).
+    ``label``: what people call it (the pages' buttons, titles and lists; without one, words
+    made from the name); ``description``: one sentence on its card of the Jobs page.
+    ``start_from_pages``: members start it from the Jobs page, with a form made from its params
+    model (each field's type, default, title and description; a model too rich for a form,
+    with lists or objects, takes a JSON file of the params instead), by the same rules as any
+    submit. ``signals``: the signals its jobs take, by name, each with the :class:`Params` model
+    its payload must fit (the API and the pages refuse one that does not, as they refuse
+    params); a waiting job's page offers them to whoever may signal it.
     ``child_only``: a part of a fan-out, created only by its parent's ``ctx.fan_out``. Its
     params are what the parent's code made, not what a member typed, and its result is the
     parent's to collect, so no submit (API, batch, pages, models.jobs.service, periodic jobs,
@@ -73,6 +94,14 @@ def job_kind(
         raise ValueError(f"unknown organization states in {org_states}")
     if role not in ROLE_RANK:
         raise ValueError(f"unknown role {role}")
+    if child_only and start_from_pages:
+        raise ValueError("a child-only kind cannot be started from the pages: only its parent starts it")
+    for signal, model in (signals or {}).items():
+        if not SIGNAL_NAME.fullmatch(signal):
+            raise ValueError(f"job kind {name!r}: a signal's name is 1 to 64 letters, digits, "
+                             f"'.', '_' or '-', not {signal!r}")
+        if not (isinstance(model, type) and issubclass(model, Params)):
+            raise ValueError(f"job kind {name!r}: the signal {signal!r} needs a Params model")
     rules = KindRules(
         name=name,
         org_states=frozenset(org_states),
@@ -91,6 +120,10 @@ def job_kind(
         quota=quota,
         child_only=child_only,
         rate_limit=RateLimit.parse(rate_limit) if rate_limit is not None else None,
+        label=label,
+        description=description,
+        start_from_pages=start_from_pages,
+        signals=MappingProxyType(dict(signals or {})),
     )
 
     def register(run: RunFunction) -> RunFunction:
@@ -163,6 +196,18 @@ def load_kinds(modules: Sequence[str] | None = None) -> Mapping[str, JobKind]:
 def registered_kinds() -> Mapping[str, JobKind]:
     """The kinds registered so far, by name (read-only)."""
     return MappingProxyType(_REGISTRY)
+
+
+def label_of(name: str) -> str:
+    """What people call the kind ``name``: its declared label, else words made from its name
+    (an old job of a kind this process no longer loads too)."""
+    found = _REGISTRY.get(name)
+    return found.rules.shown_label if found else label_from_name(name)
+
+
+def startable_kinds() -> list[JobKind]:
+    """The kinds members start from the Jobs page, in the order they were declared."""
+    return [k for k in _REGISTRY.values() if k.rules.start_from_pages and not k.rules.child_only]
 
 
 def required_role(name: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,9 @@ class Params(BaseModel):
 class NoParams(Params):
     pass
 
+
+#: a signal's name (the job_signals CHECK says the same)
+SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 #: the bounds the database holds a rate limit to (job_rate_limits' CHECKs)
 MAX_STARTS_LIMIT, MAX_WINDOW_SECONDS = 10_000, 86_400
@@ -84,6 +87,31 @@ class KindRules:
     #: at most this many jobs of the kind start per window in one organization (None: no limit
     #: unless an operator sets one, ``spacejobs orgs set-rate-limit``)
     rate_limit: RateLimit | None = None
+    #: what people call it: the pages' buttons, titles and lists (None: :attr:`shown_label`)
+    label: str | None = None
+    #: one sentence for people: what a job of the kind does, on its card of the Jobs page
+    description: str | None = None
+    #: members start it from the Jobs page, with a form made from its params model (by the
+    #: same rules as any submit: its organization states and role)
+    start_from_pages: bool = False
+    #: the signals its jobs take, each with the model its payload must fit; a waiting job's
+    #: page offers them to the members who may send them (the API's rule)
+    signals: Mapping[str, type[Params]] = field(default_factory=dict)
+
+    @property
+    def shown_label(self) -> str:
+        """The label, or one made from the name (``thumbs.make`` → "Thumbs make")."""
+        return self.label or label_from_name(self.name)
+
+    def parse_signal(self, name: str, payload: object) -> object:
+        """A signal's payload checked against the model the kind declares for it, refused with
+        the same words as a job's params (:meth:`JobKind.parse_params`); a signal the kind does
+        not declare is taken as it is (a workflow's, a kind that declares none)."""
+        model = self.signals.get(name)
+        if model is None:
+            return payload
+        return validate(model, {} if payload is None else payload,
+                        f"The fields of the signal “{name}”").model_dump(mode="json")
 
     @property
     def lease_seconds(self) -> int:
@@ -101,15 +129,25 @@ class JobKind:
     run: Callable[..., Any]
 
     def parse_params(self, raw: object) -> Params:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise InvalidParams("The job parameters must be a JSON object.")
-        try:
-            return self.rules.params.model_validate(raw)
-        except ValidationError as exc:
-            # include_input=False: the values submitted never reach the error (nor a log of it)
-            reasons = field_reasons(exc.errors(include_url=False, include_input=False))
-            fields = sorted({r["field"] for r in reasons})
-            raise InvalidParams("The job parameters are not valid: " + summary(reasons) + ".",
-                                fields=fields, reasons=reasons) from None
+        return validate(self.rules.params, {} if raw is None else raw, "The job parameters")
+
+
+def validate(model: type[Params], raw: object, what: str) -> Params:
+    """``raw`` as ``model``, or InvalidParams saying which fields and why, never quoting them."""
+    if not isinstance(raw, dict):
+        raise InvalidParams(f"{what} must be a JSON object.")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        # include_input=False: the values submitted never reach the error (nor a log of it)
+        reasons = field_reasons(exc.errors(include_url=False, include_input=False))
+        fields = sorted({r["field"] for r in reasons})
+        raise InvalidParams(f"{what} are not valid: " + summary(reasons) + ".",
+                            fields=fields, reasons=reasons) from None
+
+
+def label_from_name(name: str) -> str:
+    """A kind's name as words: ``thumbs.make`` → "Thumbs make", ``projects_export`` →
+    "Projects export"."""
+    words = name.replace(".", " ").replace("_", " ").split()
+    return " ".join(words).capitalize() if words else name

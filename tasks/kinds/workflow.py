@@ -16,6 +16,6 @@ from spacejobs.tasks.engine.workflows import run_workflow
 # Each step re-checks its own kind's organization states and role when it runs; the workflow
 # itself only coordinates, so it may run wherever one of its steps may.
 @job_kind("workflow", org_states={"active", "read_only"}, role="member", max_attempts=10,
-          lease=timedelta(seconds=30), dedupable=False)
+          lease=timedelta(seconds=30), dedupable=False, label="Workflow")
 def workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
     return run_workflow(ctx, params.steps, params.policy)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -74,3 +75,29 @@ def test_the_params_model_of_the_guide_refuses_what_it_does_not_allow(bare_stack
                                 json={"kind": "word_count", "params": params}, timeout=10)
         assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_params")
     assert bare_stack.count_jobs(org) == 0
+
+
+def test_the_kind_of_the_guide_is_started_from_the_jobs_page_with_its_form(
+        bare_stack: Stack, web: str) -> None:
+    """The guide's label, description and start_from_pages: a member finds its card on the Jobs
+    page, with a field per param (title, description, bounds, default), and starts it there."""
+    org = bare_stack.org()
+    member = bare_stack.user(org, "member", password="the guide's long password")
+    browser = requests.Session()
+    login = browser.get(f"{web}/login", timeout=10)
+    signed_in = browser.post(f"{web}/login", timeout=10, allow_redirects=False, data={
+        "email": member.email, "password": "the guide's long password",
+        "csrf": re.search(r'name="csrf" value="([^"]+)"', login.text).group(1)})
+    assert signed_in.status_code == 302
+    page = browser.get(f"{web}/orgs/{org}/jobs", timeout=10).text
+    assert "<h2>Count words</h2>" in page
+    assert "The most common words in the projects&#39; descriptions." in page
+    assert '>How many words <span class="muted">(optional)</span></label>' in page
+    assert 'name="top" type="number" step="1" min="1" max="100"' in page
+    started = browser.post(f"{web}/orgs/{org}/jobs", timeout=10, allow_redirects=False, data={
+        "kind": "word_count", "top": "3", "min_length": "",
+        "csrf": re.search(r'name="csrf" value="([^"]+)"', page).group(1)})
+    assert started.status_code == 302, started.text[-2000:]
+    job_id = started.headers["Location"].rsplit("/", 1)[1]
+    bare_stack.wait_for(job_id, "completed", timeout=30)
+    assert "Count words" in browser.get(f"{web}{started.headers['Location']}", timeout=10).text

@@ -148,7 +148,11 @@ def test_export_from_the_jobs_page_runs_and_its_file_downloads_to_members(stack:
     assert started.status_code == 302
     job_id = started.headers["Location"].rsplit("/", 1)[1]
     first = browser.get(started.headers["Location"]).get_data(as_text=True)
-    assert "Accepted. This page follows the job until it is done." in first
+    # the notice holds while the job is not done, and is not shown above a job that already is
+    shown_status = re.search(r'data-status="([a-z_]+)"', first)
+    assert shown_status is not None
+    assert ("Accepted. This page follows the job until it is done." in first) == \
+        (shown_status.group(1) in ("queued", "leased", "waiting"))
     stack.wait_for(job_id, "completed")
     done = browser.get(f"/orgs/{org}/jobs/{job_id}/status").get_data(as_text=True)
     assert "Completed" in done and "Download the result" in done
@@ -386,3 +390,19 @@ def test_a_fan_out_waiting_for_its_parts_says_how_many_are_done(stack: Stack, ap
     assert stack.job_row(job["id"])["status"] == "cancelled"  # at once, its parts asked to stop
     assert "Cancelled while it waited" in browser.get(f"/orgs/{org}/jobs/{job['id']}").get_data(
         as_text=True)
+
+
+def test_a_kinds_own_failure_of_a_job_from_python_asks_to_fix_the_input_and_quotes_its_job_id(
+        stack: Stack, app, acme):
+    org, people = acme
+    with stack.app_db.begin() as conn:  # from Python: no web request, so no request id
+        job = stack.jobs.submit(conn, "test.image_too_large", organization_id=org,
+                                requested_by=people["owner"].id).job
+    stack.wait_for(job.id, "failed")
+    browser = app.test_client()
+    sign_in(browser, people["owner"])
+    page = browser.get(f"/orgs/{org}/jobs/{job.id}").get_data(as_text=True)
+    assert "The image is larger than 10,000 pixels on a side." in page
+    assert "a new job with the same input would fail the same way" in page
+    assert "Try again" not in page
+    assert "Request id" not in page and f"Job id <span class=\"mono\">{job.id}</span>" in page

@@ -71,7 +71,8 @@ def test_a_cancel_request_is_not_yet_a_cancellation():
     ("organization_read_only", "Ask an owner to make it active again"),
 ])
 def test_a_failure_says_what_to_do_next(code, step):
-    shown = describe(job(status=Status.FAILED, attempts=3, error_code=code, error_message="It broke."))
+    shown = describe(job(status=Status.FAILED, attempts=3, error_code=code, error_message="It broke."),
+                     request_id="r-1")
     assert shown.headline == "Failed" and shown.detail == "It broke." and step in shown.next_step
 
 

@@ -3,27 +3,34 @@ the measured progress is never embellished, and each ending has its own words an
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from spacejobs.models.jobs.holds import Reason, Waiting, holding
 from spacejobs.models.jobs.records import Status
+from spacejobs.models.kinds import load_kinds
 from spacejobs.webapp.status import (
+    FIX_FIRST,
     NEXT_STEPS,
     TRY_AGAIN,
     attempt_line,
     describe,
     label_of,
     running_line,
+    waiting_words,
 )
 from tests.unit.test_people import job
 
 SHOWN_AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 
 
-def test_a_kind_is_named_in_words_and_an_unknown_one_as_it_is():
+def test_a_kind_is_named_by_its_label_and_one_without_in_words_made_from_its_name():
+    load_kinds(["spacejobs.demo.kinds"])
     assert label_of("projects_archive") == "Archive projects (ZIP)"
-    assert label_of("bench.noop") == "bench.noop"
+    assert label_of("thumbs.make") == "Thumbs make"  # not loaded here: its name, in words
+    assert label_of("projects_report.project") == "Projects report project"
 
 
 @pytest.mark.parametrize(("progress", "line", "bar"), [
@@ -66,14 +73,33 @@ def test_every_state_has_its_word_and_tone(status, word, tone):
 
 
 def test_a_failure_without_a_message_still_says_it_failed_and_what_next():
-    shown = describe(job(status=Status.FAILED, attempts=1))
-    assert shown.detail == "The job failed." and shown.next_step == TRY_AGAIN
+    shown = describe(job(status=Status.FAILED, attempts=1), request_id="r-1")
+    assert shown.detail == "The job failed."
+    assert shown.next_step == TRY_AGAIN.format(quote="the request id")
 
 
 @pytest.mark.parametrize("code", sorted(NEXT_STEPS))
 def test_each_known_failure_has_its_own_next_step_not_try_again(code):
     shown = describe(job(status=Status.FAILED, attempts=1, error_code=code, error_message="x"))
-    assert shown.next_step == NEXT_STEPS[code] != TRY_AGAIN
+    assert shown.next_step == NEXT_STEPS[code].format(quote="the job id")
+    assert "Try again" not in shown.next_step
+
+
+@pytest.mark.parametrize("code", ["internal_error", "lease_expired", "timed_out"])
+def test_a_failure_of_the_machinery_advises_a_new_job(code):
+    shown = describe(job(status=Status.FAILED, attempts=3, error_code=code, error_message="x"))
+    assert shown.next_step.startswith("Try again with a new job")
+
+
+def test_a_kinds_own_permanent_failure_asks_to_fix_the_input_not_to_try_again():
+    shown = describe(job(status=Status.FAILED, attempts=1, error_code="photo_too_large",
+                         error_message="The photo is larger than 10,000 pixels on a side."))
+    assert shown.next_step == FIX_FIRST and "Try again" not in shown.next_step
+
+
+def test_a_job_without_a_request_id_has_its_job_id_quoted():
+    shown = describe(job(status=Status.FAILED, attempts=3, error_code="internal_error"))
+    assert shown.next_step.endswith("quote the job id.")
 
 
 def test_only_finished_jobs_say_what_to_do_next():
@@ -162,3 +188,55 @@ def test_a_job_queued_to_go_on_after_a_wait_is_not_said_to_be_new_or_failed():
     resumed = describe(job(status=Status.QUEUED, attempts=0, started_at=SHOWN_AT))
     assert resumed.headline == "Queued — it goes on shortly, in the same attempt"
     assert resumed.detail is None
+
+
+# ----------------------------------------------------------------------------- held back
+
+
+def test_a_sequence_holds_a_job_before_a_delay_or_a_rate_limit():
+    behind = uuid.uuid4()
+    later = SHOWN_AT + timedelta(minutes=5)
+    assert holding(later, behind, later) == Waiting(Reason.SEQUENCE, behind=behind)
+
+
+@pytest.mark.parametrize(("delayed", "limited", "reason", "until"), [
+    (10, None, Reason.DELAYED, 10),
+    (None, 10, Reason.RATE_LIMIT, 10),
+    (20, 10, Reason.DELAYED, 20),  # the later of the two is what it waits for
+    (10, 20, Reason.RATE_LIMIT, 20),
+])
+def test_a_delay_and_a_rate_limit_the_later_one_holds(delayed, limited, reason, until):
+    def at(minutes):
+        return None if minutes is None else SHOWN_AT + timedelta(minutes=minutes)
+    assert holding(at(delayed), None, at(limited)) == Waiting(reason, until=at(until))
+
+
+def test_a_queued_job_nothing_holds_back_has_no_reason():
+    assert holding(None, None, None) is None
+
+
+def test_a_held_queued_job_says_why_in_its_headline():
+    until = SHOWN_AT + timedelta(minutes=2)
+    shown = describe(job(status=Status.QUEUED, attempts=0), SHOWN_AT,
+                     held=Waiting(Reason.RATE_LIMIT, until=until))
+    assert shown.headline == "Queued — behind a rate limit until 09:32:00 UTC"
+    shown = describe(job(status=Status.QUEUED, attempts=0), SHOWN_AT,
+                     held=Waiting(Reason.DELAYED, until=until + timedelta(days=1)))
+    assert shown.headline == "Queued — delayed until 2026-12-03 09:32:00 UTC"
+
+
+def test_a_retry_held_by_its_backoff_says_when_it_runs_again():
+    shown = describe(job(status=Status.QUEUED, attempts=1, error_message="It broke."), SHOWN_AT,
+                     held=Waiting(Reason.DELAYED, until=SHOWN_AT + timedelta(seconds=30)))
+    assert shown.headline == "Retrying — attempt 2 of 3"
+    assert "It will run again at 09:30:30 UTC or soon after" in shown.detail
+
+
+@pytest.mark.parametrize(("why", "words"), [
+    (Waiting(Reason.SIGNAL, signal="approval"), "Waiting for the signal “approval”"),
+    (Waiting(Reason.CHILDREN, children=3), "Waiting for its children to finish"),
+    (Waiting(Reason.MOMENT, until=SHOWN_AT), "Waiting until 09:30:00 UTC"),
+    (Waiting(Reason.RATE_LIMIT, until=SHOWN_AT), "Queued behind its kind's rate limit until 09:30:00 UTC"),
+])
+def test_each_reason_has_its_words(why, words):
+    assert waiting_words(why, SHOWN_AT) == words

@@ -21,6 +21,17 @@
   var shown = null;  // the status part as last fetched
   var timer = null;
 
+  // A notice that holds only in some states ("Accepted…", "Cancel requested…") goes away
+  // once the job has left them, so it never contradicts the state below it.
+  function dropStaleNotices() {
+    var state = region.querySelector("[data-status]");
+    if (!state) { return; }
+    var status = state.getAttribute("data-status");
+    document.querySelectorAll(".notice[data-while]").forEach(function (notice) {
+      if (notice.getAttribute("data-while").split(" ").indexOf(status) < 0) { notice.remove(); }
+    });
+  }
+
   function stepsLive() {
     var list = region.querySelector("[data-steps-live]");
     return list !== null && list.getAttribute("data-steps-live") === "yes";
@@ -44,6 +55,7 @@
         if (html !== shown) {
           region.innerHTML = html;
           shown = html;
+          dropStaleNotices();
           delay = STEPS_POLL_MS;
         } else {
           delay = Math.min(delay * 2, STEPS_POLL_MAX_MS);

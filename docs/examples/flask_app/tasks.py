@@ -26,7 +26,8 @@ class PhotoTooLarge(spacejobs.DomainError):
     permanent = True
 
 
-@spacejobs.job_kind("thumbs.make", org_states={"active"}, role="member", max_attempts=3)
+@spacejobs.job_kind("thumbs.make", org_states={"active"}, role="member", max_attempts=3,
+                    label="Make a thumbnail")
 def make_thumbnail(ctx: spacejobs.JobContext, params: ThumbnailParams) -> dict[str, Any]:
     # A transaction scoped to the job's organization: the worker's row-level security admits
     # that organization's photos, while this job's lease holds, and nothing else.

@@ -1,0 +1,26 @@
+"""Why a queued job has not started, in one place: delayed until its run_after, behind the job
+before it in its sequence, or held by its kind's full rate limit window until a moment
+(queued_jobs_held()).
+
+Revision ID: 0049
+Revises: 0045
+
+Frozen: this revision runs the ``.sql`` file of the same name beside it, never edited again.
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0049"
+down_revision = "0045"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(Path(__file__).with_suffix(".sql").read_text())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("restore a backup: the SQL bodies are not rebuilt")
