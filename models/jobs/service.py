@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +52,7 @@ from spacejobs.models.errors import (
 )
 from spacejobs.models.jobs import canvas as canvases
 from spacejobs.models.jobs import store, waiting
+from spacejobs.models.jobs.holds import Waiting, why_waiting
 from spacejobs.models.jobs.records import ACTIVE, Job, Status
 from spacejobs.models.json_limits import (
     MAX_PARAMS_BYTES,
@@ -400,6 +401,13 @@ class Jobs:
         if results:
             audit.record_download(conn, parent, member.user_id, request_id)
         return parent, results
+
+    def why_waiting(self, conn: Connection, jobs: Sequence[Job]) -> Mapping[UUID, Waiting]:
+        """Why each of ``jobs`` that waits does (the JSON's ``waiting_reason``), by job id, read
+        in ``conn``'s transaction under its scope: a waiting job's from its row, a queued job's
+        sequence, delay or full rate limit window from one statement for all of them. A job
+        that nothing holds back has no entry."""
+        return why_waiting(conn, jobs)
 
     def rights(self, conn: Connection, member: Membership, job: Job) -> JobRights:
         """What the member may do with the job, by the rules the actions enforce: the role the

@@ -107,6 +107,13 @@ def test_a_job_of_a_sequence_names_the_job_it_waits_behind(stack: Stack, client)
     assert [reason_of(client, org, anna, j)["behind"] for j in ids[1:]] == ids[:2]
     assert reason_of(client, org, anna, ids[2])["reason"] == "sequence"
 
+    # the Python API says the same as the JSON, by the same names
+    with stack.jobs.transaction(org, anna.id) as (conn, member):
+        jobs = [stack.jobs.get(conn, member, uuid.UUID(j)) for j in ids]
+        why = stack.jobs.why_waiting(conn, jobs)
+    assert why[jobs[0].id].reason == "delayed"
+    assert [why[job.id].behind for job in jobs[1:]] == [job.id for job in jobs[:2]]
+
     # and the job's page says it in words, naming the job before it with a link
     sign_in(client, anna)
     page = client.get(f"/orgs/{org}/jobs/{ids[1]}").get_data(as_text=True)

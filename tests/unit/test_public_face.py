@@ -85,6 +85,12 @@ def test_a_job_read_from_python_has_the_jsons_fields_under_the_same_names():
     for name, value in document.items():
         if name == "links":
             continue
+        if name == "waiting_reason":
+            # Not on the row: the flow control that holds a queued job back is read beside it,
+            # in Python as in the web, by Jobs.why_waiting (a waiting job's from its own row).
+            assert value["reason"] == "signal" and value["signal"] == "approve", value
+            assert callable(spacejobs.Jobs.why_waiting)
+            continue
         mine = getattr(job, name)
         if isinstance(mine, tuple):  # error, waiting_for
             mine = mine._asdict()

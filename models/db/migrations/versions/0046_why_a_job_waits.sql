@@ -1,4 +1,4 @@
--- Why queued jobs have not started, each in words the pages and the JSON say (revision 0049):
+-- Why queued jobs have not started, each in words the pages and the JSON say (revision 0046):
 -- its run_after is later (delayed until then); a job before it in its sequence has not ended
 -- (the one right before it: it starts after that one); its kind's rate limit window in its
 -- organization is full (until the window's oldest start leaves it, the moment claim_jobs()

@@ -2,7 +2,7 @@
 before it in its sequence, or held by its kind's full rate limit window until a moment
 (queued_jobs_held()).
 
-Revision ID: 0049
+Revision ID: 0046
 Revises: 0045
 
 Frozen: this revision runs the ``.sql`` file of the same name beside it, never edited again.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0049"
+revision = "0046"
 down_revision = "0045"
 branch_labels = None
 depends_on = None
