@@ -36,6 +36,8 @@ HTTP_STATUS = {
     "job_finished": 409,
     "too_many_signals": 409,
     "no_step_waits": 409,
+    "job_not_resumable": 409,
+    "already_resumed": 409,
     "result_expired": 410,
     "result_missing": 410,
     "payload_too_large": 413,
