@@ -14,7 +14,11 @@ from sqlalchemy import text
 
 from spacejobs.models.errors import AlreadyResumed, InvalidParams, NotResumable, UnknownKind
 from spacejobs.models.jobs.canvas import chain, sig
+from tests.conftest import csrf_of, sign_in
 from tests.kit.stack import Stack, wait_until
+
+HTML = {"Accept": "text/html"}
+PASSWORD = "a member's long password"
 
 
 def start(stack: Stack, canvas, *, org=None, user=None, **options):
@@ -272,3 +276,34 @@ def test_a_failure_handler_a_submit_would_refuse_refuses_the_workflow(stack: Sta
         "code": "insufficient_role", "step": "on_failure",
         "message": "Your role in this organization does not allow this operation."}
     assert stack.count_jobs(org) == 0
+
+
+def test_the_job_page_offers_resume_only_to_who_may_and_it_resumes(stack: Stack, app):
+    org = stack.org()
+    ada = stack.user(org, role="admin", password=PASSWORD)
+    vera = stack.user(org, role="member", password=PASSWORD)
+    _, _, failed = start(stack, chain(sig("test.admin_step", name="admin"),
+                                      sig("test.boom", name="boom")), org=org, user=ada)
+    assert stack.jobs.wait(failed.id, 60, organization_id=org).job.status == "failed"
+    url = f"/orgs/{org}/jobs/{failed.id}"
+    as_vera = app.test_client()
+    sign_in(as_vera, vera)
+    assert ">Resume</button>" not in as_vera.get(url).get_data(as_text=True)
+    as_ada = app.test_client()
+    sign_in(as_ada, ada)
+    page = as_ada.get(url)
+    assert ">Resume</button>" in page.get_data(as_text=True)
+    # A plain member's post is refused as the API refuses it, and writes nothing.
+    before = stack.count_jobs(org)
+    assert as_vera.post(url + "/resume", data={"csrf": csrf_of(as_vera.get(url))},
+                        headers=HTML).status_code == 403
+    assert stack.count_jobs(org) == before
+    answer = as_ada.post(url + "/resume", data={"csrf": csrf_of(page)})
+    assert answer.status_code == 302
+    new_id = answer.headers["Location"].rsplit("/", 1)[1]
+    assert stack.job_row(new_id)["retry_of"] == failed.id
+    assert "Resumed:" in as_ada.get(f"/orgs/{org}/jobs/{new_id}").get_data(as_text=True)
+    # A completed workflow offers none.
+    _, _, done = start(stack, chain(sig("test.add", n=1)), org=org, user=ada)
+    assert stack.jobs.wait(done.id, 60, organization_id=org).job.status == "completed"
+    assert ">Resume</button>" not in as_ada.get(f"/orgs/{org}/jobs/{done.id}").get_data(as_text=True)
