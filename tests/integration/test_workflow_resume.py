@@ -95,6 +95,9 @@ def test_a_resume_is_audited_and_happens_once(stack: Stack, client, tmp_path: Pa
     assert [(a.actor_id, str(a.job_id), a.detail) for a in audit] == [
         (anna.id, first.get_json()["id"],
          {"kind": "workflow", "retry_of": str(failed.id), "status": "failed"})]
+    # The owners read it in the organization's audit log, by its action.
+    log = client.get(f"/api/v1/orgs/{org}/audit?action=job.resume", headers=anna.auth)
+    assert log.status_code == 200 and first.get_json()["id"] in log.get_data(as_text=True)
     # The resume that failed again may itself be resumed.
     new_id = uuid.UUID(first.get_json()["id"])
     assert stack.jobs.wait(new_id, 60, organization_id=org).job.status == "failed"
