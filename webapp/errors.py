@@ -38,6 +38,7 @@ HTTP_STATUS = {
     "no_step_waits": 409,
     "job_not_resumable": 409,
     "already_resumed": 409,
+    "requester_not_member": 409,
     "result_expired": 410,
     "result_missing": 410,
     "payload_too_large": 413,

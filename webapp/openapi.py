@@ -358,7 +358,7 @@ OPERATIONS = (
               {202: ("the new workflow (queued; its completed steps are reused, never run "
                      "again)", Job)},
               (*IN_ORGANIZATION, "insufficient_role", "job_not_resumable", "already_resumed",
-               "too_many_jobs", "organization_read_only"),
+               "requester_not_member", "too_many_jobs", "organization_read_only"),
               links={202: _job_links("$response.body#/id")}),
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
               {202: ("sent: a wait of the job for this name takes it, now or later, once; sent "

@@ -50,6 +50,7 @@ from spacejobs.models.errors import (
     NoStepWaits,
     NotFound,
     NotResumable,
+    RequesterNotMember,
     ResultExpired,
     TooManySignals,
 )
@@ -440,8 +441,10 @@ class Jobs:
         the workflow may resume it (InsufficientRole otherwise): its requester, or a member
         holding the strictest role of what it holds. Written to the organization's audit log
         (``job.resume``). NotFound for another organization's job, NotResumable for a job that
-        is not a failed or cancelled workflow, AlreadyResumed once it was resumed (resume that
-        one). Returns the new workflow, queued; the wake-up goes out after COMMIT."""
+        is not a failed or cancelled workflow (a kind's own ``ctx.workflow`` is its kind's to
+        retry), AlreadyResumed once it was resumed (resume that one), RequesterNotMember once
+        its requester left the organization. Returns the new workflow, queued; the wake-up goes
+        out after COMMIT."""
         roles = kind_roles()
         old = self.get(conn, member, job_id)
         role = store.role_needed(conn, job_id, roles) or "owner"
@@ -450,19 +453,27 @@ class Jobs:
         if old.kind != canvases.WORKFLOW_KIND or old.status not in (Status.FAILED, Status.CANCELLED):
             raise NotResumable(status=old.status)
         workflow_kind = get_kind(canvases.WORKFLOW_KIND)
-        # Checked again as a new submit is: a step's kind may have gone, or changed its params.
-        params = _validated(workflow_kind, store.snapshot(conn, job_id)["params"], None)
+        # The params as they were (the resume checks that it runs the same workflow), checked
+        # again as a new submit is: a step's kind may have gone, or changed its params.
+        params = dict(store.snapshot(conn, job_id)["params"])
+        _validated(workflow_kind, params, None)
         rules = workflow_kind.rules
         parts = canvases.step_rules(params)
         # A savepoint: a refusal under the lock below undoes the new workflow, not the caller's
         # own earlier writes.
         savepoint = conn.begin_nested()
         try:
-            with _handler_named(params):
-                new, _ = store.submit(conn, organization_id=old.organization_id,
-                                      requested_by=old.requested_by,
-                                      kind=canvases.rules_with_steps(rules, parts), parts=parts,
-                                      params=params, request_id=request_id, retry_of=job_id)
+            try:
+                with _handler_named(params):
+                    new, _ = store.submit(conn, organization_id=old.organization_id,
+                                          requested_by=old.requested_by,
+                                          kind=canvases.rules_with_steps(rules, parts),
+                                          parts=parts, params=params, request_id=request_id,
+                                          retry_of=job_id)
+            except NotFound:
+                # The submit refuses a requester who left as it refuses anyone outside the
+                # organization; to whoever resumes, that is not a missing job.
+                raise RequesterNotMember() from None
             resumed = store.resume_workflow(conn, job_id, new.id, member.user_id, request_id,
                                             kind_roles=roles)
         except BaseException:

@@ -310,3 +310,17 @@ def test_the_job_page_offers_resume_only_to_who_may_and_it_resumes(stack: Stack,
     _, _, done = start(stack, chain(sig("test.add", n=1)), org=org, user=ada)
     assert stack.jobs.wait(done.id, 60, organization_id=org).job.status == "completed"
     assert ">Resume</button>" not in as_ada.get(f"/orgs/{org}/jobs/{done.id}").get_data(as_text=True)
+
+
+def test_a_workflow_whose_requester_left_is_not_resumed(stack: Stack, client, tmp_path: Path):
+    org = stack.org()
+    owner = stack.user(org, role="owner")
+    vera = stack.user(org, role="member")
+    _, _, failed = start(stack, gated_chain(tmp_path / "never"), org=org, user=vera)
+    assert stack.jobs.wait(failed.id, 60, organization_id=org).job.status == "failed"
+    stack.remove_member(org, vera.id)
+    before = stack.count_jobs(org)
+    answer = client.post(f"/api/v1/orgs/{org}/jobs/{failed.id}/resume", headers=owner.auth)
+    assert answer.status_code == 409
+    assert answer.get_json()["error"]["code"] == "requester_not_member"
+    assert stack.count_jobs(org) == before
