@@ -15,8 +15,9 @@ ALTER TABLE org_audit ADD CONSTRAINT org_audit_action_check CHECK (action IN (
 -- completed step's own job (of the workflow resumed, or of the one it resumed in turn) stands
 -- for the place, whose step is never made again: its result is the place's, for the steps that
 -- read it (step_inputs()), the collect (children_of()) and the lists (steps_of, step_results in
--- store.sql). Rows are never changed; a resumed workflow's rows go with it (retention), and a
--- reused step's rows go with that step: retention drops a workflow's tree only when it ended.
+-- store.sql). Rows are never changed. They go with the resumed workflow, and with the reused
+-- step when retention deletes it (past keep_jobs, as it deletes any finished step): the place is
+-- then as a step of the workflow's own that retention deleted, never completed.
 CREATE TABLE job_workflow_reused (
     parent_id       uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     place           integer NOT NULL CHECK (place >= 0),
