@@ -324,3 +324,37 @@ def test_a_workflow_whose_requester_left_is_not_resumed(stack: Stack, client, tm
     assert answer.status_code == 409
     assert answer.get_json()["error"]["code"] == "requester_not_member"
     assert stack.count_jobs(org) == before
+
+
+def test_a_resume_is_admitted_like_a_submit_of_the_whole_workflow_then_gives_back_what_it_reuses(
+        stack: Stack, client, tmp_path: Path):
+    from spacejobs.models.tenancy import accounts
+
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    _, _, failed = start(stack, gated_chain(tmp_path / "never"), org=org, user=anna)
+    assert stack.jobs.wait(failed.id, 60, organization_id=org).job.status == "failed"
+    # Admitted as its submit is: the workflow and its four steps, 5 active jobs. Over a cap of
+    # 4, refused with nothing written; at 5 admitted, and the two places it reuses given back.
+    with stack.admin() as conn:
+        accounts.set_quota(conn, org, 4, None)
+    before = stack.count_jobs(org)
+    refused = client.post(f"/api/v1/orgs/{org}/jobs/{failed.id}/resume", headers=anna.auth)
+    assert refused.status_code == 429
+    assert refused.get_json()["error"]["code"] == "too_many_jobs"
+    assert stack.count_jobs(org) == before
+    with stack.admin() as conn:
+        accounts.set_quota(conn, org, 5, None)
+    with stack.workers_paused():
+        allowed = client.post(f"/api/v1/orgs/{org}/jobs/{failed.id}/resume", headers=anna.auth)
+        assert allowed.status_code == 202, allowed.get_json()
+        with stack.admin() as conn:
+            reserved = conn.execute(text(
+                "SELECT coalesce(sum(reserved), 0) FROM job_reservations WHERE parent_id = :id"),
+                {"id": allowed.get_json()["id"]}).scalar_one()
+        assert reserved == 2  # the gate and the step after it; the reused two take no place
+        assert client.get(f"/api/v1/orgs/{org}/jobs/{allowed.get_json()['id']}",
+                          headers=anna.auth).status_code == 200
+    with stack.admin() as conn:
+        active = conn.execute(text("SELECT active_jobs(:org, NULL)"), {"org": org}).scalar_one()
+    assert active <= 3  # the new workflow and at most its two steps still to run
