@@ -307,9 +307,14 @@ WITH parent AS MATERIALIZED (
 SELECT g.place, g.name, coalesce(c.kind, g.kind) AS kind, c.id, c.status, c.attempts,
        c.error_code, (SELECT jsonb_array_length(parent.graph) FROM parent) AS total
 FROM graph_steps g
-LEFT JOIN job_workflow_reused u ON u.parent_id = :parent AND u.place = g.place
-LEFT JOIN jobs c ON c.id = coalesce(
-    (SELECT m.id FROM jobs m WHERE m.parent_id = :parent AND m.child_index = g.place), u.step_id)
+LEFT JOIN LATERAL (
+    SELECT m.kind, m.id, m.status, m.attempts, m.error_code FROM jobs m
+    WHERE m.parent_id = :parent AND m.child_index = g.place
+    UNION ALL
+    SELECT m.kind, m.id, m.status, m.attempts, m.error_code
+    FROM job_workflow_reused u JOIN jobs m ON m.id = u.step_id
+    WHERE u.parent_id = :parent AND u.place = g.place
+    LIMIT 1) AS c ON true
 UNION ALL
 (SELECT k.place, NULL, k.kind, k.id, k.status, k.attempts, k.error_code,
         coalesce((SELECT plan.total FROM plan),

@@ -5,6 +5,10 @@
 -- too: release_steps(), start_workflow(), step_inputs(), children_of(); job_role_needed()
 -- counts the handler's kind among what a workflow holds.
 
+-- The jobs that resume or retry another (resume_workflow() finds a workflow's resume; the
+-- foreign key's SET NULL when retention deletes the one they came from): few, so partial.
+CREATE INDEX jobs_retry_of_idx ON jobs (retry_of) WHERE retry_of IS NOT NULL;
+
 -- A resume is written to the organization's audit log.
 ALTER TABLE org_audit DROP CONSTRAINT org_audit_action_check;
 ALTER TABLE org_audit ADD CONSTRAINT org_audit_action_check CHECK (action IN (
@@ -220,16 +224,18 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT true, coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
+    SELECT true, coalesce(jsonb_agg(r.result ORDER BY d.ord), '[]'::jsonb)
     FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(this_step.params -> '_after') = 'array'
                                         THEN this_step.params -> '_after' ELSE '[]'::jsonb END)
              WITH ORDINALITY AS d (place, ord)
-    LEFT JOIN job_workflow_reused u
-           ON u.parent_id = this_step.parent_id AND u.place = d.place::integer
-    LEFT JOIN jobs c ON c.id = coalesce(
-        (SELECT m.id FROM jobs m
-         WHERE m.parent_id = this_step.parent_id AND m.child_index = d.place::integer),
-        u.step_id);
+    -- index probes: the child at the place (jobs_children_idx), else the step reused there
+    LEFT JOIN LATERAL (
+        SELECT c.result FROM jobs c
+        WHERE c.parent_id = this_step.parent_id AND c.child_index = d.place::integer
+        UNION ALL
+        SELECT c.result FROM job_workflow_reused u JOIN jobs c ON c.id = u.step_id
+        WHERE u.parent_id = this_step.parent_id AND u.place = d.place::integer
+        LIMIT 1) AS r ON true;
 END $$;
 REVOKE ALL ON FUNCTION step_inputs(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION step_inputs(uuid, uuid) TO space_worker;
