@@ -134,8 +134,11 @@ class JobRights:
     kind_role: str
     may_cancel: bool
     may_read_result: bool
-    #: a failed or cancelled workflow, which the member may cancel (so may resume) had it run
+    #: a failed or cancelled workflow not resumed yet, which the member may cancel (so may
+    #: resume) had it run
     may_resume: bool = False
+    #: the workflow that resumed this one (or an operator's retry of it), if any
+    resumed_as: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -410,14 +413,17 @@ class Jobs:
         job needs is its kind's, and for a parent the strictest of what it holds (read in the
         caller's transaction, as the cancel and the result read it)."""
         role = store.role_needed(conn, job.id, kind_roles()) or "owner"
+        resumable = job.kind == canvases.WORKFLOW_KIND and job.status in (Status.FAILED,
+                                                                           Status.CANCELLED)
+        resumed_as = store.resumed_as(conn, job.id) if resumable else None
         return JobRights(
             kind_role=role,
             may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED
             and may_cancel(member, job.requested_by, role),
             may_read_result=may_read_result(member, role),
-            may_resume=job.kind == canvases.WORKFLOW_KIND
-            and job.status in (Status.FAILED, Status.CANCELLED)
+            may_resume=resumable and resumed_as is None
             and may_cancel(member, job.requested_by, role),
+            resumed_as=resumed_as,
         )
 
     def cancel(self, conn: Connection, member: Membership, job_id: UUID,

@@ -342,6 +342,12 @@ class Resumed:
     resumed_as: UUID | None
 
 
+def resumed_as(conn: Connection, job_id: UUID) -> UUID | None:
+    """The job that resumed (or retried) this one, if any: the caller's organization's rows."""
+    found: UUID | None = conn.execute(Q["resumed_as"], {"id": job_id}).scalar_one_or_none()
+    return found
+
+
 def resume_workflow(conn: Connection, old: UUID, new: UUID, user_id: UUID,
                     request_id: str | None, *, kind_roles: Mapping[str, str]) -> Resumed:
     """Make ``new`` (this transaction's submit of ``old``'s params, retry_of ``old``) the resume

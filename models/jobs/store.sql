@@ -157,6 +157,11 @@ WITH asked AS (
 )
 SELECT * FROM asked
 
+-- resumed_as --
+-- Web role, scoped to the organization: the job that resumed or retried this one (its page
+-- links it instead of offering a resume), through jobs_retry_of_idx.
+SELECT id FROM jobs WHERE retry_of = :id ORDER BY created_at LIMIT 1
+
 -- resume_workflow --
 -- Web role, scoped to the organization, after the submit of the new workflow in the same
 -- transaction (see resume_workflow() in the schema: the rule of the cancel, the reused places,

@@ -306,6 +306,10 @@ def test_the_job_page_offers_resume_only_to_who_may_and_it_resumes(stack: Stack,
     new_id = answer.headers["Location"].rsplit("/", 1)[1]
     assert stack.job_row(new_id)["retry_of"] == failed.id
     assert "Resumed:" in as_ada.get(f"/orgs/{org}/jobs/{new_id}").get_data(as_text=True)
+    # The old one's page now links its resume instead of offering another.
+    old_page = as_ada.get(url).get_data(as_text=True)
+    assert ">Resume</button>" not in old_page
+    assert f'Resumed as <a href="/orgs/{org}/jobs/{new_id}">' in old_page
     # A completed workflow offers none.
     _, _, done = start(stack, chain(sig("test.add", n=1)), org=org, user=ada)
     assert stack.jobs.wait(done.id, 60, organization_id=org).job.status == "completed"
