@@ -137,6 +137,21 @@ class JobFinished(DomainError):
     message = "The job has already finished."
 
 
+class NotResumable(DomainError):
+    """A resume of a job that is not a failed or cancelled workflow (``status`` says what it is)."""
+
+    code = "job_not_resumable"
+    message = "Only a failed or cancelled workflow can be resumed."
+
+
+class AlreadyResumed(DomainError):
+    """A resume of a workflow that was resumed (or retried) before: resume that one
+    (``resumed_as``) instead, so that one failed run never goes on twice."""
+
+    code = "already_resumed"
+    message = "This workflow was resumed already: resume the newer workflow instead."
+
+
 class TimedOut(DomainError):
     code = "timed_out"
     message = "The job took longer than its time limit."

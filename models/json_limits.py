@@ -108,12 +108,15 @@ def check_params(params: object, *, workflow: bool = False) -> None:
     for place, step in enumerate(steps if isinstance(steps, list) else []):
         if isinstance(step, dict):
             check_step_params(step.get("params"), place)
+    handler = params.get("on_failure") if isinstance(params, dict) else None
+    if isinstance(handler, dict):
+        check_step_params(handler.get("params"), "on_failure")
     check_depth(params, "A workflow's params", "params", limit=MAX_ENVELOPE_DEPTH)
 
 
-def check_step_params(params: object, place: int) -> None:
+def check_step_params(params: object, place: int | str) -> None:
     """One workflow step's params (``place``: its index among the steps, as a refusal of its
-    kind's model names it)."""
+    kind's model names it; ``on_failure`` for the workflow's failure handler)."""
     check_depth(params, "A step's params", "steps", step=place)
 
 

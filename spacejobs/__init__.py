@@ -47,6 +47,8 @@ _WHERE = {
     "TooManyJobs": "spacejobs.models.errors",
     "TooManySignals": "spacejobs.models.errors",
     "NoStepWaits": "spacejobs.models.errors",
+    "NotResumable": "spacejobs.models.errors",
+    "AlreadyResumed": "spacejobs.models.errors",
     "JobNotCompleted": "spacejobs.models.errors",
     "JobFinished": "spacejobs.models.errors",
     "ResultExpired": "spacejobs.models.errors",
@@ -79,10 +81,11 @@ _WHERE = {
 }
 
 #: the same names as _WHERE's, written out so that tools read them without running this
-__all__ = ["ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
+__all__ = ["AlreadyResumed", "ChildrenFailed", "Delivered", "DomainError", "DuplicateJob",
+    "IdempotencyKeyReused",
     "InsufficientRole", "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished",
     "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams",
-    "NoStepWaits", "NotFound",
+    "NoStepWaits", "NotFound", "NotResumable",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed", "Submitted",
     "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals", "UnknownKind", "chain",
@@ -90,6 +93,7 @@ __all__ = ["ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "Idempo
 
 if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ imports on first use
     from spacejobs.models.errors import (
+        AlreadyResumed,
         DomainError,
         DuplicateJob,
         IdempotencyKeyReused,
@@ -100,6 +104,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ imports 
         JobNotCompleted,
         NoStepWaits,
         NotFound,
+        NotResumable,
         OrganizationReadOnly,
         OrganizationUnavailable,
         RequesterNotMember,

@@ -395,3 +395,33 @@ class ImageTooLarge(DomainError):
 @job_kind("test.image_too_large", org_states={"active"}, max_attempts=3, backoff=0.2)
 def image_too_large(ctx: JobContext, params: NoParams) -> dict[str, Any]:
     raise ImageTooLarge()
+
+
+class GateParams(Params):
+    #: a file whose presence opens the gate (the test creates it between a failure and a resume)
+    path: Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class GateClosed(DomainError):
+    code = "gate_closed"
+    message = "The gate is closed."
+
+
+@job_kind("test.gate", org_states={"active"}, max_attempts=1, params=GateParams)
+def gate(ctx: JobContext, params: GateParams) -> dict[str, Any]:
+    """A workflow step that fails for good until its file exists, then passes its inputs on:
+    what a resumed workflow runs again."""
+    if not os.path.exists(params.path):
+        raise GateClosed()
+    return {"inputs": list(ctx.inputs)}
+
+
+class OnFailureParams(Params):
+    note: Annotated[str, Field(min_length=1, max_length=100)]
+
+
+@job_kind("test.on_failure", org_states={"active"}, max_attempts=2, backoff=0.2,
+          params=OnFailureParams)
+def on_failure(ctx: JobContext, params: OnFailureParams) -> dict[str, Any]:
+    """A workflow's failure handler: its result is what it was told."""
+    return {"note": params.note, "failure": ctx.inputs[0], "inputs": len(ctx.inputs)}

@@ -267,6 +267,17 @@ def cancel_job(org: str, job_id: str) -> ResponseReturnValue:
     return jsonify(job_json(job, held)), 200 if job.status == "cancelled" else 202
 
 
+@api.post("/orgs/<org>/jobs/<job_id>/resume")
+@api_limit
+def resume_job(org: str, job_id: str) -> ResponseReturnValue:
+    """A failed or cancelled workflow, resumed as a new workflow from its last completed steps:
+    202 with the new workflow."""
+    jid = parse_id(job_id)
+    with org_transaction(org) as (conn, membership):
+        job = job_api().resume(conn, membership, jid, g.request_id)
+    return jsonify(job_json(job)), 202
+
+
 @api.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
 @api_limit
 def signal_job(org: str, job_id: str, name: str) -> ResponseReturnValue:

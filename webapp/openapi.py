@@ -373,6 +373,13 @@ OPERATIONS = (
               {200: ("cancelled (it was queued)", Job),
                202: ("cancel requested (it is running)", Job)},
               (*IN_ORGANIZATION, "insufficient_role", "job_finished")),
+    Operation("api.resume_job", "post",
+              "Resume a failed or cancelled workflow from its last completed steps",
+              {202: ("the new workflow (queued; its completed steps are reused, never run "
+                     "again)", Job)},
+              (*IN_ORGANIZATION, "insufficient_role", "job_not_resumable", "already_resumed",
+               "requester_not_member", "too_many_jobs", "organization_read_only"),
+              links={202: _job_links("$response.body#/id")}),
     Operation("api.signal_job", "post", "Send a job a signal (its payload is the body)",
               {202: ("sent: a wait of the job for this name takes it, now or later, once; sent "
                      "to a workflow, the step that waits for it now takes it (`received_by`). "
@@ -488,7 +495,8 @@ def _describe_submits(schemas: dict[str, Any]) -> None:
         schemas[body]["properties"]["kind"]["enum"] = kinds
         if WORKFLOW_KIND in kinds:
             schemas[body]["allOf"] = [workflow]
-    schemas["StepNode"]["properties"]["kind"]["enum"] = [k for k in kinds if k != WORKFLOW_KIND]
+    for part in ("StepNode", "FailureHandler"):
+        schemas[part]["properties"]["kind"]["enum"] = [k for k in kinds if k != WORKFLOW_KIND]
 
 
 def _operation(op: Operation, arguments: set[str]) -> dict[str, Any]:

@@ -552,6 +552,18 @@ def cancel(org: str, job_id: str) -> ResponseReturnValue:
     return redirect(url_for("ui.job_page", org=org, job_id=job_id))
 
 
+@bp.post("/orgs/<org>/jobs/<job_id>/resume")
+@signed_in
+def resume(org: str, job_id: str) -> ResponseReturnValue:
+    """A failed or cancelled workflow resumed: the page of the new workflow that runs what did
+    not complete."""
+    with org_page(org) as page:
+        new = job_api().resume(page.conn, page.membership, parse_id(job_id), g.request_id)
+    flash("Resumed: this new workflow runs the steps that did not complete; those that did are "
+          "not run again.")
+    return redirect(url_for("ui.job_page", org=org, job_id=new.id))
+
+
 @bp.get("/orgs/<org>/jobs/<job_id>/download")
 @signed_in
 def download(org: str, job_id: str) -> ResponseReturnValue:

@@ -20,6 +20,11 @@ and fails the workflow; ``run_all`` runs every step whose dependencies completed
 whose dependencies did not, and fails at the end listing every failed and skipped step. A
 cancel of the workflow cancels its steps. Its progress is the steps ended of all of them.
 
+A failure handler (``chain(...).on_failure(sig("kind", ...))``, Celery's ``link_error``) is a
+kind and its params declared with the whole workflow, checked at its submit like a step, and
+run once, as a job of its own, when the workflow fails (not when it is cancelled), with what
+failed as its ``ctx.inputs[0]``.
+
 How a workflow's job runs its steps is the worker engine's (spacejobs.tasks.engine.workflows).
 """
 
@@ -53,8 +58,20 @@ MAX_STEPS_IN_KIND = 10_000
 Policy = Literal["fail_fast", "run_all"]
 
 
+class _Part:
+    """What every part of a canvas can do: take a failure handler for the whole workflow."""
+
+    def on_failure(self, handler: Signature) -> Handled:
+        """This canvas, as a whole workflow, with ``handler`` (a kind and its params) run once
+        when it fails: Celery's ``link_error``. Its ``ctx.inputs[0]`` says what failed."""
+        if not isinstance(handler, Signature):
+            raise InvalidRequest("A failure handler is one step: sig(kind, params).",
+                                 fields=["on_failure"])
+        return Handled(self, handler)  # type: ignore[arg-type]  # every _Part is a Canvas
+
+
 @dataclass(frozen=True)
-class Signature:
+class Signature(_Part):
     """One step: a kind, its params and, optionally, the step's name (``sig("projects_export")``,
     ``sig("bench.sleep", seconds=1)``), like Celery's ``task.s(...)``."""
 
@@ -76,27 +93,36 @@ def sig(kind: str, params: Mapping[str, Any] | None = None, /, *, name: str | No
 
 
 @dataclass(frozen=True)
-class Chain:
+class Chain(_Part):
     steps: tuple[Canvas, ...]
 
 
 @dataclass(frozen=True)
-class Group:
+class Group(_Part):
     members: tuple[Canvas, ...]
 
 
 @dataclass(frozen=True)
-class Chord:
+class Chord(_Part):
     header: Group
     body: Canvas
 
 
 @dataclass(frozen=True)
-class Graph:
+class Graph(_Part):
     """Named steps and the names each depends on: ``graph({"a": (sig(...), []), "b":
     (sig(...), ["a"])})``."""
 
     steps: Mapping[str, tuple[Signature, Sequence[str]]]
+
+
+@dataclass(frozen=True)
+class Handled:
+    """A whole workflow with its failure handler (``canvas.on_failure(sig(...))``): it is the
+    outermost part only, since the handler belongs to the workflow, not to a step of it."""
+
+    canvas: Canvas
+    handler: Signature
 
 
 Canvas = Signature | Chain | Group | Chord | Graph
@@ -151,13 +177,32 @@ class StepNode(Params):
         return dumped
 
 
+#: where a refusal of the failure handler points (``step`` in the error's details, and the
+#: prefix of its message), as a refusal of a step names its place
+ON_FAILURE = "on_failure"
+
+
+class FailureHandler(Params):
+    """A workflow's failure handler: a kind and its params, run once as a job of its own when
+    the workflow fails, with what failed as its ``ctx.inputs[0]``."""
+
+    kind: str = Field(min_length=1, max_length=64,
+                      description="any kind a submit takes, but not a workflow")
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="the kind's own params, as its submit takes them")
+
+
 class WorkflowParams(Params):
-    """The params of a submitted workflow (kind ``workflow``): its steps, and what a failed step
+    """The params of a submitted workflow (kind ``workflow``): its steps, what a failed step
     does to the rest (``fail_fast``: cancel them; ``run_all``: run those whose dependencies
-    completed)."""
+    completed), and the failure handler run once if it fails."""
 
     steps: list[StepNode] = Field(min_length=1, max_length=MAX_STEPS)
     policy: Policy = "fail_fast"
+    on_failure: FailureHandler | None = Field(
+        default=None, description="a kind and its params, run once as a job of its own when "
+                                  "the workflow fails (not when it is cancelled), with what "
+                                  "failed as its first input")
 
     @model_validator(mode="before")
     @classmethod
@@ -179,13 +224,52 @@ class WorkflowParams(Params):
         valid, and dependencies only on earlier steps. (Each step's role and organization state
         are checked when it runs, as for any job.)"""
         check_steps(self.steps, get_kind)
+        if self.on_failure is not None:
+            check_handler(self.on_failure, get_kind)
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _the_handler_has_a_handlers_shape(cls, raw: Any) -> Any:
+        """A handler without a kind or with a field it does not have is refused naming it
+        (``step``: ``on_failure``), as a step's shape is."""
+        handler = raw.get(ON_FAILURE) if isinstance(raw, dict) else None
+        if handler is not None:
+            try:
+                FailureHandler.model_validate(handler)
+            except ValidationError as error:
+                problems = error.errors(include_url=False, include_input=False)
+                reasons = sorted({(".".join([ON_FAILURE, *map(str, p["loc"])]), reason(p))
+                                  for p in problems})
+                listed = [FieldReason(field=name, reason=why) for name, why in reasons]
+                raise InvalidParams("The job parameters are not valid: " + summary(listed) + ".",
+                                    fields=sorted({r["field"] for r in listed}), reasons=listed,
+                                    step=ON_FAILURE) from None
+        return raw
 
 
 def step_rules(params: Mapping[str, Any]) -> list[KindRules]:
-    """The rules of each step of a submitted workflow, in place order (``params`` are the
-    workflow's, already valid: :class:`WorkflowParams`)."""
-    return [get_any_kind(step["kind"]).rules for step in params.get("steps", [])]
+    """The rules of each step of a submitted workflow, in place order, and then its failure
+    handler's when it has one (``params`` are the workflow's, already valid:
+    :class:`WorkflowParams`)."""
+    handler = params.get(ON_FAILURE)
+    return [get_any_kind(step["kind"]).rules for step in params.get("steps", [])] + (
+        [get_any_kind(handler["kind"]).rules] if handler else [])
+
+
+def check_handler(handler: FailureHandler, kind_of: Callable[[str], JobKind]) -> None:
+    """Refuse a failure handler as a submit would refuse it (an unknown kind as ``kind_of``
+    knows them, a workflow, params its kind refuses), naming it: ``step`` is ``on_failure``."""
+    try:
+        if handler.kind == WORKFLOW_KIND:
+            raise InvalidRequest("A workflow's failure handler cannot be a workflow.",
+                                 fields=[ON_FAILURE])
+        kind_of(handler.kind).parse_params(handler.params)
+    except DomainError as error:
+        error.details["step"] = ON_FAILURE
+        error.message = f"{ON_FAILURE}: {error.message}"
+        error.args = (error.message,)
+        raise
 
 
 def rules_with_steps(rules: KindRules, steps: Sequence[KindRules]) -> KindRules:
@@ -288,6 +372,9 @@ def _add(canvas: Canvas, before: _Ends, nodes: list[StepNode]) -> _Ends:
                      [place for end in members for place in end.done])
     if isinstance(canvas, Chord):
         return _add(canvas.body, _add(canvas.header, before, nodes), nodes)
+    if isinstance(canvas, Handled):
+        raise InvalidRequest("A failure handler belongs to the whole workflow: give it to the "
+                             "outermost part.", fields=[ON_FAILURE])
     return _add_graph(canvas, before, nodes)
 
 
@@ -312,9 +399,25 @@ def _add_graph(canvas: Graph, before: _Ends, nodes: list[StepNode]) -> _Ends:
     return _Ends(leaves, leaves)
 
 
-def workflow_params(canvas: Canvas, policy: Policy = "fail_fast") -> dict[str, Any]:
-    """The workflow job's params for a canvas (checked again by the kind's params model)."""
+def workflow_params(canvas: Canvas | Handled, policy: Policy = "fail_fast", *,
+                    on_failure: Signature | None = None) -> dict[str, Any]:
+    """The workflow job's params for a canvas (checked again by the kind's params model), with
+    its failure handler (``canvas.on_failure(...)`` or ``on_failure``, not both)."""
+    canvas, on_failure = split_handler(canvas, on_failure)
     nodes = compile_canvas(canvas)
     if not 1 <= len(nodes) <= MAX_STEPS:
         raise InvalidRequest(f"A workflow holds 1 to {MAX_STEPS} steps.", fields=["steps"])
-    return {"steps": [node.as_params() for node in nodes], "policy": policy}
+    params: dict[str, Any] = {"steps": [node.as_params() for node in nodes], "policy": policy}
+    if on_failure is not None:
+        params[ON_FAILURE] = {"kind": on_failure.kind, "params": dict(on_failure.params)}
+    return params
+
+
+def split_handler(canvas: Canvas | Handled, on_failure: Signature | None = None
+                  ) -> tuple[Canvas, Signature | None]:
+    """The canvas and its failure handler, given either way (not both)."""
+    if isinstance(canvas, Handled):
+        if on_failure is not None:
+            raise InvalidRequest("The workflow has two failure handlers.", fields=[ON_FAILURE])
+        return canvas.canvas, canvas.handler
+    return canvas, on_failure

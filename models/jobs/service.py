@@ -40,6 +40,7 @@ from sqlalchemy import Connection, Engine
 from spacejobs.models.db.roles import listen_url
 from spacejobs.models.db.transaction import after_commit, scope, transaction
 from spacejobs.models.errors import (
+    AlreadyResumed,
     DomainError,
     DuplicateJob,
     InvalidRequest,
@@ -47,6 +48,8 @@ from spacejobs.models.errors import (
     JobNotCompleted,
     NoStepWaits,
     NotFound,
+    NotResumable,
+    RequesterNotMember,
     ResultExpired,
     TooManySignals,
 )
@@ -141,6 +144,11 @@ class JobRights:
     #: may send it a signal: who may cancel it (the rule :meth:`Jobs.signal` enforces), while
     #: it has not ended
     may_signal: bool = False
+    #: a failed or cancelled workflow not resumed yet, which the member may cancel (so may
+    #: resume) had it run
+    may_resume: bool = False
+    #: the workflow that resumed this one (or an operator's retry of it), if any
+    resumed_as: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -246,13 +254,14 @@ class Jobs:
         valid = _validated(job_kind, params, dedup_key, priority, sequence_key)
         _check_debounce(debounce_seconds, dedup_key)
         parts = _parts(job_kind, valid)
-        job, outcome = store.submit(
-            conn, organization_id=organization_id, requested_by=requested_by,
-            kind=canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
-            parts=parts,
-            params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
-            request_id=request_id, run_after=run_after, priority=priority,
-            sequence_key=sequence_key, debounce_seconds=debounce_seconds)
+        with _handler_named(valid):
+            job, outcome = store.submit(
+                conn, organization_id=organization_id, requested_by=requested_by,
+                kind=canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
+                parts=parts,
+                params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
+                request_id=request_id, run_after=run_after, priority=priority,
+                sequence_key=sequence_key, debounce_seconds=debounce_seconds)
         if outcome == "created":
             self._wake_after_commit(conn, str(job.id))
         log.info(_SUBMIT_LOGS[outcome],
@@ -274,21 +283,28 @@ class Jobs:
     def submit_workflow(
         self,
         conn: Connection,
-        canvas: canvases.Canvas,
+        canvas: canvases.Canvas | canvases.Handled,
         *,
         organization_id: UUID,
         requested_by: UUID,
         policy: canvases.Policy = "fail_fast",
+        on_failure: canvases.Signature | None = None,
         idempotency_key: str | None = None,
         request_id: str | None = None,
     ) -> Submitted:
         r"""Queue a workflow (``chain``, ``group``, ``chord``, ``graph`` of ``sig``\ s, in
         models/jobs/canvas.py) as ONE job in the caller's transaction: all of it or nothing,
         the wake-up after COMMIT. Its steps become jobs as their dependencies complete; wait
-        for the whole with :meth:`wait` on the returned job."""
-        for place, step in enumerate(canvases.compile_canvas(canvas)):
+        for the whole with :meth:`wait` on the returned job. ``on_failure`` (or
+        ``canvas.on_failure(sig(...))``): a kind and its params run once, as a job of its own,
+        if the workflow fails, checked now like a step (a refusal names ``on_failure``)."""
+        bare, handler = canvases.split_handler(canvas, on_failure)
+        for place, step in enumerate(canvases.compile_canvas(bare)):
             check_step_params(step.params, place)  # before pydantic serializes them (it recurses)
-        return self.submit(conn, "workflow", canvases.workflow_params(canvas, policy),
+        if handler is not None:
+            check_step_params(dict(handler.params), canvases.ON_FAILURE)
+        return self.submit(conn, "workflow", canvases.workflow_params(bare, policy,
+                                                                      on_failure=handler),
                            organization_id=organization_id, requested_by=requested_by,
                            idempotency_key=idempotency_key, request_id=request_id)
 
@@ -415,11 +431,16 @@ class Jobs:
         caller's transaction, as the cancel and the result read it)."""
         role = store.role_needed(conn, job.id, kind_roles()) or "owner"
         allowed = may_cancel(member, job.requested_by, role)
+        resumable = job.kind == canvases.WORKFLOW_KIND and job.status in (Status.FAILED,
+                                                                           Status.CANCELLED)
+        resumed_as = store.resumed_as(conn, job.id) if resumable else None
         return JobRights(
             kind_role=role,
             may_cancel=job.status in ACTIVE and job.status != Status.CANCEL_REQUESTED and allowed,
             may_read_result=may_read_result(member, role),
             may_signal=job.status in ACTIVE and allowed,
+            may_resume=resumable and resumed_as is None and allowed,
+            resumed_as=resumed_as,
         )
 
     def cancel(self, conn: Connection, member: Membership, job_id: UUID,
@@ -431,6 +452,71 @@ class Jobs:
         for a job that had already ended."""
         return store.request_cancel(conn, job_id, member.user_id, request_id,
                                     kind_roles=kind_roles())
+
+    def resume(self, conn: Connection, member: Membership, job_id: UUID,
+               request_id: str | None = None) -> Job:
+        """Resume a failed or cancelled workflow from its last completed steps, as a NEW workflow
+        (its ``retry_of`` the old one; a terminal row never comes back) in the caller's
+        transaction: the steps the old run completed are reused, never run again (their results
+        are the new run's), and the failed, cancelled and never made ones run again. The same
+        requester, the same steps and failure handler; the submit's checks (the requester's
+        standing against every step's rules, the quota) apply as to any submit. Who may cancel
+        the workflow may resume it (InsufficientRole otherwise): its requester, or a member
+        holding the strictest role of what it holds. Written to the organization's audit log
+        (``job.resume``). NotFound for another organization's job, NotResumable for a job that
+        is not a failed or cancelled workflow (a kind's own ``ctx.workflow`` is its kind's to
+        retry), AlreadyResumed once it was resumed (resume that one), RequesterNotMember once
+        its requester left the organization. Returns the new workflow, queued; the wake-up goes
+        out after COMMIT."""
+        roles = kind_roles()
+        old = self.get(conn, member, job_id)
+        role = store.role_needed(conn, job_id, roles) or "owner"
+        if not may_cancel(member, old.requested_by, role):
+            raise cancel_refused(role)
+        if old.kind != canvases.WORKFLOW_KIND or old.status not in (Status.FAILED, Status.CANCELLED):
+            raise NotResumable(status=old.status)
+        workflow_kind = get_kind(canvases.WORKFLOW_KIND)
+        # The params as they were (the resume checks that it runs the same workflow), checked
+        # again as a new submit is: a step's kind may have gone, or changed its params.
+        params = dict(store.snapshot(conn, job_id)["params"])
+        _validated(workflow_kind, params, None)
+        rules = workflow_kind.rules
+        parts = canvases.step_rules(params)
+        # A savepoint: a refusal under the lock below undoes the new workflow, not the caller's
+        # own earlier writes.
+        savepoint = conn.begin_nested()
+        try:
+            try:
+                with _handler_named(params):
+                    new, _ = store.submit(conn, organization_id=old.organization_id,
+                                          requested_by=old.requested_by,
+                                          kind=canvases.rules_with_steps(rules, parts),
+                                          parts=parts, params=params, request_id=request_id,
+                                          retry_of=job_id)
+            except NotFound:
+                # The submit refuses a requester who left as it refuses anyone outside the
+                # organization; to whoever resumes, that is not a missing job.
+                raise RequesterNotMember() from None
+            resumed = store.resume_workflow(conn, job_id, new.id, member.user_id, request_id,
+                                            kind_roles=roles)
+        except BaseException:
+            savepoint.rollback()
+            raise
+        if resumed.outcome != "resumed":
+            savepoint.rollback()
+            if resumed.outcome == "refused":
+                raise cancel_refused(role)
+            if resumed.outcome == "already_resumed":
+                raise AlreadyResumed(job_id=str(resumed.resumed_as))
+            if resumed.outcome == "not_resumable":
+                raise NotResumable(status=resumed.status)
+            raise NotFound()
+        savepoint.commit()
+        self._wake_after_commit(conn, str(new.id))
+        log.info("workflow resumed", extra={
+            "request_id": request_id, "job_id": str(new.id), "kind": new.kind,
+            "organization_id": str(new.organization_id), "attempt": 0})
+        return new
 
     def signal(self, conn: Connection, member: Membership, job_id: UUID, name: str,
                payload: Any = None) -> Delivered:
@@ -637,6 +723,20 @@ def _check_debounce(debounce_seconds: int | None, dedup_key: str | None) -> None
     if dedup_key is None:
         raise InvalidRequest("A debounce needs a dedup_key: it names the job a later submit replaces.",
                              fields=["dedup_key"])
+
+
+@contextmanager
+def _handler_named(params: dict[str, Any]) -> Iterator[None]:
+    """A refusal of the failure handler's rules (the last of a workflow's parts) names it as
+    ``on_failure``, as a refusal of its kind or params at validation does."""
+    steps = params.get("steps")
+    try:
+        yield
+    except DomainError as error:
+        if (params.get(canvases.ON_FAILURE) and isinstance(steps, list)
+                and error.details.get("step") == len(steps)):
+            error.details["step"] = canvases.ON_FAILURE
+        raise
 
 
 def _parts(job_kind: JobKind, params: dict[str, Any]) -> list[KindRules]:

@@ -330,6 +330,36 @@ def request_cancel(conn: Connection, job_id: UUID | str, user_id: UUID,
     raise cancel_refused(roles.get(job.kind, "owner"))
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """What resume_workflow() answered: ``resumed`` (``reused`` places of the old run), or why
+    not: ``not_found``, ``refused``, ``not_resumable`` (``status``), ``already_resumed``
+    (``resumed_as``)."""
+
+    outcome: str
+    status: Status | None
+    reused: int
+    resumed_as: UUID | None
+
+
+def resumed_as(conn: Connection, job_id: UUID) -> UUID | None:
+    """The job that resumed (or retried) this one, if any: the caller's organization's rows."""
+    found: UUID | None = conn.execute(Q["resumed_as"], {"id": job_id}).scalar_one_or_none()
+    return found
+
+
+def resume_workflow(conn: Connection, old: UUID, new: UUID, user_id: UUID,
+                    request_id: str | None, *, kind_roles: Mapping[str, str]) -> Resumed:
+    """Make ``new`` (this transaction's submit of ``old``'s params, retry_of ``old``) the resume
+    of the failed or cancelled workflow ``old``: the places ``old`` completed are reused, under
+    the rule of the cancel, with the audit row (resume_workflow() in the schema)."""
+    row = conn.execute(Q["resume_workflow"], {
+        "old": old, "new": new, "user_id": user_id, "request_id": request_id,
+        "kind_roles": json.dumps(dict(kind_roles))}).one()
+    return Resumed(row.outcome, Status(row.status) if row.status else None, row.reused,
+                   row.resumed_as)
+
+
 # ---------------------------------------------------------------------------------------------
 # Worker side (space_worker)
 # ---------------------------------------------------------------------------------------------
@@ -690,6 +720,18 @@ def children(conn: Connection, parent: LeasedJob) -> list[Child]:
     rows = conn.execute(Q["children_of"], {"parent": parent.id, "token": parent.lease_token})
     return [Child(r.child_index, r.id, Status(r.status), r.result, r.error_code, r.error_message)
             for r in rows]
+
+
+def start_failure_handler(conn: Connection, workflow: LeasedJob, failure: Mapping[str, Any],
+                          handler: KindRules) -> UUID | None:
+    """Make the held workflow's failure handler, once (start_failure_handler() in the schema):
+    the kind and params its submit declared, with ``failure`` as its first input. None when
+    the lease is no longer ours or it declared none."""
+    made: UUID | None = conn.execute(Q["start_failure_handler"], {
+        "workflow": workflow.id, "token": workflow.lease_token, "failure": json.dumps(failure),
+        "max_attempts": handler.max_attempts, "lease_seconds": handler.lease_seconds,
+    }).scalar_one()
+    return made
 
 
 def cancel_children(conn: Connection, parent: LeasedJob) -> int:

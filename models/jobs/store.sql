@@ -157,6 +157,23 @@ WITH asked AS (
 )
 SELECT * FROM asked
 
+-- resumed_as --
+-- Web role, scoped to the organization: the job that resumed or retried this one (its page
+-- links it instead of offering a resume), through jobs_retry_of_idx.
+SELECT id FROM jobs WHERE retry_of = :id ORDER BY created_at LIMIT 1
+
+-- resume_workflow --
+-- Web role, scoped to the organization, after the submit of the new workflow in the same
+-- transaction (see resume_workflow() in the schema: the rule of the cancel, the reused places,
+-- the audit row).
+SELECT outcome, status, reused, resumed_as
+FROM resume_workflow(:old, :new, :user_id, CAST(:kind_roles AS jsonb), :request_id)
+
+-- start_failure_handler --
+-- Worker role, holding the failing workflow's lease (see start_failure_handler() in the schema).
+SELECT start_failure_handler(:workflow, :token, CAST(:failure AS jsonb), :max_attempts,
+                             :lease_seconds)
+
 -- children_of --
 SELECT child_index, id, status, result, error_code, error_message
 FROM children_of(:parent, :token)
@@ -273,7 +290,9 @@ ORDER BY started_at, id
 -- it is a job yet or not, by name; for any other parent (a fan-out, a kind's own workflow), the
 -- children there are and, through job_unmade_steps(), the places its plan holds that are not
 -- jobs yet. Names, kinds, statuses and error codes only: never a step's params, result or
--- message. total counts them all (the graph's steps, the plan's, or the children), once.
+-- message. total counts them all (the graph's steps, the plan's, or the children), once. A
+-- resumed workflow's place that an earlier run completed is that run's step
+-- (job_workflow_reused, the organization's rows under its row-level security).
 WITH parent AS MATERIALIZED (
     SELECT p.id,
            CASE WHEN p.kind = 'workflow' AND jsonb_typeof(p.params -> 'steps') = 'array'
@@ -293,7 +312,14 @@ WITH parent AS MATERIALIZED (
 SELECT g.place, g.name, coalesce(c.kind, g.kind) AS kind, c.id, c.status, c.attempts,
        c.error_code, (SELECT jsonb_array_length(parent.graph) FROM parent) AS total
 FROM graph_steps g
-LEFT JOIN jobs c ON c.parent_id = :parent AND c.child_index = g.place
+LEFT JOIN LATERAL (
+    SELECT m.kind, m.id, m.status, m.attempts, m.error_code FROM jobs m
+    WHERE m.parent_id = :parent AND m.child_index = g.place
+    UNION ALL
+    SELECT m.kind, m.id, m.status, m.attempts, m.error_code
+    FROM job_workflow_reused u JOIN jobs m ON m.id = u.step_id
+    WHERE u.parent_id = :parent AND u.place = g.place
+    LIMIT 1) AS c ON true
 UNION ALL
 (SELECT k.place, NULL, k.kind, k.id, k.status, k.attempts, k.error_code,
         coalesce((SELECT plan.total FROM plan),
@@ -313,17 +339,24 @@ ORDER BY place
 -- parent's result (the strictest role of what it holds): the results of the parent's steps
 -- that completed, in place order after the place :after, at most :limit of them, each with its
 -- name (a workflow's, from its graph; NULL for a fan-out's part) and whether retention dropped
--- it. The children are the organization's rows (row-level security) or nothing.
+-- it. The children are the organization's rows (row-level security) or nothing; a resumed
+-- workflow's places that an earlier run completed are that run's steps (job_workflow_reused).
 WITH parent AS MATERIALIZED (
     SELECT p.id,
            CASE WHEN p.kind = 'workflow' AND jsonb_typeof(p.params -> 'steps') = 'array'
                 THEN p.params -> 'steps' END AS graph
     FROM jobs p WHERE p.id = :parent
 ), done AS (
-    SELECT c.child_index AS place, c.id, c.kind, c.result, c.result_expired_at
-    FROM parent JOIN jobs c ON c.parent_id = parent.id
-    WHERE c.status = 'completed' AND c.child_index > :after
-    ORDER BY c.child_index
+    SELECT d.place, d.id, d.kind, d.result, d.result_expired_at
+    FROM (SELECT c.child_index AS place, c.id, c.kind, c.result, c.result_expired_at
+          FROM parent JOIN jobs c ON c.parent_id = parent.id
+          WHERE c.status = 'completed' AND c.child_index > :after
+          UNION ALL
+          SELECT u.place, c.id, c.kind, c.result, c.result_expired_at
+          FROM parent JOIN job_workflow_reused u ON u.parent_id = parent.id
+          JOIN jobs c ON c.id = u.step_id
+          WHERE u.place > :after) AS d
+    ORDER BY d.place
     LIMIT :limit
 )
 SELECT d.place, d.id, d.kind, d.result, d.result_expired_at, g.step ->> 'name' AS name

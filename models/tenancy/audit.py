@@ -29,7 +29,7 @@ from spacejobs.models.tenancy.access import Membership, has_role
 
 Q = queries_beside(__file__)
 
-ACTIONS = ("job.submit", "job.debounce", "job.cancel", "job.download", "member.add",
+ACTIONS = ("job.submit", "job.debounce", "job.cancel", "job.resume", "job.download", "member.add",
            "member.role_change", "member.remove", "organization.state_change")
 #: the least role that reads an organization's log
 READER_ROLE = "admin"

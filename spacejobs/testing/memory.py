@@ -442,6 +442,11 @@ class _Runtime:
                       c.error_code, str(c.error) if isinstance(c.error, DomainError) else None)
                 for place, c in enumerate(self.job.children)]
 
+    def start_failure_handler(self, job: LeasedJob, failure: dict[str, Any],
+                              handler: KindRules) -> UUID | None:
+        raise NeedsDatabase("A workflow's failure handler is a job of its own: run the "
+                            "workflow against the database (a worker) to see it made.")
+
     def cancel_children(self, job: LeasedJob) -> int:
         active = [c for c in self.job.children if c.status in ACTIVE]
         for child in active:

@@ -237,3 +237,8 @@ class WorkerLeases:
     def cancel_children(self, job: LeasedJob) -> int:
         with transaction(self.engine, actor=self.actor) as conn:
             return store.cancel_children(conn, job)
+
+    def start_failure_handler(self, job: LeasedJob, failure: dict[str, Any],
+                              handler: KindRules) -> UUID | None:
+        with transaction(self.engine, actor=self.actor) as conn:
+            return store.start_failure_handler(conn, job, failure, handler)

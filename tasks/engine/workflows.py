@@ -13,6 +13,7 @@ from spacejobs.models.errors import CancelRequested, DomainError, InvalidRequest
 from spacejobs.models.jobs.canvas import (
     MAX_STEPS_IN_KIND,
     Canvas,
+    FailureHandler,
     Policy,
     StepNode,
     check_steps,
@@ -54,12 +55,14 @@ def run_canvas(ctx: JobContext, canvas: Canvas, *, policy: Policy = "fail_fast",
 
 
 def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
-                 max_parallel: int | None = None) -> dict[str, Any]:
+                 max_parallel: int | None = None,
+                 on_failure: FailureHandler | None = None) -> dict[str, Any]:
     """A workflow's run. The database runs the workflow (models/db/schema/70_fan_out.sql): the
     first run records the steps and makes those ready at once (at most ``max_parallel``
     unfinished, when given), then waits without a worker; each step's end makes the steps it
     let go, in the transaction that ends it; the workflow runs again once settled (nothing
-    unfinished, or a failed step under fail_fast) to collect."""
+    unfinished, or a failed step under fail_fast) to collect. A workflow that fails makes its
+    failure handler (``on_failure``) first, once; one that is cancelled does not."""
     try:
         ctx.checkpoint()
         state = ctx.runtime.workflow_state(ctx.job)
@@ -74,7 +77,7 @@ def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
                   and c.status != Status.COMPLETED]
         if failed and policy == "fail_fast":
             ctx.runtime.cancel_children(ctx.job)
-            raise _failed(steps, children, failed, skipped=[])
+            raise _handled(ctx, on_failure, steps, children, failed, skipped=[])
         ctx.progress("steps", done=state.ended, total=len(steps))
     except CancelRequested:
         ctx.runtime.cancel_children(ctx.job)
@@ -82,7 +85,7 @@ def run_workflow(ctx: JobContext, steps: Sequence[StepNode], policy: Policy, *,
     skipped = [i for i in range(len(steps)) if i not in children]
     failed = [i for i, c in children.items() if c.status != Status.COMPLETED]
     if failed or skipped:
-        raise _failed(steps, children, sorted(failed), skipped)
+        raise _handled(ctx, on_failure, steps, children, sorted(failed), skipped)
     last = [i for i in range(len(steps)) if not any(i in s.needs for s in steps)]
     results = {steps[i].name: children[i].result for i in range(len(steps))}
     return {"steps": results, "result": children[last[0]].result if len(last) == 1
@@ -98,6 +101,31 @@ def _start(ctx: JobContext, steps: Sequence[StepNode], policy: Policy,
         ctx.check_lease_now()  # a cancel asked for meanwhile, or the lease lost
         raise LeaseLost()
     return state
+
+
+def _handled(ctx: JobContext, on_failure: FailureHandler | None, steps: Sequence[StepNode],
+             children: Mapping[int, Child], failed: Sequence[int],
+             skipped: Sequence[int]) -> StepsFailed:
+    """The workflow's failure, after its failure handler was made (once: a later attempt that
+    fails again finds it made). Its first input is what failed: each failed and skipped step's
+    place, name, kind, status and error code, never a result nor a message (a step's result may
+    need a role the requester lacks; a message is for operators), and the workflow's own id."""
+    if on_failure is not None:
+        failure = {
+            "workflow_id": str(ctx.job.id),
+            "failed": [{"place": i, "name": steps[i].name, "kind": steps[i].kind,
+                        "status": str(children[i].status), "error_code": children[i].error_code}
+                       for i in failed],
+            # every step never made, whichever the policy (fail_fast's message lists none)
+            "skipped": [{"place": i, "name": steps[i].name, "kind": steps[i].kind}
+                        for i in range(len(steps)) if i not in children],
+        }
+        made = ctx.runtime.start_failure_handler(ctx.job, failure,
+                                                 get_any_kind(on_failure.kind).rules)
+        if made is None:
+            ctx.check_lease_now()
+            raise LeaseLost()
+    return _failed(steps, children, failed, skipped)
 
 
 def _failed(steps: Sequence[StepNode], children: Mapping[int, Child], failed: Sequence[int],

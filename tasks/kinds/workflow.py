@@ -18,4 +18,4 @@ from spacejobs.tasks.engine.workflows import run_workflow
 @job_kind("workflow", org_states={"active", "read_only"}, role="member", max_attempts=10,
           lease=timedelta(seconds=30), dedupable=False, label="Workflow")
 def workflow(ctx: JobContext, params: WorkflowParams) -> dict[str, Any]:
-    return run_workflow(ctx, params.steps, params.policy)
+    return run_workflow(ctx, params.steps, params.policy, on_failure=params.on_failure)

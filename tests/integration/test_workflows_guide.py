@@ -12,8 +12,9 @@ import sys
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from spacejobs.models.jobs.canvas import WorkflowParams, workflow_params
+from spacejobs.models.jobs.canvas import WorkflowParams, chain, sig, workflow_params
 from tests.kit.processes import REPO_ROOT
 from tests.kit.stack import Stack
 
@@ -92,3 +93,53 @@ def test_a_plain_member_cannot_start_the_guides_workflows_the_import_needs_an_ad
         "code": "insufficient_role", "step": 0,
         "message": "Your role in this organization does not allow this operation."}
     assert stack.count_jobs(org) == 0
+
+
+def test_the_guides_failure_handler_and_resume_run_over_http(stack: Stack, client):
+    """docs/examples/workflow_on_failure.json as the guide tells it: its import step fails when
+    it runs (its requester lost the admin role after the submit: each step re-checks its own
+    kind's rules), the handler runs once, and once the role is back, the resume runs the import
+    and what follows it, not the export that completed."""
+    org = stack.org()
+    anna = stack.user(org, role="admin")
+    body = json.loads((EXAMPLES / "workflow_on_failure.json").read_text())
+    from_python = workflow_params(
+        chain(sig("projects_export", name="export before"),
+              sig("projects_import", name="import", projects=[{"name": "Vostok"}]),
+              sig("projects_export", name="export after")).on_failure(sig("projects_export")))
+    assert WorkflowParams.model_validate(body["params"]) == WorkflowParams.model_validate(
+        from_python)
+
+    def set_role(role: str) -> None:
+        with stack.admin() as conn:
+            conn.execute(text("UPDATE memberships SET role = :role"
+                              " WHERE organization_id = :org AND user_id = :user"),
+                         {"role": role, "org": org, "user": anna.id})
+
+    with stack.workers_paused():
+        submitted = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth)
+        assert submitted.status_code == 202, submitted.get_json()
+        set_role("member")
+    failed = submitted.get_json()
+    assert stack.wait_for(failed["id"], "failed", timeout=60)["error_code"] == "steps_failed"
+    steps = client.get(failed["links"]["steps"], headers=anna.auth).get_json()["steps"]
+    assert [(s["name"], s["status"], s["error_code"]) for s in steps] == [
+        ("export before", "completed", None), ("import", "failed", "insufficient_role"),
+        ("export after", "skipped", None)]
+    with stack.admin() as conn:
+        handlers = conn.execute(text("SELECT h.handler_id FROM job_failure_handlers h"
+                                     " WHERE h.workflow_id = :id"), {"id": failed["id"]}).all()
+    assert len(handlers) == 1
+    assert stack.wait_for(handlers[0].handler_id, "completed", timeout=60)
+
+    set_role("admin")
+    resumed = client.post(f"/api/v1/orgs/{org}/jobs/{failed['id']}/resume", headers=anna.auth)
+    assert resumed.status_code == 202, resumed.get_json()
+    again = resumed.get_json()
+    stack.wait_for(again["id"], "completed", timeout=60)
+    steps = client.get(again["links"]["steps"], headers=anna.auth).get_json()["steps"]
+    assert [(s["name"], s["status"]) for s in steps] == [
+        ("export before", "completed"), ("import", "completed"), ("export after", "completed")]
+    # The export that completed is the first run's own job, not run again.
+    assert steps[0]["job_id"] == client.get(failed["links"]["steps"], headers=anna.auth
+                                            ).get_json()["steps"][0]["job_id"]

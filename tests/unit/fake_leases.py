@@ -57,6 +57,7 @@ class FakeLeases:
         self.calls: list[str] = []
         self.members: dict[UUID, FakeStanding] = {}  # job id -> its requester's standing
         self.broken = False  # every call raises, as with the database gone
+        self.handlers: dict[UUID, dict[str, Any]] = {}  # workflow id -> its handler's failure
 
     # -- set-up ----------------------------------------------------------------------------
     def add(self, kind: str, params: dict[str, Any] | None = None, **row: Any) -> UUID:
@@ -207,6 +208,15 @@ class FakeLeases:
     def children(self, job: LeasedJob) -> list[Child]:
         return sorted((Child(r.child_index, r.id, r.status, r.result, r.error_code, None)
                        for r in self.rows.values() if r.parent == job.id), key=lambda c: c.index)
+
+    def start_failure_handler(self, job: LeasedJob, failure: dict[str, Any],
+                              handler: KindRules) -> UUID | None:
+        """start_failure_handler() in miniature: what it was given, once per workflow."""
+        self._call("start_failure_handler")
+        if not self._holds(self.rows[job.id], job):
+            return None
+        self.handlers.setdefault(job.id, failure)
+        return job.id
 
     def cancel_children(self, job: LeasedJob) -> int:
         self._call("cancel_children")

@@ -10,10 +10,10 @@ import sys
 import spacejobs
 
 PUBLIC = [
-    "ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
+    "AlreadyResumed", "ChildrenFailed", "Delivered", "DomainError", "DuplicateJob", "IdempotencyKeyReused",
     "InsufficientRole", "InvalidParams", "InvalidRequest", "Job", "JobContext", "JobFinished",
     "JobNotCompleted", "JobRequest", "JobRights", "Jobs", "Membership", "MissingGrant", "NoParams",
-    "NoStepWaits", "NotFound",
+    "NoStepWaits", "NotFound", "NotResumable",
     "OrganizationReadOnly", "OrganizationUnavailable", "Outcome", "Params", "RequesterNotMember",
     "ResultExpired", "Signal", "SignalTimeout", "SpaceJobs", "Status", "StepsFailed",
     "Submitted", "Tenancy", "Tenant", "TimedOut", "TooManyJobs", "TooManySignals",

@@ -18,7 +18,7 @@ CREATE TABLE org_audit (
     action           text NOT NULL CONSTRAINT org_audit_action_check CHECK (action IN (
                          'job.submit', 'job.cancel', 'job.download', 'member.add',
                          'member.role_change', 'member.remove', 'organization.state_change',
-                         'job.debounce')),
+                         'job.debounce', 'job.resume')),
     -- The target: a job or a member. No foreign keys: an entry outlives the job (retention)
     -- and the user.
     job_id           uuid,

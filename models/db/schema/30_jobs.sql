@@ -122,6 +122,9 @@ CREATE INDEX jobs_kind_claim_idx ON jobs (kind, organization_id, priority DESC, 
 -- Replays of a submit with the same Idempotency-Key by the same user find the first job.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- The jobs that resume or retry another (resume_workflow() finds a workflow's resume; the
+-- foreign key's SET NULL when retention deletes the one they came from): few, so partial.
+CREATE INDEX jobs_retry_of_idx ON jobs (retry_of) WHERE retry_of IS NOT NULL;
 
 -- Operators' overrides: kind '' caps the organization as a whole, any other kind caps that
 -- kind's jobs in the organization. Without a row the defaults apply (quota_policy's for the

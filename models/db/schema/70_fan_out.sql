@@ -228,13 +228,52 @@ ALTER TABLE job_workflow_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE job_workflow_steps FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_admin ON job_workflow_steps TO space_owner USING (true) WITH CHECK (true);
 
+-- A resumed workflow's places that an earlier run of it completed (resume_workflow()): the
+-- completed step's own job (of the workflow resumed, or of the one it resumed in turn) stands
+-- for the place, whose step is never made again: its result is the place's, for the steps that
+-- read it (step_inputs()), the collect (children_of()) and the lists (steps_of, step_results in
+-- store.sql). Rows are never changed. They go with the resumed workflow, and with the reused
+-- step when retention deletes it (past keep_jobs, as it deletes any finished step): the place is
+-- then as a step of the workflow's own that retention deleted, never completed.
+CREATE TABLE job_workflow_reused (
+    parent_id       uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    place           integer NOT NULL CHECK (place >= 0),
+    organization_id uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+    step_id         uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    PRIMARY KEY (parent_id, place)
+);
+-- The cascade from a reused step's row when retention deletes it.
+CREATE INDEX job_workflow_reused_step_idx ON job_workflow_reused (step_id);
+
+-- Written only by resume_workflow() (as the owner); the web reads its organization's, for the
+-- lists of a workflow's steps and their results.
+ALTER TABLE job_workflow_reused ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_workflow_reused FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_workflow_reused TO space_owner USING (true) WITH CHECK (true);
+CREATE POLICY tenant_read ON job_workflow_reused FOR SELECT TO space_app
+    USING (organization_id = app_org());
+GRANT SELECT ON job_workflow_reused TO space_app;
+
+-- The failure handler a submitted workflow declared (params -> 'on_failure'), made once per
+-- workflow when it fails (start_failure_handler()): the row says which job it was, and its
+-- primary key that there is only one.
+CREATE TABLE job_failure_handlers (
+    workflow_id uuid PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+    handler_id  uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE
+);
+-- The cascade from the handler's row when retention deletes it.
+CREATE INDEX job_failure_handlers_handler_idx ON job_failure_handlers (handler_id);
+ALTER TABLE job_failure_handlers ENABLE ROW LEVEL SECURITY;
+ALTER TABLE job_failure_handlers FORCE ROW LEVEL SECURITY;
+CREATE POLICY owner_admin ON job_failure_handlers TO space_owner USING (true) WITH CHECK (true);
+
 -- The steps of these workflows whose dependencies (after and waits) have all completed, made
 -- now, under a parent that is not stopping, and not after a failure under fail_fast, in place
 -- order and no more than max_parallel unfinished. Only steps that wait for one of p_completed
 -- (places that just completed) are looked at, or all when it is NULL or the workflow has a
 -- max_parallel (a step ready before may have waited for room). A step's params name the places
 -- whose results it reads ("_after", replacing any such key of the caller's), not the results
--- themselves. Each step
+-- themselves. A place an earlier run completed (job_workflow_reused) counts as completed. Each step
 -- made takes the place its workflow reserved for it (submit_job(), start_workflow()). The
 -- callers hold the parents' rows locked. Returns how many were made.
 CREATE FUNCTION release_steps(p_parents uuid[], p_completed integer[]) RETURNS integer
@@ -257,7 +296,8 @@ BEGIN
           AND NOT EXISTS (
                 SELECT 1 FROM unnest(s.after || s.waits) AS d (place)
                 LEFT JOIN jobs c ON c.parent_id = s.parent_id AND c.child_index = d.place
-                WHERE c.status IS DISTINCT FROM 'completed')
+                LEFT JOIN job_workflow_reused u ON u.parent_id = s.parent_id AND u.place = d.place
+                WHERE c.status IS DISTINCT FROM 'completed' AND u.step_id IS NULL)
     ), ready AS (
         SELECT c.parent_id, c.place FROM candidates c WHERE c.room IS NULL OR c.nth <= c.room
     ), taken AS (
@@ -343,7 +383,8 @@ GRANT EXECUTE ON FUNCTION workflow_state(uuid, uuid) TO space_worker;
 -- ctx.workflow reserved none) are admitted against the quotas first (the organization's cap is
 -- the database's; p_quotas are the steps' kinds' declared ones); over a cap nothing is
 -- recorded, and refused_kind and cap say which. A workflow already started is left as it is;
--- steps the parent made before, one by one (before revision 0033), count as released. Returns
+-- steps the parent made before, one by one (before revision 0033), count as released, and the
+-- places an earlier run completed (a resumed workflow's, job_workflow_reused) as ended. Returns
 -- the workflow, or no row when the lease is no longer the caller's or a cancel was asked for.
 CREATE FUNCTION start_workflow(p_parent uuid, p_token uuid, p_policy text, p_max_parallel integer,
                                p_kinds text[], p_params jsonb[], p_after jsonb[],
@@ -374,6 +415,8 @@ BEGIN
                        WITH ORDINALITY AS s (kind, cap, place)
               WHERE NOT EXISTS (SELECT 1 FROM jobs c
                                 WHERE c.parent_id = p_parent AND c.child_index = s.place - 1)
+                AND NOT EXISTS (SELECT 1 FROM job_workflow_reused u
+                                WHERE u.parent_id = p_parent AND u.place = s.place - 1)
              ) AS n
         LEFT JOIN job_reservations r ON r.parent_id = p_parent AND r.kind = n.kind
         WHERE n.nth > coalesce(r.reserved, 0);
@@ -392,10 +435,13 @@ BEGIN
         SELECT p_parent, p_policy,
                CASE WHEN p_max_parallel IS NOT NULL THEN greatest(p_max_parallel, 1) END,
                coalesce(cardinality(p_kinds), 0),
-               count(*),
-               count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')),
-               count(*) FILTER (WHERE c.status IN ('failed', 'cancelled'))
-        FROM jobs c WHERE c.parent_id = p_parent;
+               count(c.id) + r.n,
+               count(c.id) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')) + r.n,
+               count(c.id) FILTER (WHERE c.status IN ('failed', 'cancelled'))
+        FROM (SELECT count(*)::integer AS n FROM job_workflow_reused u
+              WHERE u.parent_id = p_parent) AS r
+        LEFT JOIN jobs c ON c.parent_id = p_parent
+        GROUP BY r.n;
         INSERT INTO job_workflow_steps (parent_id, place, kind, params, after, waits,
                                         max_attempts, lease_seconds)
         SELECT p_parent, s.place - 1, s.kind, s.params,
@@ -407,7 +453,9 @@ BEGIN
                  WITH ORDINALITY AS s (kind, params, after, max_attempts, lease_seconds, waits,
                                        place)
         WHERE NOT EXISTS (SELECT 1 FROM jobs c
-                          WHERE c.parent_id = p_parent AND c.child_index = s.place - 1);
+                          WHERE c.parent_id = p_parent AND c.child_index = s.place - 1)
+          AND NOT EXISTS (SELECT 1 FROM job_workflow_reused u
+                          WHERE u.parent_id = p_parent AND u.place = s.place - 1);
         PERFORM release_steps(ARRAY[p_parent], NULL);
     END IF;
     RETURN QUERY SELECT w.total, w.released, w.ended, w.failed, NULL::text, NULL::integer
@@ -420,7 +468,8 @@ GRANT EXECUTE ON FUNCTION start_workflow(uuid, uuid, text, integer, text[], json
 
 -- A workflow step's inputs, for the worker holding the step's lease: the results of the steps
 -- it waited for (the places its params name under "_after", written by release_steps()), in
--- that order; a step whose dependency's result was dropped by retention reads null for it.
+-- that order (a place an earlier run completed: that step's, job_workflow_reused); a step whose
+-- dependency's result was dropped by retention reads null for it.
 -- held is false when the token does not hold the step's lease.
 CREATE FUNCTION step_inputs(p_id uuid, p_token uuid) RETURNS TABLE (held boolean, inputs jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -434,17 +483,25 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT true, coalesce(jsonb_agg(c.result ORDER BY d.ord), '[]'::jsonb)
+    SELECT true, coalesce(jsonb_agg(r.result ORDER BY d.ord), '[]'::jsonb)
     FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(this_step.params -> '_after') = 'array'
                                         THEN this_step.params -> '_after' ELSE '[]'::jsonb END)
              WITH ORDINALITY AS d (place, ord)
-    LEFT JOIN jobs c ON c.parent_id = this_step.parent_id AND c.child_index = d.place::integer;
+    -- index probes: the child at the place (jobs_children_idx), else the step reused there
+    LEFT JOIN LATERAL (
+        SELECT c.result FROM jobs c
+        WHERE c.parent_id = this_step.parent_id AND c.child_index = d.place::integer
+        UNION ALL
+        SELECT c.result FROM job_workflow_reused u JOIN jobs c ON c.id = u.step_id
+        WHERE u.parent_id = this_step.parent_id AND u.place = d.place::integer
+        LIMIT 1) AS r ON true;
 END $$;
 REVOKE ALL ON FUNCTION step_inputs(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION step_inputs(uuid, uuid) TO space_worker;
 
 -- The children of a parent whose lease the caller holds, in place order, with their results:
--- a parent reads what its own children produced, in its own organization, and nothing else.
+-- a parent reads what its own children produced, in its own organization, and nothing else;
+-- a resumed workflow's places an earlier run completed are the steps that completed them.
 CREATE FUNCTION children_of(p_parent uuid, p_token uuid)
 RETURNS TABLE (child_index integer, id uuid, status text, result jsonb, error_code text,
                error_message text)
@@ -452,7 +509,11 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT c.child_index, c.id, c.status, c.result, c.error_code, c.error_message
     FROM jobs p JOIN jobs c ON c.parent_id = p.id
     WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
-    ORDER BY c.child_index
+    UNION ALL
+    SELECT u.place, c.id, c.status, c.result, c.error_code, c.error_message
+    FROM jobs p JOIN job_workflow_reused u ON u.parent_id = p.id JOIN jobs c ON c.id = u.step_id
+    WHERE p.id = p_parent AND p.lease_token = p_token AND p.status IN ('leased', 'cancel_requested')
+    ORDER BY 1
 $$;
 REVOKE ALL ON FUNCTION children_of(uuid, uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION children_of(uuid, uuid) TO space_worker;
@@ -546,14 +607,19 @@ CREATE TRIGGER jobs_inherit_traceparent BEFORE INSERT ON jobs
 -- The least role a member needs to act on a job (cancel it, signal it, read its result) by the
 -- role rule of each kind: the job's own kind's, and for a parent the strictest of every kind
 -- it holds or will make (its children and theirs, the steps of its workflow not made yet, its
--- fan-out's kind, a submitted workflow's steps). A parent is never easier to act on than what
+-- fan-out's kind, a submitted workflow's steps and its failure handler). A parent is never
+-- easier to act on than what
 -- is inside it: a plain member who may not cancel an admin's import step may not cancel the
 -- workflow that holds it either, nor read the workflow's result, which carries the step's.
 -- p_kind_roles: kind -> role, from the kinds' code (a kind it does not name needs an owner).
 -- Only a job of the scoped organization (app_org()): NULL for any other, which every caller
 -- treats as a refusal.
 CREATE FUNCTION job_role_needed(p_id uuid, p_kind_roles jsonb) RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+-- The planner guesses a step list's rows by the thousand, and past jit_above_cost LLVM compiled
+-- this for ~2.9 s on every cancel, signal, result read and page of a 1,000-step workflow whose
+-- statement itself runs in ~0.1 s.
+SET jit = off AS $$
 DECLARE
     needed integer;
 BEGIN
@@ -569,6 +635,9 @@ BEGIN
         FROM tree t, jsonb_array_elements(
                  CASE WHEN t.kind = 'workflow' AND jsonb_typeof(t.params -> 'steps') = 'array'
                       THEN t.params -> 'steps' ELSE '[]'::jsonb END) AS s (step)
+        UNION
+        SELECT t.params -> 'on_failure' ->> 'kind' FROM tree t
+        WHERE t.kind = 'workflow' AND jsonb_typeof(t.params -> 'on_failure' -> 'kind') = 'string'
         UNION
         SELECT w.kind FROM job_workflow_steps w WHERE w.parent_id IN (SELECT t.id FROM tree t)
         UNION
