@@ -2,8 +2,8 @@
 jobs begin (claim_heads), moved forward by beat and back by the jobs triggers; expired leases
 are left to the sweeper.
 
-Revision ID: 0046
-Revises: 0045
+Revision ID: 0048
+Revises: 0047
 
 Frozen: this revision runs the ``.sql`` file of the same name beside it, never edited again.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0046"
-down_revision = "0045"
+revision = "0048"
+down_revision = "0047"
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,4 @@
--- Revision 0046: the claim does not walk history (issue 32).
+-- Revision 0048: the claim does not walk history (issue 32).
 --
 -- Behind a transaction left open (a REPEATABLE READ report), vacuum removes no index entry of a
 -- job that finished since it began, and claim_jobs(), which read its indexes from their
