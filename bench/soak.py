@@ -140,7 +140,7 @@ class Plan:
         """The claim's statement (the UPDATE of claim_jobs()): its duration and its top node's
         buffers. (The call around it is left out: on the fresh connection a plan is read on,
         it also pays for loading the catalog.)"""
-        notice = next((n for n in self.notices if "WITH RECURSIVE" in n), "")
+        notice = next((n for n in self.notices if "WITH open_orgs" in n), "")
         duration = re.search(r"duration: ([\d.]+ ms)", notice)
         buffers = re.search(r"Buffers: ([^\n]+)", notice)
         return (f"{self.when}: claim statement {duration.group(1) if duration else '?'}"

@@ -149,6 +149,13 @@ class Settings(BaseSettings):
     maintenance_metrics_interval: float | None = Field(
         None, gt=0, description="seconds between runs of the chore that folds metric events into "
                                 "the counters (default: `SPACEJOBS_SWEEP_INTERVAL`)")
+    maintenance_claim_heads_interval: float = Field(
+        1, gt=0, description="seconds between runs of the chore that moves the claim's heads "
+                             "forward, past the jobs that left the queue, so that a claim reads "
+                             "no history (docs/guides/operations.md, \"Long transactions\")")
+    claim_head_lag: float = Field(
+        5, ge=0, description="seconds of the most recent queue history a claim may still read: "
+                             "the claim_heads chore moves a head no further than this long ago")
     maintenance_periodic_interval: float | None = Field(
         None, gt=0, description="seconds between beat's looks for a new period of the periodic "
                                 "jobs (default: `SPACEJOBS_TIMER_INTERVAL`)")
@@ -350,6 +357,7 @@ class Settings(BaseSettings):
             "periodic": self.maintenance_periodic_interval or self.timer_interval,
             "timers": self.timer_interval,
             "result_orphans": self.results_sweep_interval,
+            "claim_heads": self.maintenance_claim_heads_interval,
         }[chore]
         return self.sweep_interval if own is None else own
 

@@ -852,6 +852,16 @@ def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
     return folded
 
 
+def advance_claim_heads(conn: Connection, *, lag: float, idle: float) -> int | None:
+    """Move the claim's heads forward to each key's first queued job, but no further than
+    ``lag`` seconds ago, and drop keys with no queued job idle for ``idle`` seconds: how many
+    heads moved, or None when a transaction that made jobs claimable was open (nothing moved;
+    the next run tries again)."""
+    moved: int | None = conn.execute(Q["advance_claim_heads"],
+                                     {"lag_seconds": lag, "idle_seconds": idle}).scalar_one()
+    return moved
+
+
 # ---------------------------------------------------------------------------------------------
 # Waiting (75_waiting.sql): the lease holder's waits, steps and signals; the sweeper's resumes;
 # a member's signal

@@ -393,6 +393,13 @@ SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_re
 -- fold_metrics --
 SELECT fold_metric_events(:batch)
 
+-- advance_claim_heads --
+-- Each key's claim head forward to its first queued job, no further than :lag_seconds ago (see
+-- advance_claim_heads() in the schema): how many moved, NULL when a transaction that made jobs
+-- claimable was open and nothing moved.
+SELECT advance_claim_heads(make_interval(secs => :lag_seconds),
+                           make_interval(secs => :idle_seconds))
+
 -- wait_job --
 -- The lease holder ends its run to wait (see wait_job() in the schema): the new status, or
 -- NULL when the lease is no longer the caller's.

@@ -11,7 +11,8 @@ has them with their settings):
 - ``resignal``: a fresh wake-up for due jobs nobody claimed;
 - ``retention``: history past the database's policy, and the stored files it let go;
 - ``metrics``: metric events folded into the counters;
-- ``result_orphans``: the results store's orphan sweep (600 s).
+- ``result_orphans``: the results store's orphan sweep (600 s);
+- ``claim_heads``: the claim's heads forward past the jobs that left the queue (1 s).
 
 Beat runs them (tasks/beat.py, on the schedule of schedule.py), never as Celery tasks on the
 workers: a chore that recovers lost wake-ups and expired leases must not wait behind jobs. In
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 from spacejobs.models.settings import Settings
 from spacejobs.tasks.maintenance.chore import Chore, Report
+from spacejobs.tasks.maintenance.claim_heads import ClaimHeads
 from spacejobs.tasks.maintenance.expired_leases import ExpiredLeases
 from spacejobs.tasks.maintenance.metrics import Metrics
 from spacejobs.tasks.maintenance.periodic import Periodic
@@ -71,7 +73,8 @@ def chores(settings: Settings) -> list[Chore]:
     is checked here (a bad entry raises)."""
     periodic = Periodic.from_settings(settings)
     return [*([periodic] if periodic.jobs else []), Timers.from_settings(settings),
-            *sweep_chores(settings), ResultOrphans.from_settings(settings)]
+            *sweep_chores(settings), ResultOrphans.from_settings(settings),
+            ClaimHeads.from_settings(settings)]
 
 
 def sweep_now(process: WorkerProcess) -> dict[str, dict[str, int]]:

@@ -218,7 +218,8 @@ def test_a_killed_worker_holds_its_sequence_until_the_job_is_retried_and_ends(
     org = stack.org()
     owner = stack.user(org, role="owner")
     key = {"sequence_key": "account-1/webhooks"}
-    # test.stall's lease is 2 s: the SIGKILLed attempt's lease runs out, a new worker retries it
+    # test.stall's lease is 2 s: the SIGKILLed attempt's lease runs out, beat's sweeper puts it
+    # back in the queue, and a new worker retries it
     killed = post(client, org, owner, {"kind": "test.stall", "params": {"seconds": 3,
                                                                          "retry_seconds": 0.1},
                                        **key}).get_json()["id"]
@@ -227,6 +228,7 @@ def test_a_killed_worker_holds_its_sequence_until_the_job_is_retried_and_ends(
     stack.wait_for(killed, "leased", timeout=10)
     worker.kill()  # SIGKILL, the whole process group
     stack.start_worker(concurrency=2)
+    stack.start_beat()
     stack.wait_for(after, "completed", timeout=40)
     assert stack.job_row(killed)["status"] == "completed"
     assert stack.job_row(killed)["attempts"] == 2

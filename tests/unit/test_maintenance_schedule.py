@@ -197,17 +197,18 @@ def test_a_beat_runs_every_chore_in_order_each_with_the_cadence_the_settings_giv
                         periodic_jobs=tick)
     found = {chore.name: chore.interval for chore in maintenance.chores(settings)}
     assert list(found) == ["periodic", "timers", "expired_leases", "waits", "resignal",
-                           "retention", "metrics", "result_orphans"]
+                           "retention", "metrics", "result_orphans", "claim_heads"]
     assert found == {"periodic": 0.25, "timers": 0.25, "expired_leases": 5, "waits": 5,
-                     "resignal": 5, "retention": 5, "metrics": 5, "result_orphans": 600}
+                     "resignal": 5, "retention": 5, "metrics": 5, "result_orphans": 600,
+                     "claim_heads": 1}
     own = settings.model_copy(update={"maintenance_retention_interval": 60,
                                       "maintenance_resignal_interval": 1,
                                       "maintenance_periodic_interval": 2})
     assert {chore.name: chore.interval for chore in maintenance.chores(own)} == {
         "periodic": 2, "timers": 0.25, "expired_leases": 5, "waits": 5, "resignal": 1,
-        "retention": 60, "metrics": 5, "result_orphans": 600}
+        "retention": 60, "metrics": 5, "result_orphans": 600, "claim_heads": 1}
     assert [chore.name for chore in maintenance.chores(settings) if chore.frequent] == [
-        "periodic", "timers"]
+        "periodic", "timers", "claim_heads"]
     # No periodic job configured: no chore for them.
     assert "periodic" not in {chore.name for chore in maintenance.chores(
         settings.model_copy(update={"periodic_jobs": "[]"}))}

@@ -97,9 +97,9 @@ def test_named_queries_are_all_loaded():
     claim = schema[schema.index("CREATE FUNCTION claim_jobs("):]
     claim = claim[:claim.index("END $$;")]
     code = "\n".join(line for line in claim.splitlines() if not line.strip().startswith("--"))
-    # the organizations' shares, the expired leases, and for a rate-limited pair: its window
-    # row (twice: found, or made and then locked) and its jobs
-    assert code.count("SKIP LOCKED") == 5
+    # the organizations' shares, and for a rate-limited pair: its window row (twice: found, or
+    # made and then locked) and its jobs (expired leases are the sweeper's)
+    assert code.count("SKIP LOCKED") == 4
     assert "FOR UPDATE OF q SKIP LOCKED" in code and "FOR UPDATE SKIP LOCKED" in code
     assert "gen_random_uuid()" in claim  # a fresh token for every row
     complete = schema[schema.index("CREATE FUNCTION complete_jobs("):]

@@ -44,6 +44,8 @@ def test_each_maintenance_chore_has_its_cadence_and_the_sweeps_is_the_default(en
     assert settings.maintenance_interval("timers") == settings.timer_interval
     assert settings.maintenance_interval("periodic") == settings.timer_interval
     assert settings.maintenance_interval("result_orphans") == settings.results_sweep_interval
+    # the claim's heads keep their own cadence, a second, whatever the sweep's
+    assert settings.maintenance_interval("claim_heads") == 1
 
 
 @pytest.mark.parametrize(("text", "modules"), [

@@ -112,8 +112,10 @@ CREATE UNIQUE INDEX jobs_debounce_idx ON jobs (organization_id, kind, dedup_key)
 CREATE INDEX jobs_sequence_idx ON jobs (organization_id, sequence_key, sequence_position)
     WHERE sequence_key IS NOT NULL
       AND status IN ('queued', 'leased', 'cancel_requested', 'waiting');
--- claim_jobs: how many jobs an organization runs now (its fair share by time).
-CREATE INDEX jobs_org_running_idx ON jobs (organization_id)
+-- claim_jobs: how many jobs an organization runs now (its fair share by time), read from now on:
+-- the entries of leases that ended before now (finished jobs' among them, until vacuum may
+-- remove them) come first, and are not walked.
+CREATE INDEX jobs_org_running_idx ON jobs (organization_id, lease_until)
     WHERE status IN ('leased', 'cancel_requested');
 -- claim_jobs: a rate-limited kind's organizations with queued jobs, and their jobs in order.
 CREATE INDEX jobs_kind_claim_idx ON jobs (kind, organization_id, priority DESC, run_after,

@@ -194,6 +194,10 @@ BEGIN
     END IF;
     PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind), array_agg(1))
     FROM new_jobs n WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting');
+    -- Jobs born queued: no head of their keys is further on than they are.
+    PERFORM lower_claim_heads(array_agg(n.organization_id), array_agg(n.priority),
+                              array_agg(n.run_after), array_agg(n.created_at))
+    FROM new_jobs n WHERE n.status = 'queued' HAVING count(*) > 0;
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION jobs_after_insert() FROM PUBLIC;
@@ -255,6 +259,18 @@ BEGIN
           UNION ALL
           SELECT n.organization_id, n.kind, 1 FROM new_jobs n
           WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting')) AS c;
+
+    -- Jobs put back in the queue (a retry, a lease that ran out, a wait that ended, jobs a
+    -- worker gave back) or moved earlier in it: no head of their keys is further on than they
+    -- are.
+    PERFORM lower_claim_heads(array_agg(n.organization_id), array_agg(n.priority),
+                              array_agg(n.run_after), array_agg(n.created_at))
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE n.status = 'queued'
+      AND (o.status <> 'queued' OR n.organization_id <> o.organization_id
+           OR n.priority <> o.priority
+           OR (n.run_after, n.created_at) < (o.run_after, o.created_at))
+    HAVING count(*) > 0;
 
     -- A parent that ended makes no more children: what it had reserved for those it never made
     -- stops counting (its reservations' trigger takes the counts back). Looked for only while
@@ -353,6 +369,7 @@ BEGIN
     TRUNCATE job_events;
     TRUNCATE job_reservations;
     TRUNCATE active_job_counts;
+    TRUNCATE claim_heads;
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION jobs_after_truncate() FROM PUBLIC;

@@ -35,6 +35,147 @@ END $$;
 REVOKE ALL ON FUNCTION lease_standing(uuid[], uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
 
+-- The claim's ring: the organizations with a head (claim_heads), from just after p_after round
+-- to it again, at most p_visit of them, with their places in that order (place). A loose index scan of
+-- claim_heads_newest_idx, one probe per organization: it never reads jobs, whose indexes keep
+-- the entries of every finished job an open transaction may still see.
+CREATE FUNCTION claim_ring(p_after uuid, p_visit integer)
+RETURNS TABLE (org uuid, place integer)
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE after_cursor (org, n) AS (
+        SELECT (SELECT h.organization_id FROM claim_heads h
+                WHERE h.organization_id > p_after
+                ORDER BY h.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT h.organization_id FROM claim_heads h
+                WHERE h.organization_id > a.org
+                ORDER BY h.organization_id LIMIT 1), a.n + 1
+        FROM after_cursor a WHERE a.org IS NOT NULL AND a.n < p_visit
+    ), from_start (org, n) AS (
+        SELECT (SELECT h.organization_id FROM claim_heads h
+                ORDER BY h.organization_id LIMIT 1), 1
+        UNION ALL
+        SELECT (SELECT h.organization_id FROM claim_heads h
+                WHERE h.organization_id > f.org
+                ORDER BY h.organization_id LIMIT 1), f.n + 1
+        FROM from_start f WHERE f.org IS NOT NULL AND f.org < p_after AND f.n < p_visit
+    )
+    SELECT r.org, r.place FROM (
+        SELECT a.org, a.n AS place FROM after_cursor a WHERE a.org IS NOT NULL
+        UNION ALL
+        SELECT f.org, p_visit + f.n FROM from_start f
+        WHERE f.org IS NOT NULL AND f.org <= p_after
+    ) AS r
+    ORDER BY r.place
+    LIMIT p_visit
+$$;
+REVOKE ALL ON FUNCTION claim_ring(uuid, integer) FROM PUBLIC;
+
+-- An organization's keys with their heads: each priority it has a head for, highest first, and
+-- that head (the key's newest version). A loose index scan of claim_heads_newest_idx, and one
+-- probe per key whose first entry is the newest version. SQL, so that the claim plans it in
+-- place (inlined).
+CREATE FUNCTION claim_levels(p_org uuid)
+RETURNS TABLE (priority smallint, run_after timestamptz, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE levels (priority) AS (
+        SELECT (SELECT h.priority FROM claim_heads h WHERE h.organization_id = p_org
+                ORDER BY h.priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT h.priority FROM claim_heads h
+                WHERE h.organization_id = p_org AND h.priority < l.priority
+                ORDER BY h.priority DESC LIMIT 1)
+        FROM levels l WHERE l.priority IS NOT NULL
+    )
+    SELECT l.priority, n.run_after, n.created_at
+    FROM levels l CROSS JOIN LATERAL (
+        SELECT h.run_after, h.created_at FROM claim_heads h
+        WHERE h.organization_id = p_org AND h.priority = l.priority
+        ORDER BY h.priority DESC, h.version DESC
+        LIMIT 1
+    ) AS n
+    WHERE l.priority IS NOT NULL
+    ORDER BY l.priority DESC
+$$;
+REVOKE ALL ON FUNCTION claim_levels(uuid) FROM PUBLIC;
+
+-- Heads forward (beat's claim_heads chore, every second): each key's head moves to its first
+-- queued job, but no further than p_lag ago, so that the jobs a claim reads past are only
+-- those of the last p_lag; the versions the new ones supersede are deleted; a key with no
+-- queued job left and no work seen for p_idle is dropped (the jobs triggers make it again).
+-- A key that had work since the last run (a queued job, or a job of its organization made
+-- since) is marked busy now, even if its queue drained in between.
+--
+-- Only while no transaction that made jobs claimable is open (the lock lower_claim_heads()
+-- takes shared): every such job is then committed and seen here. Else nothing moves this time:
+-- a head may lag, never skip a claimable job. Returns how many heads moved, NULL when it could
+-- not look.
+CREATE FUNCTION advance_claim_heads(p_lag interval, p_idle interval) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+SET enable_seqscan = off AS $$
+DECLARE
+    moved integer;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('spacejobs.claim_heads')) THEN
+        RETURN NULL;
+    END IF;
+    -- Read after the lock: a snapshot in which every job made claimable so far is committed.
+    WITH heads AS (
+        SELECT DISTINCT ON (h.organization_id, h.priority)
+               h.organization_id, h.priority, h.run_after, h.created_at, h.busy_at
+        FROM claim_heads h
+        ORDER BY h.organization_id, h.priority DESC, h.version DESC
+    ), looked AS (
+        SELECT h.*, f.run_after AS first_run_after, f.created_at AS first_created_at,
+               f.run_after IS NOT NULL OR EXISTS (
+                   SELECT 1 FROM jobs n
+                   WHERE n.organization_id = h.organization_id AND n.created_at > h.busy_at)
+                   AS busy
+        FROM heads h LEFT JOIN LATERAL (
+            SELECT q.run_after, q.created_at FROM jobs q
+            WHERE q.organization_id = h.organization_id AND q.priority = h.priority
+              AND q.status = 'queued'
+              AND (q.run_after, q.created_at) >= (h.run_after, h.created_at)
+            ORDER BY q.priority DESC, q.run_after, q.created_at
+            LIMIT 1
+        ) AS f ON true
+    ), targets AS (
+        -- Where each head goes: its first queued job, or p_lag ago if that is sooner (or the
+        -- key has no queued job).
+        SELECT l.*, l.first_run_after IS NULL AS empty,
+               CASE WHEN (l.first_run_after, l.first_created_at)
+                         < (now() - p_lag, '-infinity'::timestamptz)
+                    THEN l.first_run_after ELSE now() - p_lag END AS to_run_after,
+               CASE WHEN (l.first_run_after, l.first_created_at)
+                         < (now() - p_lag, '-infinity'::timestamptz)
+                    THEN l.first_created_at ELSE '-infinity' END AS to_created_at
+        FROM looked l
+    ), moves AS (
+        SELECT t.*, (t.to_run_after, t.to_created_at) > (t.run_after, t.created_at) AS forward,
+               t.empty AND NOT t.busy AND t.busy_at < now() - p_idle AS idle
+        FROM targets t
+    ), dropped AS (
+        DELETE FROM claim_heads h USING moves m
+        WHERE h.organization_id = m.organization_id AND h.priority = m.priority AND m.idle
+    )
+    INSERT INTO claim_heads (organization_id, priority, run_after, created_at, busy_at)
+    SELECT m.organization_id, m.priority,
+           CASE WHEN m.forward THEN m.to_run_after ELSE m.run_after END,
+           CASE WHEN m.forward THEN m.to_created_at ELSE m.created_at END,
+           CASE WHEN m.busy THEN now() ELSE m.busy_at END
+    FROM moves m
+    WHERE NOT m.idle AND (m.forward OR (m.busy AND m.busy_at < now() - p_idle / 2));
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    -- The versions superseded (this run's, or a job's that lowered a head before it).
+    DELETE FROM claim_heads h
+    WHERE EXISTS (SELECT 1 FROM claim_heads n
+                  WHERE n.organization_id = h.organization_id AND n.priority = h.priority
+                    AND n.version > h.version);
+    RETURN moved;
+END $$;
+REVOKE ALL ON FUNCTION advance_claim_heads(interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION advance_claim_heads(interval, interval) TO space_worker;
+
 -- The claim: up to p_limit due jobs in ONE call, each with its own fresh random lease token.
 --
 -- First the kinds whose starts are rate limited (p_rate_kinds: the limits the caller's kinds
@@ -51,9 +192,11 @@ GRANT EXECUTE ON FUNCTION lease_standing(uuid[], uuid[]) TO space_worker;
 -- of weight right now (running jobs are slot-seconds accruing: counting them, not the jobs
 -- started, is what makes a 2-minute report weigh more than a 50 ms export). Within an
 -- organization higher priority first; a job of a sequence only once the one before it ended.
--- Every step reads an index (jobs_fair_claim_idx, jobs_kind_claim_idx, jobs_org_running_idx,
--- jobs_sequence_idx: a job of a sequence waits while an earlier place of its key is unfinished;
--- leases that ran out, jobs_lease_expiry_idx); SKIP LOCKED lets concurrent
+-- Every step reads an index (jobs_fair_claim_idx from each key's head, claim_heads_newest_idx,
+-- jobs_kind_claim_idx, jobs_org_running_idx, jobs_sequence_idx: a job of a sequence waits while
+-- an earlier place of its key is unfinished), and none from its beginning, where the entries
+-- of finished jobs an open transaction may still see lie. Jobs whose lease ran out are the
+-- sweeper's (sweep_expired_leases() below): back in the queue, a claim takes them. SKIP LOCKED lets concurrent
 -- claimers pass each other. A function, because it is the one place a worker reads params:
 -- those of the jobs it leases.
 CREATE FUNCTION claim_jobs(p_worker text, p_limit integer, p_skip_kinds text[], p_only_kind text,
@@ -72,6 +215,9 @@ SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     nil CONSTANT uuid := '00000000-0000-0000-0000-000000000000';
+    -- The ring's organizations a claim looks at, at most: those with a head, which are those
+    -- with work now or within advance_claim_heads()' idle time.
+    ring_visit CONSTANT integer := 1024;
     limited text[];
     limited_kind text;
     org uuid;
@@ -206,96 +352,92 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    WITH RECURSIVE
-    -- The ring of organizations with queued jobs, from just after p_after_organization round to
-    -- it again: a loose index scan, one probe per organization. At least 32 of them even for a
-    -- small batch, so that concurrent claimers whose first organizations' jobs are locked by
-    -- each other (SKIP LOCKED) still find the next ones'.
-    after_cursor (org, n) AS (
-        SELECT (SELECT q.organization_id FROM jobs q
-                WHERE q.status = 'queued' AND q.organization_id > p_after_organization
-                ORDER BY q.organization_id LIMIT 1), 1
-        UNION ALL
-        SELECT (SELECT q.organization_id FROM jobs q
-                WHERE q.status = 'queued' AND q.organization_id > a.org
-                ORDER BY q.organization_id LIMIT 1), a.n + 1
-        FROM after_cursor a WHERE a.org IS NOT NULL AND a.n < greatest(p_limit, 32)
-    ), from_start (org, n) AS (
-        SELECT (SELECT q.organization_id FROM jobs q WHERE q.status = 'queued'
-                ORDER BY q.organization_id LIMIT 1), 1
-        UNION ALL
-        SELECT (SELECT q.organization_id FROM jobs q
-                WHERE q.status = 'queued' AND q.organization_id > f.org
-                ORDER BY q.organization_id LIMIT 1), f.n + 1
-        FROM from_start f
-        WHERE f.org IS NOT NULL AND f.org < p_after_organization AND f.n < greatest(p_limit, 32)
-    ), ring AS (
-        SELECT r.org, r.position FROM (
-            SELECT a.org, a.n AS position FROM after_cursor a WHERE a.org IS NOT NULL
-            UNION ALL
-            SELECT f.org, greatest(p_limit, 32) + f.n FROM from_start f
-            WHERE f.org IS NOT NULL AND f.org <= p_after_organization
-        ) AS r
-        ORDER BY r.position
-        LIMIT greatest(p_limit, 32)
-    ), open_orgs AS (
-        -- The ring's organizations with a job this claim may take: one whose queued jobs are
-        -- all held back (a full rate limit, a sequence, a later start) takes no share, else
-        -- its empty share would leave the others' jobs for another claim. One index probe
-        -- for an organization with work, no lock (the share below locks).
-        SELECT r.org, r.position, o.claim_weight AS weight, l.rate_limited
-        FROM ring r JOIN organizations o ON o.id = r.org
+    WITH open_orgs AS (
+        -- The ring's organizations with a job this claim may take (claim_ring(): those with a
+        -- head, from just after p_after_organization round to it again), at most
+        -- greatest(p_limit, 32) of them even for a small batch, so that concurrent claimers
+        -- whose first organizations' jobs are locked by each other (SKIP LOCKED) still find
+        -- the next ones'. One whose queued jobs are all held back (a full rate limit, a
+        -- sequence, a later start) takes no share, else its empty share would leave the
+        -- others' jobs for another claim. No lock here (the share below locks).
+        SELECT r.org, r.place AS position, o.claim_weight AS weight, l.rate_limited
+        FROM claim_ring(p_after_organization, ring_visit) r
+        JOIN organizations o ON o.id = r.org
         CROSS JOIN LATERAL (
             SELECT p_rate_kinds || ARRAY(SELECT k.kind FROM job_rate_limits k
                                          WHERE k.organization_id = r.org) AS rate_limited
         ) AS l
         -- The same filter as `queued` below: a job it finds is one that may take a slot.
-        -- A scalar sub-select with LIMIT 1 in the index's order (jobs_fair_claim_idx),
-        -- not EXISTS: EXISTS became a join with every queued job of the ring.
-        WHERE (SELECT true FROM jobs q
-               WHERE q.organization_id = r.org AND q.status = 'queued' AND q.run_after <= now()
-                 AND NOT coalesce(q.kind = ANY (p_skip_kinds), false)
-                 AND NOT coalesce(q.kind = ANY (l.rate_limited), false)
-                 AND (p_only_kind IS NULL OR q.kind = p_only_kind)
-                 AND (q.sequence_key IS NULL OR NOT EXISTS (
-                      SELECT 1 FROM jobs p
-                      WHERE p.organization_id = q.organization_id
-                        AND p.sequence_key = q.sequence_key
-                        AND p.sequence_position < q.sequence_position
-                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
-               ORDER BY q.priority DESC, q.run_after, q.created_at
+        -- A scalar sub-select with LIMIT 1, not EXISTS: EXISTS became a join with every
+        -- queued job of the ring.
+        WHERE (SELECT true FROM claim_levels(r.org) h CROSS JOIN LATERAL (
+                   SELECT 1 FROM jobs q
+                   WHERE q.organization_id = r.org AND q.priority = h.priority
+                     AND q.status = 'queued'
+                     AND (q.run_after, q.created_at) >= (h.run_after, h.created_at)
+                     AND q.run_after <= now()
+                     AND NOT coalesce(q.kind = ANY (p_skip_kinds), false)
+                     AND NOT coalesce(q.kind = ANY (l.rate_limited), false)
+                     AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+                     AND (q.sequence_key IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM jobs p
+                          WHERE p.organization_id = q.organization_id
+                            AND p.sequence_key = q.sequence_key
+                            AND p.sequence_position < q.sequence_position
+                            AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+                   ORDER BY q.priority DESC, q.run_after, q.created_at
+                   LIMIT 1) AS x
                LIMIT 1)
+        ORDER BY r.place
+        LIMIT greatest(p_limit, 32)
     ), shares AS (
         -- Each open organization's share of the batch, in proportion to its weight (at least
-        -- one), the jobs it runs now, and the kinds rate limited there (taken above).
+        -- one), and the jobs it runs now, counted only when organizations compete for the
+        -- batch (alone, an organization takes it whatever it runs): its leases still running,
+        -- read from jobs_org_running_idx from now on, so that the entries of leases that ended
+        -- before now, which vacuum may not have removed yet, are not walked.
         SELECT o.org, o.position, o.weight, o.rate_limited,
                ceil((p_limit - taken) * o.weight::numeric / sum(o.weight) OVER ())::integer
                    AS share,
-               (SELECT count(*) FROM jobs b
-                WHERE b.organization_id = o.org AND b.status IN ('leased', 'cancel_requested'))
-                   AS running
+               CASE WHEN count(*) OVER () > 1 THEN
+                   (SELECT count(*) FROM jobs b
+                    WHERE b.organization_id = o.org AND b.status IN ('leased', 'cancel_requested')
+                      AND b.lease_until > now())
+               ELSE 0 END AS running
         FROM open_orgs o
     ), queued AS (
+        -- Each organization's share, priority by priority (claim_levels(), highest first),
+        -- each priority's jobs read from its head on in the order of jobs_fair_claim_idx
+        -- (ordered by priority too, though it is one: else jobs_claimable_idx, whose order is
+        -- (run_after, created_at), may look cheaper to a generic plan, and it reads every
+        -- organization's jobs).
         SELECT s.position, s.weight, s.running, c.ctid, c.priority, c.run_after, c.created_at
         FROM shares s CROSS JOIN LATERAL (
-            SELECT q.ctid, q.priority, q.run_after, q.created_at FROM jobs q
-            WHERE q.organization_id = s.org AND q.status = 'queued' AND q.run_after <= now()
-              -- "not among", written so that the generic plan cannot take it for a filter
-              -- that drops every row (`kind <> ALL` with one kind in the statistics did):
-              -- it then read the whole organization through jobs_kind_claim_idx and sorted
-              -- it, instead of the first jobs of jobs_fair_claim_idx in order.
-              AND NOT coalesce(q.kind = ANY (p_skip_kinds), false)
-              AND NOT coalesce(q.kind = ANY (s.rate_limited), false)
-              AND (p_only_kind IS NULL OR q.kind = p_only_kind)
-              AND (q.sequence_key IS NULL OR NOT EXISTS (
-                      SELECT 1 FROM jobs p
-                      WHERE p.organization_id = q.organization_id
-                        AND p.sequence_key = q.sequence_key
-                        AND p.sequence_position < q.sequence_position
-                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
-            ORDER BY q.priority DESC, q.run_after, q.created_at
+            SELECT f.ctid, f.priority, f.run_after, f.created_at
+            FROM claim_levels(s.org) h CROSS JOIN LATERAL (
+                SELECT q.ctid, q.priority, q.run_after, q.created_at FROM jobs q
+                WHERE q.organization_id = s.org AND q.priority = h.priority
+                  AND q.status = 'queued'
+                  AND (q.run_after, q.created_at) >= (h.run_after, h.created_at)
+                  AND q.run_after <= now()
+                  -- "not among", written so that the generic plan cannot take it for a filter
+                  -- that drops every row (`kind <> ALL` with one kind in the statistics did):
+                  -- it then read the whole organization through jobs_kind_claim_idx and
+                  -- sorted it, instead of the first jobs of jobs_fair_claim_idx in order.
+                  AND NOT coalesce(q.kind = ANY (p_skip_kinds), false)
+                  AND NOT coalesce(q.kind = ANY (s.rate_limited), false)
+                  AND (p_only_kind IS NULL OR q.kind = p_only_kind)
+                  AND (q.sequence_key IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM jobs p
+                          WHERE p.organization_id = q.organization_id
+                            AND p.sequence_key = q.sequence_key
+                            AND p.sequence_position < q.sequence_position
+                            AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+                ORDER BY q.priority DESC, q.run_after, q.created_at
+                LIMIT s.share
+                FOR UPDATE OF q SKIP LOCKED
+            ) AS f
             LIMIT s.share
-            FOR UPDATE OF q SKIP LOCKED
         ) AS c
     ), interleaved AS (
         -- Slot by slot, each to the organization that would then run the fewest jobs per unit
@@ -312,24 +454,6 @@ BEGIN
         ) AS i
         ORDER BY i.round, i.load, i.position
         LIMIT p_limit - taken
-    ), expired AS (
-        -- A lease that ran out while attempts remain is claimable at once (the sweeper would
-        -- otherwise requeue it a little later); cancel_requested is not: an expired cancel
-        -- request ends cancelled, never retried. A rate-limited kind's waits for the sweeper,
-        -- which puts it back in the queue, where its window counts it.
-        SELECT e.ctid FROM jobs e
-        WHERE e.status = 'leased' AND e.lease_until < now() AND e.attempts < e.max_attempts
-          AND e.kind <> ALL (p_skip_kinds) AND e.kind <> ALL (p_rate_kinds)
-          AND NOT EXISTS (SELECT 1 FROM job_rate_limits l
-                          WHERE l.organization_id = e.organization_id AND l.kind = e.kind)
-          AND (p_only_kind IS NULL OR e.kind = p_only_kind)
-        ORDER BY e.lease_until
-        LIMIT p_limit - taken
-        FOR UPDATE SKIP LOCKED
-    ), chosen AS (
-        SELECT c.ctid FROM (SELECT x.ctid FROM expired x UNION ALL SELECT y.ctid FROM interleaved y)
-            AS c
-        LIMIT p_limit - taken
     )
     UPDATE jobs j
     SET status = 'leased', lease_token = gen_random_uuid(), leased_by = p_worker,
@@ -337,14 +461,23 @@ BEGIN
         attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
     -- By the row versions the CTEs locked (FOR UPDATE: nobody else can move them before this
     -- UPDATE), a TID scan: no second probe of jobs_pkey per job (revision 0017).
-    WHERE j.ctid = ANY (ARRAY(SELECT chosen.ctid FROM chosen))
+    WHERE j.ctid = ANY (ARRAY(SELECT interleaved.ctid FROM interleaved))
     RETURNING j.id, j.organization_id, j.requested_by, j.kind, j.params, j.attempts,
               j.max_attempts, j.lease_token, j.lease_seconds, j.request_id,
               -- whether more was due than this claim took (as of its start): the claimer then
-              -- tells another process, since wake-ups are coalesced
+              -- tells another process, since wake-ups are coalesced. Counted from the heads.
               (SELECT count(*) > p_limit FROM (
-                  SELECT 1 FROM jobs m WHERE m.status = 'queued' AND m.run_after <= now()
-                  ORDER BY m.run_after LIMIT p_limit + 1) AS due),
+                  SELECT 1 FROM claim_ring(nil, ring_visit) r
+                  CROSS JOIN LATERAL claim_levels(r.org) h
+                  CROSS JOIN LATERAL (
+                      SELECT 1 FROM jobs m
+                      WHERE m.organization_id = r.org AND m.priority = h.priority
+                        AND m.status = 'queued'
+                        AND (m.run_after, m.created_at) >= (h.run_after, h.created_at)
+                        AND m.run_after <= now()
+                      ORDER BY m.priority DESC, m.run_after, m.created_at
+                      LIMIT p_limit + 1) AS d
+                  LIMIT p_limit + 1) AS due),
               NULL::timestamptz;
     GET DIAGNOSTICS got = ROW_COUNT;
     IF got = 0 AND taken = 0 THEN
@@ -353,8 +486,16 @@ BEGIN
         -- Jobs held back by a rate limit or a sequence are not: they are not claimable yet.
         RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::uuid, NULL::text, NULL::jsonb,
                             NULL::integer, NULL::integer, NULL::uuid, NULL::integer, NULL::text,
-                            EXISTS (SELECT 1 FROM jobs m
-                                    WHERE m.status = 'queued' AND m.run_after <= now()
+                            EXISTS (
+                                SELECT 1 FROM claim_ring(nil, ring_visit) r
+                                CROSS JOIN LATERAL claim_levels(r.org) h
+                                CROSS JOIN LATERAL (
+                                    SELECT 1 FROM jobs m
+                                    WHERE m.organization_id = r.org AND m.priority = h.priority
+                                      AND m.status = 'queued'
+                                      AND (m.run_after, m.created_at)
+                                          >= (h.run_after, h.created_at)
+                                      AND m.run_after <= now()
                                       AND m.kind <> ALL (p_skip_kinds)
                                       AND m.kind <> ALL (p_rate_kinds)
                                       AND NOT EXISTS (
@@ -367,7 +508,9 @@ BEGIN
                       WHERE p.organization_id = m.organization_id
                         AND p.sequence_key = m.sequence_key
                         AND p.sequence_position < m.sequence_position
-                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))),
+                        AND p.status IN ('queued', 'leased', 'cancel_requested', 'waiting')))
+                                    ORDER BY m.priority DESC, m.run_after, m.created_at
+                                    LIMIT 1) AS d),
                             next_window;
     END IF;
 END $$;

@@ -1,0 +1,53 @@
+"""Claim heads: each (organization, priority) key's head, where a claim starts reading its
+queued jobs, moves forward past the jobs that left the queue (advance_claim_heads() in
+models/db/schema/60_claim_and_lease.sql). Without it, a head stays where the jobs triggers put
+it, and a claim reads every job finished since from the index, which behind a long-open
+transaction vacuum cannot clean.
+
+A head moves no further than ``SPACEJOBS_CLAIM_HEAD_LAG`` seconds ago, and not at all in a run
+that meets an open transaction making jobs claimable (the run reports it as ``busy``): a head
+may lag behind the queue, never pass a job in it. A key with no queued job and no work seen for
+``idle`` seconds is dropped; the jobs triggers make it again with its next job. Safe in several
+beats at once: the moves are taken under one exclusive lock, which a second beat only tries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.settings import Settings
+from spacejobs.tasks.maintenance.chore import Report
+from spacejobs.tasks.worker_process import WorkerProcess
+
+
+@dataclass
+class ClaimHeadsReport(Report):
+    #: heads moved forward (or marked busy again)
+    moved: int = 0
+    #: runs that moved nothing because a transaction making jobs claimable was open
+    busy: int = 0
+
+
+class ClaimHeads:
+    name = "claim_heads"
+    #: every second by default: its runs are added up into beat's next line
+    frequent = True
+    #: seconds a key with no queued job keeps its head after its last work
+    idle = 300.0
+
+    def __init__(self, interval: float, lag: float) -> None:
+        self.interval = interval
+        self.lag = lag
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClaimHeads:
+        return cls(settings.maintenance_interval(cls.name), settings.claim_head_lag)
+
+    def run(self, process: WorkerProcess) -> ClaimHeadsReport:
+        with transaction(process.engine, actor="sweeper") as conn:
+            moved = store.advance_claim_heads(conn, lag=self.lag, idle=self.idle)
+        if moved is None:
+            return ClaimHeadsReport(busy=1)
+        return ClaimHeadsReport(moved=moved)

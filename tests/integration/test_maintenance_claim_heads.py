@@ -1,0 +1,169 @@
+"""The claim-heads chore (tasks/maintenance/claim_heads.py) and the claim that reads from the
+heads, against PostgreSQL as the worker role: behind a REPEATABLE READ transaction held open,
+a claim reads about as many buffers after thousands of jobs went through the queue as before;
+a job that becomes claimable behind a head that moved on is claimed all the same (a job given
+back, a job planted in the past, a job submitted while the chore runs); and a key idle for long
+is dropped and made again by its next job."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy import text
+
+from spacejobs.models.db.engine import libpq_url
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import store
+from spacejobs.models.kinds import get_kind
+from spacejobs.tasks.maintenance.claim_heads import ClaimHeads, ClaimHeadsReport
+from tests.integration.leasing import claim_one, release_one
+from tests.integration.maintenance_kit import as_beat, claim, drain_queue, new_job
+from tests.kit.stack import Stack
+
+NIL = "00000000-0000-0000-0000-000000000000"
+
+
+@contextmanager
+def report_left_open(stack: Stack) -> Iterator[None]:
+    """A REPEATABLE READ transaction on another connection, its snapshot taken and kept: vacuum
+    removes nothing it may still see until it ends."""
+    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SELECT count(*) FROM jobs").fetchone()
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def claim_buffers(stack: Stack, limit: int = 10) -> int:
+    """Shared buffers (hit and read) one claim of ``limit`` reads, run as the worker runs it
+    and rolled back, so it takes nothing. The second of two in one session: the first also
+    reads the catalog to plan the function's statements."""
+    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
+        for _ in range(2):
+            plan = "\n".join(str(row[0]) for row in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM claim_jobs('measure', %s,"
+                " ARRAY[]::text[], NULL, %s::uuid)", (limit, NIL)))
+        conn.rollback()
+    top = re.search(r"Buffers: shared ([^\n]*)", plan)
+    assert top is not None, plan
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top.group(1)))
+
+
+def plant_queued(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int, *,
+                 age: str = "0 seconds") -> None:
+    """``count`` queued jobs of the organization, created ``age`` ago, through the owner role
+    (the jobs triggers run as for any insert)."""
+    with stack.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts,"
+            " run_after, created_at)"
+            " SELECT :org, :user, 'bench.noop', 30, 3, now() - CAST(:age AS interval),"
+            " now() - CAST(:age AS interval) FROM generate_series(1, :count)"),
+            {"org": org, "user": user, "count": count, "age": age})
+
+
+def run_through(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int) -> None:
+    """``count`` jobs submitted, claimed and completed, a hundred at a time."""
+    for _ in range(count // 100):
+        plant_queued(stack, org, user, 100)
+        with transaction(stack.worker_db, actor="worker:w1") as conn:
+            leased = store.claim_batch(conn, "w1", limit=100)
+            assert len(leased) == 100
+            done = store.complete_batch(conn, [(job.id, job.lease_token, {}, None)
+                                               for job in leased])
+            assert len(done) == 100
+
+
+def advance(stack: Stack, *, lag: float = 0.0) -> ClaimHeadsReport:
+    return ClaimHeads(interval=1, lag=lag).run(as_beat(stack))
+
+
+def test_claim_buffers_stay_flat_under_a_held_repeatable_read_transaction(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner").id
+    with report_left_open(stack):
+        run_through(stack, org, user, 1000)
+        plant_queued(stack, org, user, 20)
+        advance(stack)
+        first = claim_buffers(stack)
+        run_through(stack, org, user, 3000)
+        plant_queued(stack, org, user, 20)
+        # with the heads where the chore last left them, a claim reads every job that went
+        # through since from the index: the report may still see them
+        behind = claim_buffers(stack)
+        assert advance(stack) == ClaimHeadsReport(moved=1)
+        after = claim_buffers(stack)
+    # flat: 3,000 jobs more through the queue cost the claim a few buffers at most (deeper
+    # indexes), where without the chore it reads every one of them
+    assert after <= first + 50 and behind >= after + 150, (first, behind, after)
+
+
+def test_a_job_given_back_behind_a_head_that_moved_on_is_claimed(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    first = new_job(stack)
+    org = first.organization_id
+    held = claim(stack)
+    assert held.id == first.id
+    run_through(stack, org, stack.job_row(first.id)["requested_by"], 200)
+    advance(stack)  # the head passes the held job's place: it is not queued
+    with transaction(stack.worker_db, actor="worker:w1") as conn:
+        assert release_one(conn, held.id, held.lease_token)
+    assert claim(stack).id == first.id  # back at its place, and claimed
+
+
+def test_a_job_planted_behind_a_head_that_moved_on_is_claimed(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner").id
+    run_through(stack, org, user, 100)
+    advance(stack)
+    plant_queued(stack, org, user, 1, age="1 hour")
+    with transaction(stack.worker_db, actor="worker:w1") as conn:
+        assert claim_one(conn, "w1") is not None
+
+
+def test_a_head_does_not_move_while_a_submit_is_open_and_its_job_is_claimed(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner")
+    run_through(stack, org, user.id, 100)
+    with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
+        job, _ = store.submit(conn, organization_id=org, requested_by=user.id,
+                              kind=get_kind("bench.noop").rules, params={})
+        # the submit is not committed: the chore cannot tell where its job is, and waits
+        assert advance(stack) == ClaimHeadsReport(busy=1)
+    advance(stack)
+    assert claim(stack).id == job.id
+
+
+def test_an_idle_key_is_dropped_and_made_again_by_its_next_job(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner").id
+    run_through(stack, org, user, 100)
+
+    def keys() -> int:
+        with stack.admin() as conn:
+            return conn.execute(text("SELECT count(DISTINCT priority) FROM claim_heads"
+                                     " WHERE organization_id = :org"), {"org": org}).scalar_one()
+
+    assert keys() == 1
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        store.advance_claim_heads(conn, lag=0, idle=0)
+    assert keys() == 0  # no queued job, no work since: gone from the claim's ring
+    plant_queued(stack, org, user, 1)
+    assert keys() == 1
+    with transaction(stack.worker_db, actor="worker:w1") as conn:
+        assert claim_one(conn, "w1") is not None
