@@ -1,7 +1,8 @@
-"""What ``spacejobs demo`` keeps in its data directory while it runs, and how it knows the web is
-up: the servers' URLs in ``servers.env``, a temporary directory of its own (``tmp/``, so that
-nothing of the demo is left in the system's after Ctrl-C), and a poll of the web's URL before
-the banner says it is running."""
+"""What ``spacejobs demo`` keeps in its data directory while it runs, how it knows the web is
+up, and how it stops: the servers' URLs in ``servers.env``, a temporary directory of its own
+(``tmp/``, so that nothing of the demo is left in the system's after Ctrl-C), a poll of the
+web's URL before the banner says it is running, and its processes stopped one after the other,
+the worker given the time its running jobs are promised (``SPACEJOBS_SHUTDOWN_GRACE``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 #: the file of the servers' URLs, in the data directory
@@ -91,3 +94,45 @@ def wait_until_answers(base: str, children: list[subprocess.Popen[bytes]], *,
         if time.monotonic() > deadline:
             raise WebDidNotStart(f"the web did not answer at {base} within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+#: beyond the worker's grace: its pool child hears of the stop when the pool closes (up to a
+#: second later), the job's next checkpoint comes, and the release is written
+WORKER_STOP_MARGIN = 15.0
+
+
+@dataclass
+class DemoProcess:
+    """One process the demo started (in a session of its own) and how long it may take to stop."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    #: seconds between SIGTERM and SIGKILL
+    stop_within: float
+
+
+def stop_in_order(processes: list[DemoProcess], say: Callable[[str], None],
+                  hurry: Callable[[], bool] = lambda: False) -> None:
+    """SIGTERM each process's group in turn and wait for it to exit, then SIGKILL whatever is
+    left of that group. The web goes first (no new submissions), then the worker, which lets
+    its running jobs go on for the grace and gives back (queued again at once, the attempt not
+    counted) what has not finished: so "stopped." comes only once every job is finished or
+    queued. ``hurry()`` true (a second Ctrl-C) kills the rest at once; their running jobs then
+    wait for their leases to run out."""
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, signal.SIGTERM)
+        if process.popen.poll() is None and process.stop_within > 5:
+            say(f"stopping the {process.name}: up to {process.stop_within:.0f} s "
+                "(Ctrl-C again to kill it now)")
+        deadline = time.monotonic() + process.stop_within
+        while process.popen.poll() is None and time.monotonic() < deadline and not hurry():
+            time.sleep(0.1)
+        if process.popen.poll() is None:
+            say(f"the {process.name} did not stop in time; killing it "
+                "(a job it was running is taken again once its lease runs out)")
+        # Whatever is left in the process's session (a pool child, say) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.popen.wait(timeout=5)

@@ -437,7 +437,8 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
     if not (settings.database_url and redis_given):
         click.echo("starting embedded PostgreSQL and Redis ...", err=True)
         servers = embedded.start(data_dir)
-    children: list[subprocess.Popen[bytes]] = []
+    processes: list[demo_session.DemoProcess] = []
+    hurry: list[bool] = []  # a second Ctrl-C while stopping
     servers_file = data_dir / demo_session.SERVERS_FILE
     try:
         database_url = settings.database_url or servers.database_url("spacejobs")  # type: ignore[union-attr]
@@ -458,11 +459,16 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
         upgrade(database_url)
         demo_users = _run(seed)
         spacejobs = [sys.executable, "-m", "spacejobs.webapp.cli"]
-        for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
-                     [*spacejobs, "worker", "--concurrency", "2"],
-                     [*spacejobs, "beat"]):
+        worker_stop = get_settings().shutdown_grace + demo_session.WORKER_STOP_MARGIN
+        for name, argv, stop_within in (
+                ("web", [*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
+                 15.0),
+                ("worker", [*spacejobs, "worker", "--concurrency", "2"], worker_stop),
+                ("beat", [*spacejobs, "beat"], 15.0)):
             # Each in its own session so Ctrl-C reaches only us; we stop them in order.
-            children.append(subprocess.Popen(argv, start_new_session=True))  # noqa: S603
+            popen = subprocess.Popen(argv, start_new_session=True)  # noqa: S603
+            processes.append(demo_session.DemoProcess(name, popen, stop_within))
+        children = [process.popen for process in processes]
         base = demo_session.local_url(host, port)
         try:
             demo_session.wait_until_answers(base, children)
@@ -472,9 +478,10 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
         demo_session.write_servers_file(data_dir, {"DATABASE_URL": database_url,
                                                    "REDIS_URL": redis_url, "WEB_URL": base})
         _print_banner(host, port, demo_users, servers_file)
-        _wait_for_signal_or_exit(children)
+        _wait_for_signal_or_exit(children, hurry)
     finally:
-        _stop_children(children)
+        demo_session.stop_in_order(processes, lambda line: click.echo(line, err=True),
+                                   hurry=lambda: bool(hurry))
         if servers is not None:
             servers.stop()
         servers_file.unlink(missing_ok=True)  # its servers are gone
@@ -522,11 +529,15 @@ def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | Non
     return "\n".join(lines)
 
 
-def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]]) -> None:
+def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]], hurry: list[bool]) -> None:
+    """Return on Ctrl-C (or SIGTERM), or when a process exits; a second signal, while the
+    processes stop, appends to ``hurry``."""
     stop = False
 
     def request_stop(signum: int, _frame: object) -> None:
         nonlocal stop
+        if stop:
+            hurry.append(True)
         stop = True
 
     signal.signal(signal.SIGINT, request_stop)
@@ -536,21 +547,6 @@ def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]]) -> None:
             click.echo("a demo process exited; stopping the others.", err=True)
             return
         time.sleep(0.3)
-
-
-def _stop_children(children: list[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
-    for child in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for child in children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        # Whatever is left in the child's session (pool processes included) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=2)
 
 
 if __name__ == "__main__":
