@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import click
 from sqlalchemy import Connection
@@ -53,7 +54,7 @@ def _admin(actor: str = "cli") -> Iterator[Connection]:
     try:
         engine = make_engine(admin_url(), pool_size=1, application_name="spacejobs-cli")
     except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(f"{exc}. {_where_the_servers_are()}") from None
     try:
         with owner_transaction(engine, actor=actor) as conn:
             yield conn
@@ -63,6 +64,19 @@ def _admin(actor: str = "cli") -> Iterator[Connection]:
         raise click.ClickException("The database is unreachable (check DATABASE_URL).") from None
     finally:
         engine.dispose()
+
+
+def _where_the_servers_are(data_dir: Path = Path(".spacejobs")) -> str:
+    """Where a running demo wrote its servers' URLs (``spacejobs demo`` writes
+    ``<data-dir>/servers.env``), as the shell line that reads them."""
+    from spacejobs.demo.session import SERVERS_FILE
+
+    servers = data_dir / SERVERS_FILE
+    read = f"set -a; . {shlex.quote(str(servers))}; set +a"
+    if servers.exists():
+        return f"A running `spacejobs demo` wrote its servers to {servers}: run `{read}` first."
+    return (f"Set it to your database's URL; for a running `spacejobs demo`, run `{read}` "
+            "(the file of its --data-dir) first.")
 
 
 def _run(fn: Callable[[Connection], T]) -> T:
@@ -250,7 +264,20 @@ def orgs_set_rate_limit(org: str, kind: str, limit: str) -> None:
             rate = RateLimit.parse(limit)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="LIMIT") from None
-    _run(lambda c: accounts.set_rate_limit(c, accounts.resolve_organization(c, org), kind, rate))
+
+    def set_limit(conn: Connection) -> UUID:
+        organization_id = accounts.resolve_organization(conn, org)
+        accounts.set_rate_limit(conn, organization_id, kind, rate)
+        return organization_id
+
+    organization_id = _run(set_limit)
+    where = org if org == str(organization_id) else f"{org} ({organization_id})"
+    if rate is None:
+        click.echo(f"{kind} in {where}: no rate limit of the operators' any more "
+                   "(the kind's own applies, if it declares one).")
+    else:
+        click.echo(f"{kind} in {where}: at most {rate.max_starts} start(s) per "
+                   f"{rate.per_seconds} s; jobs beyond it stay queued, in order.")
 
 
 @orgs.command("set-quota")

@@ -57,7 +57,7 @@ def test_every_slot_busy_is_said_and_the_json_dates_are_iso_8601(bare_stack: Sta
         assert stack.job_row(waiting["id"])["status"] == "queued"
         page = client.get("/ops", headers=operator.auth).get_data(as_text=True)
         assert "Every slot is busy" in page
-        assert "2 of 2 running; 1 queued job wait" in page
+        assert "2 of 2 running; 1 queued job waits for a slot" in page
 
         # Every date of every operators' JSON answer is ISO 8601, as in the tenant API.
         found: list[str] = []
