@@ -22,6 +22,8 @@ from pathlib import Path
 
 #: the file of the servers' URLs, in the data directory
 SERVERS_FILE = "servers.env"
+#: the file the demo's processes log to, in the data directory (the terminal keeps the banner)
+LOG_FILE = "demo.log"
 #: the demo's temporary directory (TMPDIR of the demo and of its processes), in the data directory
 TMP_DIR = "tmp"
 #: what the demo polls until the web answers: public, no database query, not rate-limited
@@ -136,3 +138,12 @@ def stop_in_order(processes: list[DemoProcess], say: Callable[[str], None],
             os.killpg(process.popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.popen.wait(timeout=5)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log file (what a process said before it exited)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

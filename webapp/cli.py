@@ -467,6 +467,8 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
     processes: list[demo_session.DemoProcess] = []
     hurry: list[bool] = []  # a second Ctrl-C while stopping
     servers_file = data_dir / demo_session.SERVERS_FILE
+    log_file = data_dir / demo_session.LOG_FILE
+    logs = log_file.open("ab")
     try:
         database_url = settings.database_url or servers.database_url("spacejobs")  # type: ignore[union-attr]
         redis_url = settings.redis_url if redis_given else servers.redis_url  # type: ignore[union-attr]
@@ -492,23 +494,30 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
                  15.0),
                 ("worker", [*spacejobs, "worker", "--concurrency", "2"], worker_stop),
                 ("beat", [*spacejobs, "beat"], 15.0)):
-            # Each in its own session so Ctrl-C reaches only us; we stop them in order.
-            popen = subprocess.Popen(argv, start_new_session=True)  # noqa: S603
+            # Each in its own session so Ctrl-C reaches only us; we stop them in order. Their
+            # logs (Celery's banners, the sweeper's lines) go to a file, so that the banner
+            # below, with the passwords and tokens, stays on the screen.
+            popen = subprocess.Popen(argv, start_new_session=True,  # noqa: S603
+                                     stdout=logs, stderr=subprocess.STDOUT)
             processes.append(demo_session.DemoProcess(name, popen, stop_within))
         children = [process.popen for process in processes]
+        click.echo(f"the processes' logs go to {log_file}", err=True)
         base = demo_session.local_url(host, port)
         try:
             demo_session.wait_until_answers(base, children)
         except demo_session.WebDidNotStart as error:
-            raise click.ClickException(str(error)) from None
+            raise click.ClickException(
+                f"{error}. The end of {log_file}:\n{demo_session.tail(log_file)}") from None
         # DATABASE_URL: the owner's (a superuser on the embedded server), for `spacejobs` commands.
         demo_session.write_servers_file(data_dir, {"DATABASE_URL": database_url,
                                                    "REDIS_URL": redis_url, "WEB_URL": base})
-        _print_banner(host, port, demo_users, servers_file)
-        _wait_for_signal_or_exit(children, hurry)
+        _print_banner(host, port, demo_users, servers_file, log_file)
+        if not _wait_for_signal_or_exit(children, hurry):
+            click.echo(demo_session.tail(log_file), err=True)
     finally:
         demo_session.stop_in_order(processes, lambda line: click.echo(line, err=True),
                                    hurry=lambda: bool(hurry))
+        logs.close()
         if servers is not None:
             servers.stop()
         servers_file.unlink(missing_ok=True)  # its servers are gone
@@ -516,11 +525,12 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
 
 
 def _print_banner(host: str, port: int, demo_users: list[dict[str, str]],
-                  servers_file: Path | None = None) -> None:
-    click.echo(banner(f"http://{host}:{port}", demo_users, servers_file))
+                  servers_file: Path | None = None, log_file: Path | None = None) -> None:
+    click.echo(banner(f"http://{host}:{port}", demo_users, servers_file, log_file))
 
 
-def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | None = None) -> str:
+def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | None = None,
+           log_file: Path | None = None) -> str:
     """What ``spacejobs demo`` prints once the web answers: where to click first, then the
     passwords for the pages and the tokens for the API, and where the servers' URLs are."""
     owner = demo_users[0]
@@ -553,12 +563,14 @@ def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | Non
     if servers_file is not None:
         lines += [f"The servers' URLs (DATABASE_URL, REDIS_URL, WEB_URL) are in {servers_file}:",
                   f"  set -a; . {shlex.quote(str(servers_file))}; set +a", ""]
+    if log_file is not None:
+        lines += [f"The web's, the worker's and beat's logs: tail -f {shlex.quote(str(log_file))}", ""]
     return "\n".join(lines)
 
 
-def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]], hurry: list[bool]) -> None:
-    """Return on Ctrl-C (or SIGTERM), or when a process exits; a second signal, while the
-    processes stop, appends to ``hurry``."""
+def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]], hurry: list[bool]) -> bool:
+    """Return True on Ctrl-C (or SIGTERM), False when a process exits; a second signal, while
+    the processes stop, appends to ``hurry``."""
     stop = False
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -571,9 +583,10 @@ def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]], hurry: lis
     signal.signal(signal.SIGTERM, request_stop)
     while not stop:
         if any(child.poll() is not None for child in children):
-            click.echo("a demo process exited; stopping the others.", err=True)
-            return
+            click.echo("a demo process exited; stopping the others. The end of its log:", err=True)
+            return False
         time.sleep(0.3)
+    return True
 
 
 if __name__ == "__main__":
