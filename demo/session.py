@@ -115,18 +115,19 @@ class DemoProcess:
 
 def stop_in_order(processes: list[DemoProcess], say: Callable[[str], None],
                   hurry: Callable[[], bool] = lambda: False) -> None:
-    """SIGTERM each process's group in turn and wait for it to exit, then SIGKILL whatever is
-    left of that group. The web goes first (no new submissions), then the worker, which lets
-    its running jobs go on for the grace and gives back (queued again at once, the attempt not
-    counted) what has not finished: so "stopped." comes only once every job is finished or
-    queued. ``hurry()`` true (a second Ctrl-C) kills the rest at once; their running jobs then
-    wait for their leases to run out."""
+    """SIGTERM every process's group at once (the worker hears of the stop at once, and its
+    grace starts then), then wait for each in turn, up to its ``stop_within``, and SIGKILL
+    whatever is left of its group. The worker lets its running jobs go on for the grace and
+    gives back (queued again at once, the attempt not counted) what has not finished: so the
+    caller's "stopped." comes only once every job is finished or queued. ``hurry()`` true (a
+    second Ctrl-C) kills the rest at once; their running jobs then wait for their leases."""
     for process in processes:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.popen.pid, signal.SIGTERM)
-        if process.popen.poll() is None and process.stop_within > 5:
-            say(f"stopping the {process.name}: up to {process.stop_within:.0f} s "
-                "(Ctrl-C again to kill it now)")
+    for process in processes:
+        if process.popen.poll() is None and process.stop_within > 15:
+            say(f"stopping the {process.name}: up to {process.stop_within:.0f} s for its "
+                "running jobs to end or be given back (Ctrl-C again to kill it now)")
         deadline = time.monotonic() + process.stop_within
         while process.popen.poll() is None and time.monotonic() < deadline and not hurry():
             time.sleep(0.1)

@@ -93,3 +93,30 @@ def test_the_overview_scans_in_one_screen_says_every_slot_is_busy_and_keeps_a_ty
     page.evaluate("window.__sameDocument = true")
     page.wait_for_timeout(6_500)
     assert not page.evaluate("window.__sameDocument === true"), "the page stopped refreshing"
+
+
+def test_a_workflows_steps_are_listed_under_it_with_names_beside_ids(
+        stack: Stack, live: Live, page: Page, shots: Path):
+    org = live.demo["anna@acme.example"]["org_id"]
+    owner = stack.user(org, role="owner")
+    client = live.app.test_client()
+    report = submit(client, org, owner, "projects_report", {})
+    stack.wait_for(report["id"], "completed", timeout=60)
+
+    page.set_viewport_size({"width": 1280, "height": 720})
+    olga = live.demo["olga@ops.example"]
+    sign_in(page, live, olga["email"], olga["password"])
+    page.goto(live.url + "/ops/jobs")
+    page.select_option("select[name=organization_id]", value=str(org))
+    page.get_by_role("button", name="Filter").click()
+    workflow = page.locator(f"tr.top[data-job='{report['id']}']")
+    expect(workflow).to_contain_text("Acme Rockets")
+    expect(workflow).to_contain_text(owner.email)
+    steps = page.locator(f"tr.step[data-parent='{report['id']}']")
+    assert steps.count() >= 2
+    # Right under their workflow: the line that counts them, then the steps.
+    expect(workflow.locator("xpath=following-sibling::tr[1]")).to_contain_text(
+        f"{steps.count()} steps: {steps.count()} completed")
+    page.screenshot(path=shots / "ops-jobs.png", full_page=False)
+    if os.environ.get("SPACEJOBS_DOCS_SCREENSHOTS", "0") not in ("", "0"):
+        shutil.copy(shots / "ops-jobs.png", DOCS / "ops-jobs.png")
