@@ -94,6 +94,7 @@ def _start_health_probe(**_: object) -> None:
 def _register_pool_process(sender: object = None, **_: object) -> None:
     process = worker_process.current()
     process.pool_child = True
+    process.shutdown.ignore_until_installed()
     presence.start(process, str(sender or "unknown"))
     start_floor(process)
 

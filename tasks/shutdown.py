@@ -45,6 +45,19 @@ class Shutdown:
         """True once the grace period is over: running jobs should be given back."""
         return self._stop_at is not None and self._clock() >= self._stop_at
 
+    def ignore_until_installed(self) -> None:
+        """In a new pool child, before billiard resets its signals: ignore SIGTERM until
+        :meth:`install_in_pool_child` takes it over at the first task.
+
+        Billiard replaces any Python handler a child has at its start with one that exits, but
+        leaves an ignored signal ignored. A job the floor's thread runs before any task (a
+        signal handler can only be set from the main thread) would otherwise die with the
+        child on SIGTERM, its lease held until it expires; ignored, the child hears of the
+        shutdown when the main process closes the pool, and the floor's drain gives the job
+        back after the grace (tasks/celery_app.py, ``_mark_stopped``)."""
+        if not self._installed:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
     def install_in_pool_child(self) -> None:
         """Take over SIGTERM in a pool child (idempotent). Only a pool child calls it: the
         main process keeps Celery's own handler, which forwards to the children."""

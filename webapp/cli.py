@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import click
 from sqlalchemy import Connection
@@ -53,7 +54,7 @@ def _admin(actor: str = "cli") -> Iterator[Connection]:
     try:
         engine = make_engine(admin_url(), pool_size=1, application_name="spacejobs-cli")
     except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(f"{exc}. {_where_the_servers_are()}") from None
     try:
         with owner_transaction(engine, actor=actor) as conn:
             yield conn
@@ -63,6 +64,19 @@ def _admin(actor: str = "cli") -> Iterator[Connection]:
         raise click.ClickException("The database is unreachable (check DATABASE_URL).") from None
     finally:
         engine.dispose()
+
+
+def _where_the_servers_are(data_dir: Path = Path(".spacejobs")) -> str:
+    """Where a running demo wrote its servers' URLs (``spacejobs demo`` writes
+    ``<data-dir>/servers.env``), as the shell line that reads them."""
+    from spacejobs.demo.session import SERVERS_FILE
+
+    servers = data_dir / SERVERS_FILE
+    read = f"set -a; . {shlex.quote(str(servers))}; set +a"
+    if servers.exists():
+        return f"A running `spacejobs demo` wrote its servers to {servers}: run `{read}` first."
+    return (f"Set it to your database's URL; for a running `spacejobs demo`, run `{read}` "
+            "(the file of its --data-dir) first.")
 
 
 def _run(fn: Callable[[Connection], T]) -> T:
@@ -250,7 +264,20 @@ def orgs_set_rate_limit(org: str, kind: str, limit: str) -> None:
             rate = RateLimit.parse(limit)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="LIMIT") from None
-    _run(lambda c: accounts.set_rate_limit(c, accounts.resolve_organization(c, org), kind, rate))
+
+    def set_limit(conn: Connection) -> UUID:
+        organization_id = accounts.resolve_organization(conn, org)
+        accounts.set_rate_limit(conn, organization_id, kind, rate)
+        return organization_id
+
+    organization_id = _run(set_limit)
+    where = org if org == str(organization_id) else f"{org} ({organization_id})"
+    if rate is None:
+        click.echo(f"{kind} in {where}: no rate limit of the operators' any more "
+                   "(the kind's own applies, if it declares one).")
+    else:
+        click.echo(f"{kind} in {where}: at most {rate.max_starts} start(s) per "
+                   f"{rate.per_seconds} s; jobs beyond it stay queued, in order.")
 
 
 @orgs.command("set-quota")
@@ -437,8 +464,11 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
     if not (settings.database_url and redis_given):
         click.echo("starting embedded PostgreSQL and Redis ...", err=True)
         servers = embedded.start(data_dir)
-    children: list[subprocess.Popen[bytes]] = []
+    processes: list[demo_session.DemoProcess] = []
+    hurry: list[bool] = []  # a second Ctrl-C while stopping
     servers_file = data_dir / demo_session.SERVERS_FILE
+    log_file = data_dir / demo_session.LOG_FILE
+    logs = log_file.open("ab")
     try:
         database_url = settings.database_url or servers.database_url("spacejobs")  # type: ignore[union-attr]
         redis_url = settings.redis_url if redis_given else servers.redis_url  # type: ignore[union-attr]
@@ -458,23 +488,36 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
         upgrade(database_url)
         demo_users = _run(seed)
         spacejobs = [sys.executable, "-m", "spacejobs.webapp.cli"]
-        for argv in ([*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
-                     [*spacejobs, "worker", "--concurrency", "2"],
-                     [*spacejobs, "beat"]):
-            # Each in its own session so Ctrl-C reaches only us; we stop them in order.
-            children.append(subprocess.Popen(argv, start_new_session=True))  # noqa: S603
+        worker_stop = get_settings().shutdown_grace + demo_session.WORKER_STOP_MARGIN
+        for name, argv, stop_within in (
+                ("web", [*spacejobs, "web", "--host", host, "--port", str(port), "--workers", "1"],
+                 15.0),
+                ("worker", [*spacejobs, "worker", "--concurrency", "2"], worker_stop),
+                ("beat", [*spacejobs, "beat"], 15.0)):
+            # Each in its own session so Ctrl-C reaches only us; we stop them in order. Their
+            # logs (Celery's banners, the sweeper's lines) go to a file, so that the banner
+            # below, with the passwords and tokens, stays on the screen.
+            popen = subprocess.Popen(argv, start_new_session=True,  # noqa: S603
+                                     stdout=logs, stderr=subprocess.STDOUT)
+            processes.append(demo_session.DemoProcess(name, popen, stop_within))
+        children = [process.popen for process in processes]
+        click.echo(f"the processes' logs go to {log_file}", err=True)
         base = demo_session.local_url(host, port)
         try:
             demo_session.wait_until_answers(base, children)
         except demo_session.WebDidNotStart as error:
-            raise click.ClickException(str(error)) from None
+            raise click.ClickException(
+                f"{error}. The end of {log_file}:\n{demo_session.tail(log_file)}") from None
         # DATABASE_URL: the owner's (a superuser on the embedded server), for `spacejobs` commands.
         demo_session.write_servers_file(data_dir, {"DATABASE_URL": database_url,
                                                    "REDIS_URL": redis_url, "WEB_URL": base})
-        _print_banner(host, port, demo_users, servers_file)
-        _wait_for_signal_or_exit(children)
+        _print_banner(host, port, demo_users, servers_file, log_file)
+        if not _wait_for_signal_or_exit(children, hurry):
+            click.echo(demo_session.tail(log_file), err=True)
     finally:
-        _stop_children(children)
+        demo_session.stop_in_order(processes, lambda line: click.echo(line, err=True),
+                                   hurry=lambda: bool(hurry))
+        logs.close()
         if servers is not None:
             servers.stop()
         servers_file.unlink(missing_ok=True)  # its servers are gone
@@ -482,11 +525,12 @@ def _run_demo(host: str, port: int, data_dir: Path) -> None:
 
 
 def _print_banner(host: str, port: int, demo_users: list[dict[str, str]],
-                  servers_file: Path | None = None) -> None:
-    click.echo(banner(f"http://{host}:{port}", demo_users, servers_file))
+                  servers_file: Path | None = None, log_file: Path | None = None) -> None:
+    click.echo(banner(f"http://{host}:{port}", demo_users, servers_file, log_file))
 
 
-def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | None = None) -> str:
+def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | None = None,
+           log_file: Path | None = None) -> str:
     """What ``spacejobs demo`` prints once the web answers: where to click first, then the
     passwords for the pages and the tokens for the API, and where the servers' URLs are."""
     owner = demo_users[0]
@@ -519,38 +563,30 @@ def banner(base: str, demo_users: list[dict[str, str]], servers_file: Path | Non
     if servers_file is not None:
         lines += [f"The servers' URLs (DATABASE_URL, REDIS_URL, WEB_URL) are in {servers_file}:",
                   f"  set -a; . {shlex.quote(str(servers_file))}; set +a", ""]
+    if log_file is not None:
+        lines += [f"The web's, the worker's and beat's logs: tail -f {shlex.quote(str(log_file))}", ""]
     return "\n".join(lines)
 
 
-def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]]) -> None:
+def _wait_for_signal_or_exit(children: list[subprocess.Popen[bytes]], hurry: list[bool]) -> bool:
+    """Return True on Ctrl-C (or SIGTERM), False when a process exits; a second signal, while
+    the processes stop, appends to ``hurry``."""
     stop = False
 
     def request_stop(signum: int, _frame: object) -> None:
         nonlocal stop
+        if stop:
+            hurry.append(True)
         stop = True
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     while not stop:
         if any(child.poll() is not None for child in children):
-            click.echo("a demo process exited; stopping the others.", err=True)
-            return
+            click.echo("a demo process exited; stopping the others. The end of its log:", err=True)
+            return False
         time.sleep(0.3)
-
-
-def _stop_children(children: list[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
-    for child in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for child in children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        # Whatever is left in the child's session (pool processes included) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=2)
+    return True
 
 
 if __name__ == "__main__":

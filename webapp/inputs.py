@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import date, datetime
 from typing import Any
 
 from flask import Flask, request
@@ -118,11 +119,23 @@ def _check_strings(value: Any) -> None:
             pending.extend(item)
 
 
+def _iso_dates(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return DefaultJSONProvider.default(value)
+
+
 class StrictJSONProvider(DefaultJSONProvider):
     """Flask's JSON, read by :func:`parse_json`. Its failures are ValueErrors, which
     ``request.get_json(silent=True)`` turns into "no JSON object" (400), but for a body nested
     too deep: that is InvalidRequest (400 ``invalid_request``), saying the limit, on every
-    route alike."""
+    route alike.
+
+    It writes every date in ISO 8601 (``2026-12-06T08:42:14.123456+00:00``), as the tenant API
+    always has: Flask's default writes a ``datetime`` as RFC 1123 (``Sun, 06 Dec 2026 08:42:14
+    GMT``), to the second and without its offset, which the operators' API once answered."""
+
+    default = staticmethod(_iso_dates)
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         if kwargs:

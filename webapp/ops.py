@@ -38,6 +38,8 @@ from spacejobs.webapp.auth import csrf_token, engine, identify, parse_id, rememb
 from spacejobs.webapp.inputs import bounded_float, whole_number
 from spacejobs.webapp.jobs import job_api
 from spacejobs.webapp.limits import api_limit
+from spacejobs.webapp.ops_jobs import grouped_by_parent
+from spacejobs.webapp.ops_kinds import SORTS, kind_table, per_minute_totals
 
 bp = Blueprint("ops", __name__)
 
@@ -246,9 +248,17 @@ def _page(template: str, **context: Any) -> str:
 def overview_page() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         data = dashboard.dashboard(conn, offline_after=offline_after())
+        orgs = dashboard.organizations(conn)
     data["settings"] = {s["kind"]: s for s in data["settings"]}
-    known = sorted(set(load_kinds()) | {k["kind"] for k in data["kinds"]})
-    return _page("ops/overview.html", known_kinds=known, **data)
+    registered = load_kinds()
+    table = kind_table(registered, [name for name, k in registered.items() if k.rules.child_only],
+                       data["kinds"], data["settings"], request.args.get("sort", "activity"))
+    known = sorted(set(registered) | {k["kind"] for k in data["kinds"]})
+    queued = sum(int(k.get("queued") or 0) for k in data["kinds"])
+    return _page("ops/overview.html", known_kinds=known, table=table, sorts=SORTS,
+                 organizations=orgs, queued_total=queued,
+                 chart_points=per_minute_totals(table.active + table.child_only + table.idle),
+                 **data)
 
 
 @bp.get("/ops/jobs")
@@ -257,8 +267,9 @@ def jobs_page() -> ResponseReturnValue:
     filters = _filters()
     with transaction(operator_db()) as conn:
         rows = dashboard.list_jobs(conn, **filters)
-    return _page("ops/jobs.html", jobs=rows, filters=request.args, statuses=ALL_STATUSES,
-                 known_kinds=sorted(load_kinds()))
+        orgs = dashboard.organizations(conn)
+    return _page("ops/jobs.html", groups=grouped_by_parent(rows), jobs=rows, filters=request.args,
+                 statuses=ALL_STATUSES, known_kinds=sorted(load_kinds()), organizations=orgs)
 
 
 @bp.get("/ops/jobs/<job_id>")

@@ -64,6 +64,23 @@ def waiting(conn: Connection) -> dict[str, Any]:
     return {**total, "kinds": kinds}
 
 
+#: how long the dashboard keeps showing a process that stopped, and one that went silent
+STOPPED_SHOWN_SECONDS = 5 * 60
+OFFLINE_SHOWN_SECONDS = 60 * 60
+
+
+def slots(workers: list[dict[str, Any]]) -> dict[str, int]:
+    """Job slots of the online processes: in all, busy and free (a process runs one job per
+    slot; an offline one has none)."""
+    total = sum(w["slots"] for w in workers)
+    busy = min(total, sum(w["running"] for w in workers))
+    return {"total": total, "busy": busy, "free": total - busy}
+
+
+def organizations(conn: Connection) -> list[dict[str, Any]]:
+    return _rows(conn, "organizations")
+
+
 def dashboard(conn: Connection, *, offline_after: float) -> dict[str, Any]:
     """Everything the overview shows, for its HTML page and its JSON alike."""
     data = overview(conn)
@@ -72,6 +89,7 @@ def dashboard(conn: Connection, *, offline_after: float) -> dict[str, Any]:
     data["expired"] = list_jobs(conn, expired_only=True, limit=100)
     data["failed"] = list_jobs(conn, status="failed", limit=20)
     data["workers"] = workers(conn, offline_after=offline_after)
+    data["slots"] = slots(data["workers"])
     data["rate_limits"] = _rows(conn, "rate_limits")
     return data
 
@@ -95,7 +113,10 @@ def job_organization(conn: Connection, job_id: UUID) -> UUID:
 
 
 def workers(conn: Connection, *, offline_after: float) -> list[dict[str, Any]]:
-    return _rows(conn, "workers", offline_after=offline_after)
+    """The worker processes, online first; an offline one counts nothing running (see
+    dashboard.sql, ``workers``)."""
+    return _rows(conn, "workers", offline_after=offline_after,
+                 stopped_shown=STOPPED_SHOWN_SECONDS, offline_shown=OFFLINE_SHOWN_SECONDS)
 
 
 def audit_log(conn: Connection, limit: int = 50) -> list[dict[str, Any]]:

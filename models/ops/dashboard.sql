@@ -56,28 +56,39 @@ GROUP BY kind, minute
 ORDER BY kind, minute
 
 -- list_jobs --
-SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, leased_by,
-       lease_until, extract(epoch FROM lease_until - now()) AS lease_left_seconds,
-       run_after, error_code, error_message, created_at, started_at, finished_at, retry_of,
-       request_id, progress
-FROM jobs
-WHERE (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:status AS text) IS NULL OR status = :status)
-  AND (CAST(:organization_id AS uuid) IS NULL OR organization_id = :organization_id)
-  AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
-  AND (NOT :running_only OR status IN ('leased', 'cancel_requested'))
-  AND (NOT :expired_only OR (status IN ('leased', 'cancel_requested') AND lease_until < now()))
-ORDER BY created_at DESC, id DESC
+-- With the organization's name and the requester's email beside their ids (an operator reads
+-- names; the ids stay for the API and for logs), and the parent, so that a workflow's or a
+-- fan-out's steps can be shown under it.
+SELECT j.id, j.organization_id, o.name AS organization, j.requested_by, u.email AS requester,
+       j.kind, j.status, j.attempts, j.max_attempts, j.leased_by,
+       j.lease_until, extract(epoch FROM j.lease_until - now()) AS lease_left_seconds,
+       j.run_after, j.error_code, j.error_message, j.created_at, j.started_at, j.finished_at,
+       j.retry_of, j.request_id, j.progress, j.parent_id, j.child_index
+FROM jobs j
+LEFT JOIN organizations o ON o.id = j.organization_id
+LEFT JOIN users u ON u.id = j.requested_by
+WHERE (CAST(:kind AS text) IS NULL OR j.kind = :kind)
+  AND (CAST(:status AS text) IS NULL OR j.status = :status)
+  AND (CAST(:organization_id AS uuid) IS NULL OR j.organization_id = :organization_id)
+  AND (CAST(:since AS timestamptz) IS NULL OR j.created_at >= :since)
+  AND (NOT :running_only OR j.status IN ('leased', 'cancel_requested'))
+  AND (NOT :expired_only OR (j.status IN ('leased', 'cancel_requested') AND j.lease_until < now()))
+ORDER BY j.created_at DESC, j.id DESC
 LIMIT :limit
 
+-- organizations --
+-- For the operators' pickers (rate limits, the jobs filter): names, never typed UUIDs.
+SELECT id, name, state FROM organizations ORDER BY name, id
+
 -- job_detail --
-SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, leased_by,
+SELECT id, organization_id, (SELECT name FROM organizations o WHERE o.id = j.organization_id) AS organization,
+       requested_by, (SELECT email FROM users u WHERE u.id = j.requested_by) AS requester, kind, status, attempts, max_attempts, leased_by,
        lease_until, run_after, progress, error_code, error_message, dedup_key, request_id,
        retry_of, created_at, updated_at, started_at, finished_at, cancel_requested_at,
        cancel_requested_by, result_expired_at,
        -- what it waits for, the signal's name left out (the kind author's word)
        wait_until, wait_signal IS NOT NULL AS waits_for_signal, wait_children
-FROM jobs WHERE id = :id
+FROM jobs j WHERE id = :id
 
 -- job_events --
 SELECT from_status, to_status, attempt, actor, at FROM job_events WHERE job_id = :id ORDER BY id
@@ -87,12 +98,21 @@ SELECT attempt, worker, exception_class, traceback, at FROM job_diagnostics
 WHERE job_id = :id ORDER BY id
 
 -- workers --
-SELECT id, node, hostname, pid, version, queues, kinds, concurrency, running, processed, failed,
-       started_at, last_seen_at, stopped_at,
-       (stopped_at IS NULL AND last_seen_at > now() - :offline_after * interval '1 second') AS online
-FROM worker_processes
-WHERE last_seen_at > now() - interval '1 day'
-ORDER BY node, id
+-- Reconciled: a process that stopped or went silent runs nothing any more, whatever its last
+-- heartbeat said (a SIGKILLed process never says running 0; its job comes back through the
+-- lease). Aged out: a stopped process is shown for :stopped_shown seconds, a silent one for
+-- :offline_shown seconds, then no more (each restart of a worker adds new processes).
+SELECT id, node, hostname, pid, version, queues, kinds, concurrency,
+       CASE WHEN online THEN running ELSE 0 END AS running,
+       CASE WHEN online THEN concurrency ELSE 0 END AS slots,
+       processed, failed, started_at, last_seen_at, stopped_at, online,
+       CAST(extract(epoch FROM now() - last_seen_at) AS float8) AS silent_seconds
+FROM (SELECT *, (stopped_at IS NULL AND last_seen_at > now() - :offline_after * interval '1 second')
+                AS online
+      FROM worker_processes
+      WHERE coalesce(stopped_at, last_seen_at) > now() - :offline_shown * interval '1 second'
+        AND (stopped_at IS NULL OR stopped_at > now() - :stopped_shown * interval '1 second')) w
+ORDER BY online DESC, node, started_at, id
 
 -- kind_settings --
 SELECT kind, paused, concurrency_limit, updated_at, updated_by FROM kind_settings ORDER BY kind

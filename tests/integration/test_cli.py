@@ -69,3 +69,33 @@ def test_db_upgrade_is_idempotent(bare_stack: Stack):
     for _ in range(2):
         answer = spacejobs(bare_stack, "db", "upgrade")
         assert answer.returncode == 0, answer.stderr
+
+
+def test_set_rate_limit_says_what_it_set(bare_stack: Stack):
+    org_name = f"cli-rate-{uuid.uuid4().hex[:6]}"
+    org_id = spacejobs(bare_stack, "orgs", "create", org_name).stdout.strip()
+    answer = spacejobs(bare_stack, "orgs", "set-rate-limit", org_name, "bench.noop", "10 per minute")
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.strip() == (f"bench.noop in {org_name} ({org_id}): at most 10 start(s) per "
+                                     "60 s; jobs beyond it stay queued, in order.")
+    removed = spacejobs(bare_stack, "orgs", "set-rate-limit", org_id, "bench.noop", "default")
+    assert removed.stdout.strip() == (f"bench.noop in {org_id}: no rate limit of the operators' "
+                                      "any more (the kind's own applies, if it declares one).")
+
+
+def test_without_database_url_a_command_points_to_the_demos_servers_file(bare_stack: Stack, tmp_path):
+    env = {k: v for k, v in bare_stack.env().items() if k != "DATABASE_URL"}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spacejobs.webapp.cli", "orgs", "set-rate-limit",
+                               "Acme Rockets", "bench.noop", "1 per minute"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    alone = run()
+    assert alone.returncode == 1 and alone.stdout == ""
+    assert "DATABASE_URL is not set" in alone.stderr
+    assert "set -a; . .spacejobs/servers.env; set +a" in alone.stderr
+    (tmp_path / ".spacejobs").mkdir()
+    (tmp_path / ".spacejobs" / "servers.env").write_text("DATABASE_URL=postgresql://nowhere/x\n")
+    beside_a_demo = run()
+    assert "A running `spacejobs demo` wrote its servers to .spacejobs/servers.env" in beside_a_demo.stderr

@@ -165,3 +165,36 @@ def test_sigterm_lets_a_short_job_finish_within_the_grace_period(bare_stack: Sta
         assert (row["status"], row["attempts"]) == ("completed", 1)
     finally:
         stack.retire(worker)
+
+
+def test_sigterm_gives_back_a_job_the_floor_runs_in_a_process_no_task_reached(bare_stack: Stack):
+    """No wake-up is sent: the job is claimed by a pool process's floor (its own thread), in a
+    process whose main thread has run no task. SIGTERM to the whole group must not kill that
+    process with the job: it is given back at the grace's end and taken again at once."""
+    from spacejobs.models.db.engine import make_engine
+    from spacejobs.models.jobs.service import Jobs
+
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    leaving = stack.start_worker(concurrency=2, SPACEJOBS_SHUTDOWN_GRACE="2",
+                                 SPACEJOBS_FLOOR_IDLE_POLL="0.5")
+    web_db = make_engine(stack.app_url, pool_size=1)
+    try:
+        job = Jobs(web_db, wake=lambda _job_id: None).enqueue(
+            "bench.sleep", {"seconds": 12}, organization_id=org, requested_by=anna.id).job
+        stack.wait_for(job.id, "leased")
+        leaving.signal_group(signal.SIGTERM)
+        assert leaving.popen.wait(timeout=30) == 0, leaving.output()[-3000:]
+        row = stack.job_row(job.id)
+        # Back in the queue when the worker has gone, not leased until its 10 s lease runs out.
+        assert (row["status"], row["attempts"]) == ("queued", 0), leaving.output()[-3000:]
+        staying = stack.start_worker(concurrency=1, SPACEJOBS_FLOOR_IDLE_POLL="0.5")
+        row = stack.wait_for(job.id, "completed", timeout=30)
+        assert row["attempts"] == 1
+        assert [e["to_status"] for e in stack.events(job.id)] == [
+            "queued", "leased", "queued", "leased", "completed"]
+        stack.retire(staying)
+    finally:
+        stack.retire(leaving)
+        web_db.dispose()

@@ -97,3 +97,59 @@ def test_a_task_that_succeeds_returns_what_it_returned_and_keeps_its_name():
         return f"woke {job_id}"
 
     assert wake(job_id="x") == "woke x" and wake.__name__ == "wake"
+
+
+def test_a_pool_child_ignores_sigterm_through_billiards_reset_until_it_takes_it_over():
+    """Billiard replaces a pool child's SIGTERM handler with one that exits, after Celery's
+    process init, unless the signal is ignored: the child ignores it until its main thread
+    installs ours (a job the floor's thread runs must not die with the process)."""
+    import signal as signals
+
+    from billiard.common import reset_signals
+
+    saved = saved_term_signals()
+    try:
+        stopping = shutdown.Shutdown(grace=20.0)
+        stopping.ignore_until_installed()
+        reset_signals()  # what billiard does once the initializer has run
+        assert signals.getsignal(signals.SIGTERM) is signals.SIG_IGN
+        stopping.install_in_pool_child()
+        handler = signals.getsignal(signals.SIGTERM)
+        assert callable(handler)
+        handler(signals.SIGTERM, None)
+        assert stopping.stop_requested() and not stopping.release_due()
+        stopping.ignore_until_installed()  # once ours, it stays ours
+        assert signals.getsignal(signals.SIGTERM) is handler
+    finally:
+        restore(saved)
+
+
+def test_without_the_ignore_billiard_would_install_its_exiting_handler():
+    import signal as signals
+
+    from billiard.common import _shutdown_cleanup, reset_signals
+
+    saved = saved_term_signals()
+    try:
+        signals.signal(signals.SIGTERM, lambda *_: None)  # a handler of ours, set too early
+        reset_signals()
+        assert signals.getsignal(signals.SIGTERM) is _shutdown_cleanup
+    finally:
+        restore(saved)
+
+
+def saved_term_signals() -> dict:
+    """billiard's reset_signals() changes every terminating signal of the test's process."""
+    import signal as signals
+
+    from billiard.common import TERMSIGS_DEFAULT
+
+    found = {getattr(signals, name) for name in TERMSIGS_DEFAULT if hasattr(signals, name)}
+    return {number: signals.getsignal(number) for number in found | {signals.SIGTERM}}
+
+
+def restore(saved: dict) -> None:
+    import signal as signals
+
+    for number, handler in saved.items():
+        signals.signal(number, handler if handler is not None else signals.SIG_DFL)
