@@ -29,7 +29,8 @@ from sqlalchemy import Engine
 
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InvalidRequest, NotFound
-from spacejobs.models.jobs.records import ALL_STATUSES
+from spacejobs.models.jobs.holds import why_queued
+from spacejobs.models.jobs.records import ALL_STATUSES, Status
 from spacejobs.models.kinds import RateLimit, load_kinds
 from spacejobs.models.ops import actions, dashboard
 from spacejobs.models.ops.metrics import render as render_metrics
@@ -40,6 +41,7 @@ from spacejobs.webapp.jobs import job_api
 from spacejobs.webapp.limits import api_limit
 from spacejobs.webapp.ops_jobs import grouped_by_parent
 from spacejobs.webapp.ops_kinds import SORTS, kind_table, per_minute_totals
+from spacejobs.webapp.status import waiting_words
 
 bp = Blueprint("ops", __name__)
 
@@ -268,8 +270,10 @@ def jobs_page() -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         rows = dashboard.list_jobs(conn, **filters)
         orgs = dashboard.organizations(conn)
+        held = why_queued(conn, [row["id"] for row in rows if row["status"] == Status.QUEUED])
     return _page("ops/jobs.html", groups=grouped_by_parent(rows), jobs=rows, filters=request.args,
-                 statuses=ALL_STATUSES, known_kinds=sorted(load_kinds()), organizations=orgs)
+                 statuses=ALL_STATUSES, known_kinds=sorted(load_kinds()), organizations=orgs,
+                 held={str(job_id): waiting_words(why) for job_id, why in held.items()})
 
 
 @bp.get("/ops/jobs/<job_id>")
@@ -277,7 +281,9 @@ def jobs_page() -> ResponseReturnValue:
 def job_page(job_id: str) -> ResponseReturnValue:
     with transaction(operator_db()) as conn:
         job = dashboard.job_detail(conn, parse_id(job_id))
-    return _page("ops/job.html", job=job)
+        held = why_queued(conn, [job["id"]]) if job["status"] == Status.QUEUED else {}
+    why = held.get(job["id"])
+    return _page("ops/job.html", job=job, held=waiting_words(why) if why else None)
 
 
 @bp.get("/ops/workers")

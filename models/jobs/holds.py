@@ -60,14 +60,26 @@ def why_waiting(conn: Connection, jobs: Iterable[Job]) -> Mapping[UUID, Waiting]
             found[job.id] = waiting_in_row(job)
         elif job.status == Status.QUEUED:
             queued.append(job.id)
-    if queued:
-        kinds, max_starts, windows = declared_rate_limits()
-        for row in conn.execute(Q["queued_held"], {"ids": queued, "rate_kinds": kinds,
-                                                   "rate_max": max_starts,
-                                                   "rate_seconds": windows}):
-            held = holding(row.delayed_until, row.behind, row.rate_limited_until)
-            if held is not None:
-                found[row.job_id] = held
+    found.update(why_queued(conn, queued))
+    return found
+
+
+def why_queued(conn: Connection, job_ids: Iterable[UUID]) -> Mapping[UUID, Waiting]:
+    """What holds each of these queued jobs back (a sequence, a delay, a full rate limit
+    window), by job id, in one statement; a job that nothing holds back, or that is not queued
+    (or not visible in the caller's scope), has no entry. The operators' dashboard, which reads
+    rows rather than :class:`Job`, asks this directly."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    kinds, max_starts, windows = declared_rate_limits()
+    found: dict[UUID, Waiting] = {}
+    for row in conn.execute(Q["queued_held"], {"ids": ids, "rate_kinds": kinds,
+                                               "rate_max": max_starts,
+                                               "rate_seconds": windows}):
+        held = holding(row.delayed_until, row.behind, row.rate_limited_until)
+        if held is not None:
+            found[row.job_id] = held
     return found
 
 

@@ -4,6 +4,7 @@ when); read as the web role, under its organization's scope."""
 
 from __future__ import annotations
 
+import html
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -76,6 +77,12 @@ def test_a_job_held_by_an_operators_rate_limit_says_until_when(quiet_stack: Stac
     # the list says the same, from one statement for the page
     listed = client.get(f"/api/v1/orgs/{org}/jobs", headers=anna.auth).get_json()["jobs"]
     assert {j["id"]: j["waiting_reason"] for j in listed}[second] == held
+    # and the operators' list and job page say it in the same words
+    operator = stack.operator()
+    words = held["words"].split(" until ")[0]
+    for url in (f"/ops/jobs?organization_id={org}", f"/ops/jobs/{second}"):
+        page = html.unescape(client.get(url, headers=operator.auth).get_data(as_text=True))
+        assert words in page, url
 
 
 def test_a_kinds_declared_rate_limit_holds_the_fourth_job_until_the_oldest_start_leaves(
