@@ -245,7 +245,7 @@ SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, 
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
        wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
 FROM jobs
-WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
+WHERE organization_id = :organization_id AND status IN {RUNNING}
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
 
@@ -339,7 +339,7 @@ SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
 
 -- count_running --
 -- Through jobs_lease_expiry_idx: running jobs are few.
-SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_requested')
+SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING}
 
 -- fold_metrics --
 SELECT fold_metric_events(:batch)

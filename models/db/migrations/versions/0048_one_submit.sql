@@ -67,7 +67,9 @@ DECLARE
     answered integer[] := '{}';
     -- the steps of the batch's workflows, admitted with them and counted as active from now on
     step_kinds text[];
-    made jobs[];
+    kinds_left text[];
+    caps_left integer[];
+    created integer;
     found_job jobs;
     replaced_requester uuid;
     missing integer;
@@ -166,15 +168,22 @@ BEGIN
         END IF;
     END IF;
 
-    step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
-                        FROM unnest(p_kinds, p_params) WITH ORDINALITY AS u (kind, params, place)
-                        WHERE u.place <> ALL (answered));
+    IF cardinality(answered) = 0 THEN
+        kinds_left := p_kinds;
+        caps_left := p_kind_quotas;
+        step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
+                            FROM unnest(p_kinds, p_params) AS u (kind, params));
+    ELSE
+        kinds_left := ARRAY(SELECT u.kind FROM unnest(p_kinds) WITH ORDINALITY AS u (kind, place)
+                            WHERE u.place <> ALL (answered) ORDER BY u.place);
+        caps_left := ARRAY(SELECT u.cap FROM unnest(p_kind_quotas) WITH ORDINALITY AS u (cap, place)
+                           WHERE u.place <> ALL (answered) ORDER BY u.place);
+        step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
+                            FROM unnest(p_kinds, p_params) WITH ORDINALITY AS u (kind, params, place)
+                            WHERE u.place <> ALL (answered) ORDER BY u.place);
+    END IF;
     SELECT * INTO refusal
-    FROM admit_jobs(p_organization_id,
-                    ARRAY(SELECT u.kind FROM unnest(p_kinds) WITH ORDINALITY AS u (kind, place)
-                          WHERE u.place <> ALL (answered) ORDER BY u.place) || step_kinds,
-                    ARRAY(SELECT u.cap FROM unnest(p_kind_quotas) WITH ORDINALITY AS u (cap, place)
-                          WHERE u.place <> ALL (answered) ORDER BY u.place) || ARRAY(
+    FROM admit_jobs(p_organization_id, kinds_left || step_kinds, caps_left || ARRAY(
                         SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
                         LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
                                ON c.kind = k.kind
@@ -189,6 +198,7 @@ BEGIN
         RETURN;
     END IF;
 
+    RETURN QUERY
     WITH written AS (
         INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
                                lease_seconds, dedup_key, idempotency_key, request_id, run_after,
@@ -236,24 +246,26 @@ BEGIN
                                                               'retry_of', w.retry_of)) END,
                p_request_id
         FROM written w
-    ), reserved AS (
-        -- The steps of each workflow written, counted as active from now on (reserve_children()).
-        INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
-        SELECT w.id, p_organization_id, s.kind, count(*)
-        FROM written w, unnest(workflow_step_kinds(w.kind, w.params)) AS s (kind)
-        GROUP BY w.id, s.kind
-        ON CONFLICT ON CONSTRAINT job_reservations_pkey
-        DO UPDATE SET reserved = r.reserved + excluded.reserved
     )
-    SELECT coalesce(array_agg(w), '{}') INTO made FROM written w;
-
-    RETURN QUERY SELECT 'created', standing.role, standing.state, j.id, j.organization_id,
-        j.requested_by, j.kind, j.status, j.attempts, j.max_attempts, j.progress, j.error_code,
-        j.error_message, j.dedup_key, j.run_after, j.created_at, j.updated_at, j.started_at,
-        j.finished_at, j.cancel_requested_at, j.leased_by, j.lease_until, j.result_expired_at,
-        j.params, NULL, NULL::integer, j.sequence_key, k.place::integer
-    FROM unnest(made) AS j JOIN unnest(p_ids) WITH ORDINALITY AS k (id, place) ON k.id = j.id;
-    IF cardinality(made) + cardinality(answered) = wanted THEN
+    SELECT 'created', standing.role, standing.state, w.id, w.organization_id,
+        w.requested_by, w.kind, w.status, w.attempts, w.max_attempts, w.progress, w.error_code,
+        w.error_message, w.dedup_key, w.run_after, w.created_at, w.updated_at, w.started_at,
+        w.finished_at, w.cancel_requested_at, w.leased_by, w.lease_until, w.result_expired_at,
+        w.params, NULL, NULL::integer, w.sequence_key, k.place::integer
+    FROM written w JOIN unnest(p_ids) WITH ORDINALITY AS k (id, place) ON k.id = w.id;
+    GET DIAGNOSTICS created = ROW_COUNT;
+    IF cardinality(step_kinds) > 0 THEN
+        -- The steps of each workflow written, counted as active from now on (reserve_children()).
+        -- Only then: the statement triggers of job_reservations fire even for no row.
+        INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
+        SELECT j.id, p_organization_id, s.kind, count(*)
+        FROM jobs j, unnest(workflow_step_kinds(j.kind, j.params)) AS s (kind)
+        WHERE j.id = ANY (p_ids)
+        GROUP BY j.id, s.kind
+        ON CONFLICT ON CONSTRAINT job_reservations_pkey
+        DO UPDATE SET reserved = r.reserved + excluded.reserved;
+    END IF;
+    IF created + cardinality(answered) = wanted THEN
         RETURN;
     END IF;
 
@@ -261,7 +273,7 @@ BEGIN
     -- lookup is a statement of its own, which sees what committed since the insert began.
     FOR missing IN
         SELECT k.place FROM unnest(p_ids) WITH ORDINALITY AS k (id, place)
-        WHERE k.place <> ALL (answered) AND k.id <> ALL (SELECT w.id FROM unnest(made) AS w)
+        WHERE k.place <> ALL (answered) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = k.id)
         ORDER BY k.place
     LOOP
         found_job := NULL;
