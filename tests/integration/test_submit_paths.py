@@ -443,3 +443,21 @@ def test_over_http_a_single_submit_and_a_batch_of_one_answer_the_same_job(bare_s
                 if k not in ("id", "links", "created_at", "updated_at")}
     (from_batch,) = batch.get_json()["jobs"]
     assert shown(from_batch) == shown(single.get_json())
+
+
+def test_a_submit_that_meets_a_waiting_job_of_its_dedup_key_names_that_job(stack: Stack, client):
+    """A waiting job is active: its dedup key refuses a second one, and the refusal names it
+    (the single submit's lookup once missed a waiting job and answered no job_id)."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"kind": "bench.await_signal", "params": {"name": "go", "timeout": 60},
+            "dedup_key": "the-one"}
+    first = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth).get_json()
+    stack.wait_for(first["id"], "waiting")
+    for url, sent in ((f"/api/v1/orgs/{org}/jobs", body),
+                      (f"/api/v1/orgs/{org}/jobs:batch", {"jobs": [body]})):
+        again = client.post(url, json=sent, headers=anna.auth)
+        assert again.status_code == 409, again.get_json()
+        assert again.get_json()["error"]["job_id"] == first["id"]
+    client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/signals/go", json=None, headers=anna.auth)
+    stack.wait_for(first["id"], "completed")
