@@ -461,3 +461,27 @@ def test_a_submit_that_meets_a_waiting_job_of_its_dedup_key_names_that_job(stack
         assert again.get_json()["error"]["job_id"] == first["id"]
     client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/signals/go", json=None, headers=anna.auth)
     stack.wait_for(first["id"], "completed")
+
+
+def test_a_batch_debounces_each_job_as_a_single_submit_does(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    jobs = Jobs(stack.app_db)
+    first = service.JobRequest("bench.sleep", {"seconds": 0.1}, dedup_key="settle",
+                               debounce_seconds=600)
+    with jobs.transaction(org, anna.id) as (conn, _):
+        made = jobs.submit_request(conn, first, organization_id=org, requested_by=anna.id)
+    later = service.JobRequest("bench.sleep", {"seconds": 0.2}, dedup_key="settle",
+                               debounce_seconds=600)
+    with jobs.transaction(org, anna.id) as (conn, _):
+        debounced, other = jobs.submit_many(conn, [later, service.JobRequest("bench.noop")],
+                                            organization_id=org, requested_by=anna.id)
+    assert made.created and debounced.id == made.job.id and other.id != made.job.id
+    with stack.admin() as conn:
+        params = conn.execute(text("SELECT params FROM jobs WHERE id = :id"),
+                              {"id": made.job.id}).scalar_one()
+        actions = conn.execute(text("SELECT action FROM org_audit WHERE organization_id = :org"
+                                    " AND action LIKE 'job.%' ORDER BY id"), {"org": org}).scalars().all()
+    assert params == {"seconds": 0.2}
+    assert actions == ["job.submit", "job.debounce", "job.submit"]
