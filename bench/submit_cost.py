@@ -88,7 +88,7 @@ class Target(Figures):
                                 organization_id=self.org, requested_by=self.user)
 
     def in_database(self, jobs: int) -> float:
-        """ms per submit_job() call, looped inside one DO block."""
+        """ms per submit_jobs() call of one job, looped inside one DO block."""
         with transaction(self.app, organization_id=self.org, user_id=self.user,
                          actor=f"user:{self.user}") as conn:
             conn.execute(Q["prepare"], {"org": str(self.org), "user": str(self.user),
