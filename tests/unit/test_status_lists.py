@@ -7,7 +7,7 @@ from tests.kit.status_lists import drifts, status_lists
 
 
 def test_an_active_list_without_waiting_is_a_drift() -> None:
-    # the submit's dedup lookup before revision 0048
+    # the submit's dedup lookup before revision 0049
     meant, found = drifts("submit_jobs", "AND j.status IN ('queued', 'leased', 'cancel_requested')")
     assert meant == 1 and [str(d) for d in found] == [
         "submit_jobs: (queued, leased, cancel_requested) should be ACTIVE "

@@ -3,8 +3,8 @@ by its place (created, debounced, replayed, duplicate) and takes a single submit
 Idempotency-Key, a debounce, a retry's origin); submit_job() becomes the previous release's
 batch of one, for a rolling deploy.
 
-Revision ID: 0048
-Revises: 0045
+Revision ID: 0049
+Revises: 0048
 
 Frozen: this revision runs the ``.sql`` file of the same name beside it, never edited again.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0048"
-down_revision = "0045"
+revision = "0049"
+down_revision = "0048"
 branch_labels = None
 depends_on = None
 
