@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             with transaction(stack.app_db) as conn:
                 for index in range(args.claims):
                     org, user = tenants[index % ORGANIZATIONS]
-                    store.submit(conn, organization_id=org, requested_by=user, kind=noop, params={})
+                    store.submit(conn, [store.NewJob(noop, {})],
+                                 organization_id=org, requested_by=user)
             seconds: dict[bool, list[float]] = {True: [], False: []}
             for index in range(args.claims):
                 durable = index % 2 == 0

@@ -7,7 +7,7 @@ The paced latency (``bench.throughput``) is a chain of steps run by different pr
 cores they share with PostgreSQL. This runs the same steps one after another in ONE process,
 each job through all of them before the next, with no worker and no other client:
 
-- the submit: ``jobs.enqueue()`` (one ``submit_job()`` statement in autocommit, and the wake-up
+- the submit: ``jobs.enqueue()`` (one ``submit_jobs()`` statement in autocommit, and the wake-up
   guard's ``SET NX`` in Redis);
 - the claim a woken pool process makes: a transaction that only claims, as the worker role,
   durable=False (``WorkerLeases.finish_and_claim([], claim=1)``);

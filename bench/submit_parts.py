@@ -1,11 +1,11 @@
-"""What one ``submit_job()`` costs the database, part by part.
+"""What one single submit (``submit_jobs()`` of one job) costs the database, part by part.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
         .venv/bin/python -m bench.submit_parts [--seconds 5] [--rounds 3]
 
 In a scratch copy of the migrated database (one organization, one owner), ``pgbench -M
 prepared`` on one connection, as the superuser, times the statement the enqueue figure runs
-(``submit_job()`` with the default quota of active jobs) beside variants that each leave ONE
+(``submit_jobs()`` of one job with the default quota of active jobs) beside variants that each leave ONE
 part out: the function and the insert trigger are replaced in the scratch copy only, by
 their own text with one statement taken away (or the quota's cap not passed). Then the job's
 row alone (``INSERT INTO jobs`` with its keys, indexes and statement trigger, none of the
@@ -30,10 +30,13 @@ from spacejobs.models.db.engine import libpq_url, make_engine
 from tests.kit import seeding
 from tests.kit.servers import find_or_start
 
-SUBMIT = ("SELECT outcome, id FROM submit_job(p_organization_id => '{org}', p_requested_by => "
-          "'{user}', p_kind => 'bench.noop', p_params => '{{}}', p_max_attempts => 3, "
-          "p_lease_seconds => 60, p_org_states => ARRAY['active'], p_role => 'member', "
-          "p_org_quota => {quota});\n")
+SUBMIT = ("SELECT outcome, id FROM submit_jobs(p_organization_id => '{org}', p_requested_by => "
+          "'{user}', p_org_states => ARRAY['active'], p_role => 'member', p_request_id => NULL, "
+          "p_ids => ARRAY[gen_random_uuid()], p_kinds => ARRAY['bench.noop'], "
+          "p_params => ARRAY['{{}}'::jsonb], p_max_attempts => ARRAY[3], "
+          "p_lease_seconds => ARRAY[60], p_dedup_keys => ARRAY[NULL::text], "
+          "p_run_afters => ARRAY[NULL::timestamptz], p_org_quota => NULL, "
+          "p_kind_quotas => ARRAY[{quota}::integer], p_priorities => ARRAY[0], p_bulk => false);\n")
 JOB_ROW = ("INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, "
            "lease_seconds) VALUES ('{org}', '{user}', 'bench.noop', '{{}}', 3, 60);\n")
 PLAIN = "INSERT INTO submit_parts_plain (payload) VALUES ('{{}}');\n"
@@ -45,6 +48,12 @@ def without(definition: str, start: str, replacement: str, *, after: str = "") -
     begin = definition.index(start, definition.index(after) if after else 0)
     end = definition.index(";", begin)
     return definition[:begin] + replacement + definition[end:]
+
+
+def cut(definition: str, start: str, end: str) -> str:
+    """``definition`` without the text from ``start`` up to ``end`` (kept)."""
+    begin = definition.index(start)
+    return definition[:begin] + definition[definition.index(end, begin):]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE TABLE submit_parts_plain (id bigserial PRIMARY KEY, payload jsonb,"
                          " created_at timestamptz DEFAULT now())")
-            submit_job, after_insert = (
+            submit_jobs, after_insert = (
                 conn.execute(f"SELECT pg_get_functiondef('{f}'::regproc)").fetchone()[0]
-                for f in ("submit_job", "jobs_after_insert"))
+                for f in ("submit_jobs", "jobs_after_insert"))
 
             def script(text: str) -> Path:
                 path = work / f"{uuid.uuid4().hex}.sql"
@@ -77,23 +86,23 @@ def main(argv: list[str] | None = None) -> int:
                 return path
 
             submit = script(SUBMIT)
-            original = [submit_job, after_insert]
+            original = [submit_jobs, after_insert]
             # name: (the statement pgbench runs, the definitions it runs with)
             variants: dict[str, tuple[Path, list[str]]] = {
-                "submit_job(), as the enqueue runs it": (submit, original),
+                "submit_jobs() of one, as the enqueue runs it": (submit, original),
                 "  without the quota's count": (script(SUBMIT.replace("{quota}", "NULL")),
                                                 original),
                 "  without the membership's FOR SHARE": (submit, [
-                    without(submit_job, "FOR SHARE OF m, o", ""), after_insert]),
+                    without(submit_jobs, "FOR SHARE OF m, o", ""), after_insert]),
                 "  without the audit row": (submit, [
-                    without(submit_job, "INSERT INTO org_audit", "PERFORM 1",
-                            after="INSERT INTO jobs ("), after_insert]),
+                    cut(submit_jobs, "), audited AS (", "    )\n    SELECT 'created'"),
+                    after_insert]),
                 "  without the event row": (submit, [
-                    submit_job, without(after_insert, "INSERT INTO job_events", "PERFORM 1")]),
+                    submit_jobs, without(after_insert, "INSERT INTO job_events", "PERFORM 1")]),
                 "  without the active count": (submit, [
-                    submit_job, without(after_insert, "PERFORM add_active_jobs", "PERFORM 1")]),
+                    submit_jobs, without(after_insert, "PERFORM add_active_jobs", "PERFORM 1")]),
                 "  without the NOTIFY": (submit, [
-                    submit_job, without(after_insert, "PERFORM pg_notify('spacejobs_jobs'", "NULL")]),
+                    submit_jobs, without(after_insert, "PERFORM pg_notify('spacejobs_jobs'", "NULL")]),
                 "the job's row alone (INSERT INTO jobs)": (script(JOB_ROW), original),
                 "a plain one-row INSERT": (script(PLAIN), original),
             }
@@ -109,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 for definition in original:
                     conn.execute(definition)
-        print(f"submit_job() by part: pgbench -M prepared, one connection, {args.seconds:g} s a"
+        print(f"submit_jobs() of one by part: pgbench -M prepared, one connection, {args.seconds:g} s a"
               f" variant, {args.rounds} rounds; mean ms a statement (median, then each round)")
         width = max(map(len, variants))
         for label, values in times.items():

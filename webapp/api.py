@@ -188,11 +188,9 @@ def submit_job(org: str) -> ResponseReturnValue:
         idempotency_key = request.headers.get("Idempotency-Key")
         if idempotency_key is not None and not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise InvalidRequest("Idempotency-Key must be 1 to 200 printable ASCII characters.")
-        submitted = job_api().submit(
-            conn, body.kind, body.params, organization_id=membership.organization_id,
-            requested_by=g.user.id, dedup_key=body.dedup_key, idempotency_key=idempotency_key,
-            run_after=body.run_after, priority=body.priority, request_id=g.request_id,
-            sequence_key=body.sequence_key, debounce_seconds=body.debounce_seconds)
+        submitted = job_api().submit_request(
+            conn, body.as_request(), organization_id=membership.organization_id,
+            requested_by=g.user.id, idempotency_key=idempotency_key, request_id=g.request_id)
         held = why_waiting(conn, [submitted.job])
     job = submitted.job
     answer = job_json(job, held)
@@ -213,10 +211,8 @@ def submit_jobs(org: str) -> ResponseReturnValue:
     with org_transaction(org) as (conn, membership):
         check_organization_submits(membership.organization_id)
         body = parse_body(SubmitBatch)
-        jobs = job_api().submit_many(conn, [
-            service.JobRequest(j.kind, j.params, j.dedup_key, j.run_after, j.priority,
-                               j.sequence_key)
-            for j in body.jobs], organization_id=membership.organization_id,
+        jobs = job_api().submit_many(
+            conn, [j.as_request() for j in body.jobs], organization_id=membership.organization_id,
             requested_by=g.user.id, request_id=g.request_id)
         held = why_waiting(conn, jobs)
     return jsonify({"jobs": [job_json(job, held) for job in jobs]}), 202

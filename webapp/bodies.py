@@ -3,6 +3,7 @@ views validate with and the OpenAPI document (webapp.openapi) is generated from.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -46,6 +47,11 @@ class BatchJob(StrictBody):
     sequence_key: Annotated[str, StringConstraints(min_length=1,
                                                    max_length=service.MAX_SEQUENCE_KEY)] | None = None
 
+    def as_request(self) -> service.JobRequest:
+        """The job this body asks for, as every submit takes it (one or a batch)."""
+        return service.JobRequest(self.kind, self.params, self.dedup_key, self.run_after,
+                                  self.priority, self.sequence_key)
+
 
 class SubmitJob(BatchJob):
     """One job."""
@@ -54,6 +60,9 @@ class SubmitJob(BatchJob):
     #: and start it this many seconds from now (202, the same id, "debounced": true)
     debounce_seconds: Annotated[int, Field(ge=1, le=service.MAX_DEBOUNCE_SECONDS,
                                            strict=True)] | None = None
+
+    def as_request(self) -> service.JobRequest:
+        return dataclasses.replace(super().as_request(), debounce_seconds=self.debounce_seconds)
 
 
 class SubmitBatch(StrictBody):

@@ -13,7 +13,7 @@
 -- leased or created after that stamp is a step that started after its workflow's cancel.
 SELECT p.id::text AS id, p.kind, p.status, p.params, p.result,
        (SELECT count(*) FROM job_events e
-         WHERE e.job_id = p.id AND e.to_status IN ('completed', 'failed', 'cancelled'))
+         WHERE e.job_id = p.id AND e.to_status IN {TERMINAL})
            AS terminal_events,
        (SELECT min(e.at) FROM job_events e
          WHERE e.job_id = p.id AND e.to_status IN ('cancel_requested', 'cancelled')) AS cancelled_at
@@ -105,7 +105,7 @@ SELECT j.id::text AS id, j.kind, w.met
                  ELSE j.wait_children > (
                           SELECT count(*) FROM jobs c
                            WHERE c.parent_id = j.id
-                             AND c.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+                             AND c.status IN {ACTIVE})
              END
             THEN 'children ended'
         END AS met) w

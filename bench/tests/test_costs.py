@@ -33,7 +33,7 @@ def run(servers: Servers, *args: str) -> str:
 def test_submit_cost_runs_past_one_organizations_quota(servers: Servers) -> None:
     out = run(servers, "bench.submit_cost", "--jobs", "600", "--rounds", "2")
     assert re.search(rf"this checkout: submit, one per transaction {MS}; submit_many, 100 per "
-                     rf"transaction {MS}; submit_job\(\) looped in the database {MS}$", out,
+                     rf"transaction {MS}; submit_jobs\(\) of one looped in the database {MS}$", out,
                      re.MULTILINE), out
 
 
@@ -55,7 +55,7 @@ def test_path_cost_times_each_step_of_one_jobs_path(servers: Servers) -> None:
 def test_submit_parts_times_each_variant(servers: Servers) -> None:
     find_program("pgbench", needed_by="bench.submit_parts")
     out = run(servers, "bench.submit_parts", "--seconds", "1", "--rounds", "1")
-    for label in ("submit_job(), as the enqueue runs it", "  without the quota's count",
+    for label in ("submit_jobs() of one, as the enqueue runs it", "  without the quota's count",
                   "  without the membership's FOR SHARE", "  without the audit row",
                   "  without the event row", "  without the active count", "  without the NOTIFY",
                   "the job's row alone (INSERT INTO jobs)", "a plain one-row INSERT"):

@@ -2,7 +2,9 @@
 
 A block starts with a ``-- name --`` line and runs to the next one, so the statements that
 matter are reviewed as SQL (with their comments and the indexes they need), not as strings
-scattered through Python.
+scattered through Python. A status set is named, never written out: ``status IN {ACTIVE}``
+(also ``{RUNNING}``, ``{TERMINAL}``) becomes the literal list of models/jobs/records.py, where
+each set is defined once; a literal, not a parameter, so a partial index on it still serves.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from pathlib import Path
 
 from sqlalchemy import TextClause, text
 
+from spacejobs.models.jobs.records import ACTIVE, RUNNING, TERMINAL, sql_list
+
 _HEADER = re.compile(r"--\s*([a-z_]+)\s*--\s*")
+_STATUS_SETS = {"ACTIVE": sql_list(ACTIVE), "RUNNING": sql_list(RUNNING),
+                "TERMINAL": sql_list(TERMINAL)}
+_STATUS_SET = re.compile(r"\{(" + "|".join(_STATUS_SETS) + r")\}")
 
 
 def parse_blocks(source: str) -> dict[str, str]:
@@ -28,7 +35,8 @@ def parse_blocks(source: str) -> dict[str, str]:
             blocks[name] = ""
         elif name is not None:
             blocks[name] += line + "\n"
-    return {key: value.strip() for key, value in blocks.items()}
+    return {key: _STATUS_SET.sub(lambda m: _STATUS_SETS[m[1]], value.strip())
+            for key, value in blocks.items()}
 
 
 def queries_beside(module_file: str) -> dict[str, TextClause]:

@@ -29,11 +29,24 @@ class Status(StrEnum):
         return self in TERMINAL
 
 
+# The status sets, defined here once. Python imports them; the queries of the .sql files beside
+# the modules name them ({ACTIVE}, {RUNNING}, {TERMINAL}: models/db/queries.py writes them out);
+# the schema's functions and partial indexes must write them literally (an index predicate, a
+# plan), and tests/integration/test_status_lists.py fails when one of those differs from these.
+
+#: a job that has not ended: it counts against the quotas, holds its dedup key, its sequence
 ACTIVE = frozenset({Status.QUEUED, Status.LEASED, Status.CANCEL_REQUESTED, Status.WAITING})
 #: a leased or cancel_requested job is being run by someone holding a lease
 RUNNING = frozenset({Status.LEASED, Status.CANCEL_REQUESTED})
+#: a job that ended: its status never changes again
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 ALL_STATUSES = tuple(Status)
+
+
+def sql_list(statuses: frozenset[Status]) -> str:
+    """The statuses as a SQL list, in the order :class:`Status` declares them:
+    ``('leased', 'cancel_requested')``."""
+    return "(" + ", ".join(f"'{status.value}'" for status in Status if status in statuses) + ")"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ publisher that sends wake-ups. Methods that act in the CALLER's transaction take
     # A rollback writes neither and sends nothing.
 
 A submit checks the requester's current membership and the organization's state against the
-kind's rules and writes the row and its event in one statement (``submit_job()`` in the schema).
+kind's rules and writes the row and its event in one statement (``submit_jobs()`` in the
+schema, a single submit being a batch of one).
 A member's other operations take the :class:`~models.tenancy.access.Membership` that
 :meth:`Jobs.member` (or the web's request transaction) read in the same transaction. Domain
 errors (models.errors) say what was refused; nothing has been written when one is raised.
@@ -123,7 +124,9 @@ class Submitted:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """One job of a bulk submit, as the caller asks for it (validated by :meth:`Jobs.submit_many`)."""
+    """One job as a caller asks for it, alone (:meth:`Jobs.submit_request`, which
+    :meth:`Jobs.submit` builds one for) or in a batch (:meth:`Jobs.submit_many`): a single
+    submit is a batch of one. :meth:`Jobs.submit` says what each field means."""
 
     kind: str
     params: dict[str, Any] | None = None
@@ -131,6 +134,7 @@ class JobRequest:
     run_after: datetime | None = None
     priority: int = 0
     sequence_key: str | None = None
+    debounce_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -250,20 +254,21 @@ class Jobs:
         ``debounce_seconds`` from now (``Submitted.debounced``); otherwise a new job starts that
         long from now.
         """
-        job_kind = get_kind(kind)
-        valid = _validated(job_kind, params, dedup_key, priority, sequence_key)
-        _check_debounce(debounce_seconds, dedup_key)
-        parts = _parts(job_kind, valid)
-        with _handler_named(valid):
-            job, outcome = store.submit(
-                conn, organization_id=organization_id, requested_by=requested_by,
-                kind=canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
-                parts=parts,
-                params=valid, dedup_key=dedup_key, idempotency_key=idempotency_key,
-                request_id=request_id, run_after=run_after, priority=priority,
-                sequence_key=sequence_key, debounce_seconds=debounce_seconds)
-        if outcome == "created":
-            self._wake_after_commit(conn, str(job.id))
+        return self.submit_request(
+            conn, JobRequest(kind, params, dedup_key, run_after, priority, sequence_key,
+                             debounce_seconds),
+            organization_id=organization_id, requested_by=requested_by,
+            idempotency_key=idempotency_key, request_id=request_id)
+
+    def submit_request(self, conn: Connection, request: JobRequest, *, organization_id: UUID,
+                       requested_by: UUID, idempotency_key: str | None = None,
+                       request_id: str | None = None) -> Submitted:
+        """:meth:`submit` of the job ``request`` asks for: a batch of one, through the same
+        statement as :meth:`submit_many`."""
+        (written,) = self._submit([request], organization_id=organization_id,
+                                  requested_by=requested_by, request_id=request_id,
+                                  idempotency_key=idempotency_key, conn=conn)
+        job, outcome = written.job, written.outcome
         log.info(_SUBMIT_LOGS[outcome],
                  extra={"request_id": request_id, "job_id": str(job.id), "kind": job.kind,
                         "organization_id": str(job.organization_id), "attempt": 0})
@@ -324,41 +329,52 @@ class Jobs:
         """
         if not 1 <= len(requests) <= MAX_BATCH:
             raise InvalidRequest(f"A batch holds 1 to {MAX_BATCH} jobs.", fields=["jobs"])
+        written = self._submit(requests, organization_id=organization_id,
+                               requested_by=requested_by, request_id=request_id, bulk=True,
+                               conn=conn)
+        log.info("%d jobs submitted", len(written), extra={
+            "request_id": request_id, "organization_id": str(organization_id)})
+        return [w.job for w in written]
+
+    def _submit(self, requests: Sequence[JobRequest], *, conn: Connection, organization_id: UUID,
+                requested_by: UUID, request_id: str | None, idempotency_key: str | None = None,
+                retry_of: UUID | None = None, bulk: bool = False) -> list[store.Written]:
+        """Every submit: validate each job by its kind's rules, write them in one statement,
+        and register the wake-up for after COMMIT when any was created. A refused job of a
+        ``bulk`` request names its ``index``."""
         new_jobs: list[store.NewJob] = []
         seen_keys: dict[tuple[str, str], int] = {}  # (kind, dedup key) -> its first index
         for index, item in enumerate(requests):
             try:
-                job_kind = get_kind(item.kind)
-                valid = _validated(job_kind, item.params, item.dedup_key, item.priority,
-                                   item.sequence_key)
+                new_jobs.append(_new_job(item))
             except DomainError as error:
-                error.details["index"] = index
+                if bulk:
+                    error.details["index"] = index
                 raise
             if item.dedup_key is not None:
                 earlier = seen_keys.setdefault((item.kind, item.dedup_key), index)
                 if earlier != index:
                     raise DuplicateJob("The batch holds the same job twice.", index=index)
-            parts = _parts(job_kind, valid)
-            rules = canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules
-            new_jobs.append(store.NewJob(rules, valid, item.dedup_key, item.run_after,
-                                         item.priority, item.sequence_key, parts=parts))
-        # A savepoint: a conflict undoes the batch's rows, not the caller's own earlier writes.
-        savepoint = conn.begin_nested()
-        written = store.submit_many(conn, new_jobs, organization_id=organization_id,
-                                    requested_by=requested_by, request_id=request_id)
-        if None in written:
-            savepoint.rollback()
-            index = written.index(None)
-            item = requests[index]
-            existing = store.find_active_duplicate(conn, organization_id, item.kind,
-                                                   item.dedup_key or "")
-            raise DuplicateJob(index=index, job_id=str(existing) if existing else None)
-        savepoint.commit()
-        jobs = [job for job in written if job is not None]
-        self._wake_after_commit(conn, str(jobs[0].id))
-        log.info("%d jobs submitted", len(jobs), extra={
-            "request_id": request_id, "organization_id": str(organization_id)})
-        return jobs
+        # A batch of many in a savepoint: a duplicate undoes the batch's rows (a debounce's
+        # too), not the caller's own earlier writes. One job writes nothing when refused, and
+        # needs none (enqueue()'s autocommit connection could not take one).
+        savepoint = conn.begin_nested() if len(new_jobs) > 1 else None
+        try:
+            with _handler_named(new_jobs[0].params if len(new_jobs) == 1 else {}):
+                written = store.submit(conn, new_jobs, organization_id=organization_id,
+                                       requested_by=requested_by, request_id=request_id,
+                                       idempotency_key=idempotency_key, retry_of=retry_of,
+                                       bulk=bulk)
+        except BaseException:
+            if savepoint is not None:
+                savepoint.rollback()
+            raise
+        if savepoint is not None:
+            savepoint.commit()
+        created = [w.job for w in written if w.outcome == "created"]
+        if created:
+            self._wake_after_commit(conn, str(created[0].id))
+        return written
 
     # -- a member's reads and cancels -----------------------------------------------------------
 
@@ -488,11 +504,12 @@ class Jobs:
         try:
             try:
                 with _handler_named(params):
-                    new, _ = store.submit(conn, organization_id=old.organization_id,
-                                          requested_by=old.requested_by,
-                                          kind=canvases.rules_with_steps(rules, parts),
-                                          parts=parts, params=params, request_id=request_id,
-                                          retry_of=job_id)
+                    (written,) = store.submit(
+                        conn, [store.NewJob(canvases.rules_with_steps(rules, parts), params,
+                                            parts=parts)],
+                        organization_id=old.organization_id, requested_by=old.requested_by,
+                        request_id=request_id, retry_of=job_id)
+                new = written.job
             except NotFound:
                 # The submit refuses a requester who left as it refuses anyone outside the
                 # organization; to whoever resumes, that is not a missing job.
@@ -661,9 +678,10 @@ class Jobs:
                 # Alone, it would run for nobody: only its parent collects its result.
                 raise InvalidRequest("This job is a part of a fan-out: retry its parent instead.")
             try:
-                new, _ = store.submit(conn, organization_id=old["organization_id"],
-                                      requested_by=old["requested_by"], kind=rules,
-                                      params=old["params"], request_id=request_id, retry_of=job_id)
+                new = store.submit(conn, [store.NewJob(rules, old["params"])],
+                                   organization_id=old["organization_id"],
+                                   requested_by=old["requested_by"], request_id=request_id,
+                                   retry_of=job_id)[0].job
             except NotFound:
                 # The submit refuses a requester who left, as it refuses anyone outside the
                 # organization; to an operator that is not a missing job.
@@ -694,6 +712,19 @@ class Jobs:
 
 _SUBMIT_LOGS = {"created": "job submitted", "replayed": "job submit replayed",
                 "debounced": "job submit debounced"}
+
+
+def _new_job(request: JobRequest) -> store.NewJob:
+    """The job ``request`` asks for, validated by its kind's rules (a workflow with the
+    strictest rules of its steps)."""
+    job_kind = get_kind(request.kind)
+    valid = _validated(job_kind, request.params, request.dedup_key, request.priority,
+                       request.sequence_key)
+    _check_debounce(request.debounce_seconds, request.dedup_key)
+    parts = _parts(job_kind, valid)
+    return store.NewJob(canvases.rules_with_steps(job_kind.rules, parts) if parts else job_kind.rules,
+                        valid, request.dedup_key, request.run_after, request.priority,
+                        request.sequence_key, request.debounce_seconds, parts=parts)
 
 
 def _validated(job_kind: JobKind, params: dict[str, Any] | None, dedup_key: str | None,

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 from uuid import UUID
 
 from sqlalchemy import Connection, RowMapping
@@ -44,61 +44,9 @@ Q = queries_beside(__file__)
 # Web side (space_app, transaction scoped to the organization)
 # ---------------------------------------------------------------------------------------------
 
-def submit(
-    conn: Connection,
-    *,
-    organization_id: UUID,
-    requested_by: UUID,
-    kind: KindRules,
-    params: dict[str, Any],
-    dedup_key: str | None = None,
-    idempotency_key: str | None = None,
-    request_id: str | None = None,
-    run_after: datetime | None = None,
-    retry_of: UUID | None = None,
-    priority: int = 0,
-    sequence_key: str | None = None,
-    debounce_seconds: int | None = None,
-    parts: Sequence[KindRules] = (),
-) -> tuple[Job, str]:
-    """Insert a queued job, after checking the requester's current standing against the kind's
-    rules. Returns ``(job, outcome)``: ``created``; ``replayed`` for an Idempotency-Key replay;
-    ``debounced`` when, with ``debounce_seconds`` and ``dedup_key``, a queued job of the key that
-    never started took these params and now starts ``debounce_seconds`` from now.
-
-    Raises the domain error that says why the requester may not (NotFound for a non-member,
-    as for any other organization), TooManyJobs when the organization's quota of active jobs
-    (or the kind's) is full, DuplicateJob when an active job has the same dedup_key,
-    IdempotencyKeyReused when the key was used for a different kind or params. ``parts``: the
-    rules of the jobs this one will start (a workflow's steps, already in ``kind``'s), so that
-    a refusal names the first step whose own rules refuse (``step`` in its details).
-    """
-    (row,) = hot.rows(conn, Q["submit"], {
-        "organization_id": organization_id, "requested_by": requested_by, "kind": kind.name,
-        "params": json.dumps(params), "max_attempts": kind.max_attempts,
-        "lease_seconds": kind.lease_seconds, "org_states": sorted(kind.org_states),
-        "role": kind.role, "dedup_key": dedup_key, "idempotency_key": idempotency_key,
-        "request_id": request_id, "run_after": run_after, "retry_of": retry_of,
-        "kind_quota": kind.quota, "priority": priority,
-        "traceparent": tracing.current_traceparent(), "sequence_key": sequence_key,
-        "debounce_seconds": debounce_seconds, **_declared_quotas(),
-    }, as_dicts=True)
-    if row["outcome"] == "refused":
-        _raise_refusal(row, kind.org_states, kind.role, parts)
-    if row["outcome"] == "over_quota":
-        _raise_over_quota(row)
-    if row["outcome"] in ("created", "debounced"):
-        return Job.from_row(row), row["outcome"]
-    if row["outcome"] == "replayed":
-        if row["kind"] != kind.name or row["params"] != params:
-            raise IdempotencyKeyReused()
-        return Job.from_row(row), "replayed"
-    raise DuplicateJob(job_id=str(row["id"]) if row["id"] else None)
-
-
 @dataclass(frozen=True)
 class NewJob:
-    """One job of a bulk submit, validated."""
+    """One job of a submit, validated: a single submit is a batch of one of these."""
 
     kind: KindRules
     params: dict[str, Any]
@@ -106,57 +54,86 @@ class NewJob:
     run_after: datetime | None = None
     priority: int = 0
     sequence_key: str | None = None
+    #: with ``dedup_key``: while a job of the key is queued and has not started, take its
+    #: place (its params, its start this many seconds from now) instead of a new job
+    debounce_seconds: int | None = None
     #: the rules of the jobs it will start (a workflow's steps, already in ``kind``'s), so that
     #: a refusal names the step whose own rules refuse
     parts: Sequence[KindRules] = ()
 
 
-def submit_many(
+class Written(NamedTuple):
+    """What a submit did with one job of its request: ``outcome`` is ``created``;
+    ``debounced`` (a queued job of the dedup key that never started took these params and now
+    starts ``debounce_seconds`` from now: ``job`` is that job); or ``replayed`` (an
+    Idempotency-Key seen before: ``job`` is the first one)."""
+
+    job: Job
+    outcome: str
+
+
+def submit(
     conn: Connection,
     jobs: Sequence[NewJob],
     *,
     organization_id: UUID,
     requested_by: UUID,
     request_id: str | None = None,
-) -> list[Job | None]:
-    """Insert many queued jobs in one statement, after checking the requester's standing against
-    every kind's rules. Returns them in the order given; ``None`` where an active job with the
-    same dedup_key exists (that row was not written). A refusal raises the domain error of the
-    first job refused, with its ``index``."""
-    states = frozenset.intersection(*(j.kind.org_states for j in jobs))
-    role = max((j.kind.role for j in jobs), key=lambda r: ROLE_RANK[r])
+    idempotency_key: str | None = None,
+    retry_of: UUID | None = None,
+    bulk: bool = False,
+) -> list[Written]:
+    """Insert queued jobs in one statement, after checking the requester's current standing
+    against every kind's rules; one job is a batch of one. Returns what was done with each job,
+    in the order given.
+
+    Raises the domain error that says why the requester may not (NotFound for a non-member,
+    as for any other organization), TooManyJobs when the organization's quota of active jobs
+    (or a kind's) is full, DuplicateJob when an active job has the same dedup_key,
+    IdempotencyKeyReused when ``idempotency_key`` (a batch of one) was used for a different
+    kind or params. A refusal names the first job whose own rules refuse (``index``, for a
+    ``bulk`` request) and, for a workflow, its first step that does (``step``). Nothing is
+    written when TooManyJobs or a refusal is raised; after a DuplicateJob, the other jobs of a
+    batch ARE written: the caller rolls them back (all or nothing).
+    """
     ids = [uuid.uuid4() for _ in jobs]
-    result = conn.execute(Q["submit_many"], {
+    sequence_keys = [j.sequence_key for j in jobs]
+    debounces = [j.debounce_seconds for j in jobs]
+    rows = hot.rows(conn, Q["submit"], {
         "organization_id": organization_id, "requested_by": requested_by,
-        "org_states": sorted(states), "role": role, "request_id": request_id, "ids": ids,
+        "org_states": sorted(frozenset.intersection(*(j.kind.org_states for j in jobs))),
+        "role": max((j.kind.role for j in jobs), key=lambda r: ROLE_RANK[r]),
+        "request_id": request_id, "ids": ids,
         "kinds": [j.kind.name for j in jobs], "params": [json.dumps(j.params) for j in jobs],
         "max_attempts": [j.kind.max_attempts for j in jobs],
         "lease_seconds": [j.kind.lease_seconds for j in jobs],
         "dedup_keys": [j.dedup_key for j in jobs], "run_afters": [j.run_after for j in jobs],
         "kind_quotas": [j.kind.quota for j in jobs], "priorities": [j.priority for j in jobs],
         "traceparent": tracing.current_traceparent(),
-        "sequence_keys": [j.sequence_key for j in jobs], **_declared_quotas(),
-    })
-    make_job = Job.reader(list(result.keys()))
-    rows = result.all()
-    outcome = rows[0]._mapping if rows else None  # a refusal is the only row
-    if outcome is not None and outcome["outcome"] == "refused":
-        # The database checked the strictest rules of the batch at once: name the first job
-        # whose own rules refuse, with its own reason (a member's export passes where their
-        # import does not).
-        standing = _standing(outcome)
-        for index, job in enumerate(jobs):
-            try:
-                _check_parts(standing, job.parts)
-                check_allowed(standing, org_states=job.kind.org_states, role=job.kind.role)
-            except DomainError as refusal:
-                refusal.details["index"] = index
-                raise
-        raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
-    if outcome is not None and outcome["outcome"] == "over_quota":
-        _raise_over_quota(outcome)
-    written = {job.id: job for job in map(make_job, rows)}
-    return [written.get(job_id) for job_id in ids]
+        # NULL when no job has one: the function then skips what they ask for
+        "sequence_keys": sequence_keys if any(k is not None for k in sequence_keys) else None,
+        "debounce_seconds": debounces if any(d is not None for d in debounces) else None,
+        "idempotency_key": idempotency_key, "retry_of": retry_of, "bulk": bulk,
+        **_declared_quotas(),
+    }, as_dicts=True)
+    first = rows[0] if rows else None
+    if first is not None and first["outcome"] == "refused":
+        _raise_refusal(first, jobs, bulk)
+    if first is not None and first["outcome"] == "over_quota":
+        _raise_over_quota(first)
+    written: list[Written | None] = [None] * len(jobs)
+    for row in rows:
+        index = row["request_place"] - 1
+        if row["outcome"] == "duplicate":
+            raise (DuplicateJob(index=index, job_id=str(row["id"]) if row["id"] else None) if bulk
+                   else DuplicateJob(job_id=str(row["id"]) if row["id"] else None))
+        if row["outcome"] == "replayed" and (row["kind"] != jobs[index].kind.name
+                                             or row["params"] != jobs[index].params):
+            raise IdempotencyKeyReused()
+        written[index] = Written(Job.from_row(row), row["outcome"])
+    if None in written:
+        raise RuntimeError("submit_jobs() left a job of the request unanswered")
+    return [w for w in written if w is not None]
 
 
 def _declared_quotas() -> dict[str, list[Any]]:
@@ -181,11 +158,19 @@ def _standing(row: Any) -> Standing | None:
     return Standing(row["member_role"], row["member_organization_state"])
 
 
-def _raise_refusal(row: Any, org_states: frozenset[str], role: str,
-                   parts: Sequence[KindRules] = ()) -> None:
+def _raise_refusal(row: Any, jobs: Sequence[NewJob], bulk: bool) -> None:
+    """The database checked the strictest rules of the request at once: name the first job
+    whose own rules refuse, with its own reason (a member's export passes where their import
+    does not), and its ``index`` in a bulk request."""
     standing = _standing(row)
-    _check_parts(standing, parts)
-    check_allowed(standing, org_states=org_states, role=role)
+    for index, job in enumerate(jobs):
+        try:
+            _check_parts(standing, job.parts)
+            check_allowed(standing, org_states=job.kind.org_states, role=job.kind.role)
+        except DomainError as refusal:
+            if bulk:
+                refusal.details["index"] = index
+            raise
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
 
 
@@ -209,12 +194,6 @@ def _raise_over_quota(row: Any) -> None:
     raise TooManyJobs(f"This organization has reached its limit of {limit} {whose}; "
                       "try again when some have finished.", limit=limit,
                       retry_after=TooManyJobs.retry_after)
-
-
-def find_active_duplicate(conn: Connection, organization_id: UUID, kind: str,
-                          dedup_key: str) -> UUID | None:
-    return conn.execute(Q["find_active_duplicate"], {
-        "organization_id": organization_id, "kind": kind, "dedup_key": dedup_key}).scalar_one_or_none()
 
 
 def get(conn: Connection, job_id: UUID | str) -> Job | None:

@@ -7,28 +7,14 @@
 -- lease token leaves the database only towards the worker that holds the lease.
 
 -- submit --
--- One statement: the requester's standing checked (and held until commit), the quota admitted
--- (a workflow with its steps), the row and its event written, or the answer for a replay, a
--- duplicate, a full quota or a refusal (see submit_job() in the schema). Any role's transaction
--- will do; it need not be scoped to the organization. The organization's cap is the database's;
--- the kinds' declared caps are ours to pass (:kind_quota, and :quota_kinds with :quota_caps).
--- Arguments by name: their order is the function's business alone.
-SELECT * FROM submit_job(
-    p_organization_id => :organization_id, p_requested_by => :requested_by, p_kind => :kind,
-    p_params => :params, p_max_attempts => :max_attempts, p_lease_seconds => :lease_seconds,
-    p_org_states => CAST(:org_states AS text[]), p_role => :role, p_dedup_key => :dedup_key,
-    p_idempotency_key => :idempotency_key, p_request_id => :request_id,
-    p_run_after => CAST(:run_after AS timestamptz), p_retry_of => CAST(:retry_of AS uuid),
-    p_kind_quota => CAST(:kind_quota AS integer),
-    p_priority => CAST(:priority AS integer), p_traceparent => CAST(:traceparent AS text),
-    p_sequence_key => CAST(:sequence_key AS text),
-    p_debounce_seconds => CAST(:debounce_seconds AS integer),
-    p_quota_kinds => CAST(:quota_kinds AS text[]), p_quota_caps => CAST(:quota_caps AS integer[]))
-
--- submit_many --
--- The bulk submit in one statement (see submit_jobs() in the schema): ids made by the caller
--- keep the request's order; a row that meets an active duplicate is missing from the answer.
--- Arguments by name, as for submit_job().
+-- Every submit, one job or a batch, in one statement (see submit_jobs() in the schema): the
+-- requester's standing checked (and held until commit), the batch admitted against the quotas
+-- (a workflow with its steps), each row and its event written, or the answer for a debounce, a
+-- replay, a duplicate, a full quota or a refusal. Any role's transaction will do; it need not
+-- be scoped to the organization. The organization's cap is the database's; the kinds' declared
+-- caps are ours to pass (:kind_quotas, and :quota_kinds with :quota_caps). Ids made by the
+-- caller; each answer names its job's place in the request (request_place). Arguments by name:
+-- their order is the function's business alone.
 SELECT * FROM submit_jobs(
     p_organization_id => :organization_id, p_requested_by => :requested_by,
     p_org_states => CAST(:org_states AS text[]), p_role => :role, p_request_id => :request_id,
@@ -41,12 +27,10 @@ SELECT * FROM submit_jobs(
     p_priorities => CAST(:priorities AS integer[]),
     p_traceparent => CAST(:traceparent AS text),
     p_sequence_keys => CAST(:sequence_keys AS text[]),
-    p_quota_kinds => CAST(:quota_kinds AS text[]), p_quota_caps => CAST(:quota_caps AS integer[]))
-
--- find_active_duplicate --
-SELECT id FROM jobs
-WHERE organization_id = :organization_id AND kind = :kind AND dedup_key = :dedup_key
-  AND status IN ('queued', 'leased', 'cancel_requested')
+    p_quota_kinds => CAST(:quota_kinds AS text[]), p_quota_caps => CAST(:quota_caps AS integer[]),
+    p_debounce_seconds => CAST(:debounce_seconds AS integer[]),
+    p_idempotency_key => CAST(:idempotency_key AS text), p_retry_of => CAST(:retry_of AS uuid),
+    p_bulk => CAST(:bulk AS boolean))
 
 -- traceparents --
 -- Worker role, only while tracing is on: the trace context each leased job was submitted in,
@@ -278,7 +262,7 @@ SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, 
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
        wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
 FROM jobs
-WHERE organization_id = :organization_id AND status IN ('leased', 'cancel_requested')
+WHERE organization_id = :organization_id AND status IN {RUNNING}
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
 
@@ -388,7 +372,7 @@ SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
 
 -- count_running --
 -- Through jobs_lease_expiry_idx: running jobs are few.
-SELECT count(*) FROM jobs WHERE kind = :kind AND status IN ('leased', 'cancel_requested')
+SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING}
 
 -- fold_metrics --
 SELECT fold_metric_events(:batch)

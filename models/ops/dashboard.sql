@@ -21,7 +21,7 @@ SELECT kind,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at))
            FILTER (WHERE started_at > now() - interval '1 hour') AS wait_p95
 FROM jobs
-WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+WHERE status IN {ACTIVE}
    OR finished_at > now() - interval '1 hour' OR started_at > now() - interval '1 hour'
 GROUP BY kind
 ORDER BY kind
@@ -71,8 +71,8 @@ WHERE (CAST(:kind AS text) IS NULL OR j.kind = :kind)
   AND (CAST(:status AS text) IS NULL OR j.status = :status)
   AND (CAST(:organization_id AS uuid) IS NULL OR j.organization_id = :organization_id)
   AND (CAST(:since AS timestamptz) IS NULL OR j.created_at >= :since)
-  AND (NOT :running_only OR j.status IN ('leased', 'cancel_requested'))
-  AND (NOT :expired_only OR (j.status IN ('leased', 'cancel_requested') AND j.lease_until < now()))
+  AND (NOT :running_only OR j.status IN {RUNNING})
+  AND (NOT :expired_only OR (j.status IN {RUNNING} AND j.lease_until < now()))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT :limit
 

@@ -12,7 +12,7 @@ GROUP BY name, kind, label
 
 -- active_by_status --
 SELECT kind, status, count(*) AS n FROM jobs
-WHERE status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+WHERE status IN {ACTIVE}
 GROUP BY kind, status
 
 -- oldest_due_wait --

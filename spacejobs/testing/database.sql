@@ -97,10 +97,10 @@ WITH moved AS (
         wait_until = CASE WHEN j.status = 'waiting'
                           THEN j.wait_until - make_interval(secs => CAST(:seconds AS double precision))
                           ELSE j.wait_until END,
-        lease_until = CASE WHEN j.status IN ('leased', 'cancel_requested')
+        lease_until = CASE WHEN j.status IN {RUNNING}
                            THEN j.lease_until - make_interval(secs => CAST(:seconds AS double precision))
                            ELSE j.lease_until END
-    WHERE j.status IN ('queued', 'waiting', 'leased', 'cancel_requested')
+    WHERE j.status IN {ACTIVE}
       AND (CAST(:job AS uuid) IS NULL OR j.id = CAST(:job AS uuid))
       AND (CAST(:org AS uuid) IS NULL OR j.organization_id = CAST(:org AS uuid))
     RETURNING j.id, j.status, j.run_after
@@ -118,7 +118,7 @@ SET result = to_jsonb(to_char(
         (CAST(s.result #>> '{}' AS timestamptz) - make_interval(secs => CAST(:seconds AS double precision)))
             AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
 FROM jobs j
-WHERE j.id = s.job_id AND j.status IN ('queued', 'waiting', 'leased', 'cancel_requested')
+WHERE j.id = s.job_id AND j.status IN {ACTIVE}
   AND (CAST(:job AS uuid) IS NULL OR j.id = CAST(:job AS uuid))
   AND (CAST(:org AS uuid) IS NULL OR j.organization_id = CAST(:org AS uuid))
   AND (s.name ~ '^sleep#[0-9]+$' OR s.name ~ '^signal:.+#[0-9]+[:]deadline$')

@@ -43,8 +43,8 @@ def leased_parent(stack: Stack) -> tuple[uuid.UUID, uuid.UUID, LeasedJob]:
     org = stack.org()
     user = stack.user(org, role="owner")
     with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
-        job, _ = store.submit(conn, organization_id=org, requested_by=user.id,
-                              kind=get_kind("test.fan").rules, params={"parts": [{"n": 0}]})
+        job, _ = store.submit(conn, [store.NewJob(get_kind("test.fan").rules, {"parts": [{"n": 0}]})],
+                              organization_id=org, requested_by=user.id)[0]
     parent = claim(stack, "parent")
     assert parent is not None and parent.id == job.id
     return org, user.id, parent

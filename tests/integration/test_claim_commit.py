@@ -56,7 +56,8 @@ def test_only_a_transaction_that_claims_and_finishes_nothing_skips_the_flush(
     owner = stack.user(org, role="owner")
     noop = get_kind("bench.noop").rules
     with transaction(stack.app_db) as conn:
-        store.submit(conn, organization_id=org, requested_by=owner.id, kind=noop, params={})
+        store.submit(conn, [store.NewJob(noop, {})],
+                     organization_id=org, requested_by=owner.id)[0]
     with engine.connect() as conn:
         server_default = conn.execute(text("SHOW synchronous_commit")).scalar_one()
     assert server_default != "off"

@@ -37,8 +37,8 @@ def leased_parent(stack: Stack) -> LeasedJob:
     org = stack.org()
     user = stack.user(org, role="owner")
     with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
-        job, _ = store.submit(conn, organization_id=org, requested_by=user.id,
-                              kind=get_kind("test.fan").rules, params={"parts": []})
+        job, _ = store.submit(conn, [store.NewJob(get_kind("test.fan").rules, {"parts": []})],
+                              organization_id=org, requested_by=user.id)[0]
     with transaction(stack.worker_db, actor="worker:w") as conn:
         leased = store.claim_batch(conn, "w", limit=10)
     mine = [j for j in leased if j.id == job.id]

@@ -32,8 +32,8 @@ def new_job(stack: Stack, kind: str = "bench.noop", **kw) -> tuple[uuid.UUID, Jo
     org = kw.pop("org", None) or stack.org()
     user = stack.user(org, role="owner")
     with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
-        job, created = store.submit(conn, organization_id=org, requested_by=user.id,
-                                   kind=get_kind(kind).rules, params=kw.pop("params", {}), **kw)
+        job, created = store.submit(conn, [store.NewJob(get_kind(kind).rules, kw.pop("params", {}), **kw)],
+                                    organization_id=org, requested_by=user.id)[0]
     assert created == "created"
     return org, job
 

@@ -91,14 +91,14 @@ def world(bare_stack: Stack) -> Iterator[World]:
     user = stack.user(org, role="owner").id
     other_user = stack.user(other, role="owner").id
     with transaction(app) as conn:
-        done, _ = store.submit(conn, organization_id=other, requested_by=other_user,
-                               kind=get_kind("bench.noop").rules, params={})
+        done, _ = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                               organization_id=other, requested_by=other_user)[0]
     with transaction(worker, actor="worker:test") as conn:
         leased = claim_one(conn, "test")
         assert complete_one(conn, leased.id, leased.lease_token, {"secret": "other tenant's"})
     with transaction(app) as conn:
-        queued, _ = store.submit(conn, organization_id=org, requested_by=user,
-                                 kind=get_kind("bench.noop").rules, params={})
+        queued, _ = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                                 organization_id=org, requested_by=user)[0]
     yield World(app, worker, org, other, user, queued.id, done.id)
     app.dispose()
     worker.dispose()
@@ -155,8 +155,8 @@ def test_web_cannot_walk_or_rewrite_a_job(bare_stack: Stack, world: World, assig
 
 def test_web_may_still_cancel(bare_stack: Stack, world: World):
     with transaction(world.app, organization_id=world.org, user_id=world.user) as conn:
-        job = store.submit(conn, organization_id=world.org, requested_by=world.user,
-                           kind=get_kind("bench.noop").rules, params={})[0]
+        job = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                           organization_id=world.org, requested_by=world.user)[0].job
         assert store.request_cancel(conn, job.id, world.user).status == "cancelled"
 
 
@@ -201,8 +201,8 @@ def test_worker_reads_no_tenants_results_or_params(world: World, column: str):
 
 def test_worker_learns_params_only_of_the_jobs_it_claims(bare_stack: Stack, world: World):
     with transaction(world.app) as conn:
-        mine, _ = store.submit(conn, organization_id=world.org, requested_by=world.user,
-                               kind=get_kind("bench.sleep").rules, params={"seconds": 0.25})
+        mine, _ = store.submit(conn, [store.NewJob(get_kind("bench.sleep").rules, {"seconds": 0.25})],
+                               organization_id=world.org, requested_by=world.user)[0]
     with transaction(world.worker, actor="worker:test") as conn:
         leased = store.claim_batch(conn, "test", limit=100)
         assert {str(j.id): j.params for j in leased}[str(mine.id)] == {"seconds": 0.25}
@@ -301,8 +301,8 @@ def test_a_shadow_table_would_not_swallow_history_anyway(bare_stack: Stack, worl
     try:
         with transaction(world.app, organization_id=world.org, user_id=world.user) as conn:
             conn.execute(text("CREATE TEMP TABLE job_events (LIKE public.job_events)"))
-            job = store.submit(conn, organization_id=world.org, requested_by=world.user,
-                               kind=get_kind("bench.noop").rules, params={})[0]
+            job = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                               organization_id=world.org, requested_by=world.user)[0].job
             store.request_cancel(conn, job.id, world.user)
             shadowed = conn.execute(text("SELECT count(*) FROM pg_temp.job_events")).scalar()
         assert shadowed == 0
@@ -321,8 +321,8 @@ def test_a_removal_waits_for_the_finish_that_checked_the_membership(bare_stack: 
     org = stack.org()
     member = stack.user(org, role="member")
     with transaction(world.app) as conn:
-        job = store.submit(conn, organization_id=org, requested_by=member.id,
-                           kind=get_kind("bench.noop").rules, params={})[0]
+        job = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                           organization_id=org, requested_by=member.id)[0].job
     leases = WorkerLeases(world.worker, "lock-test")
     with transaction(world.worker, actor="worker:test") as conn:
         leased = [j for j in store.claim_batch(conn, "lock-test", limit=100) if j.id == job.id]

@@ -71,8 +71,8 @@ def roles(bare_stack: Stack) -> Roles:
 
 def submit(app: Engine, org: uuid.UUID, user: uuid.UUID, kind: str = "bench.noop") -> str:
     with transaction(app, organization_id=org, user_id=user, actor="test") as conn:
-        job, created = store.submit(conn, organization_id=org, requested_by=user, kind=get_kind(kind).rules,
-                                   params={})
+        job, created = store.submit(conn, [store.NewJob(get_kind(kind).rules, {})],
+                                    organization_id=org, requested_by=user)[0]
     assert created == "created"
     return str(job.id)
 

@@ -368,3 +368,120 @@ def test_a_priority_out_of_range_is_a_400_and_writes_nothing(stack: Stack, clien
             Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org, requested_by=anna.id,
                            priority=priority)
     assert stack.count_jobs(org) == 0
+
+
+# -- a single submit is a batch of one ----------------------------------------------------------
+
+SAME_ROW = text("SELECT to_jsonb(j) - ARRAY['id', 'created_at', 'updated_at', 'last_wakeup_at',"
+                " 'sequence_position']"
+                " FROM jobs j WHERE j.id = :id")
+SAME_EVENTS = text("SELECT from_status, to_status, attempt, actor FROM job_events"
+                   " WHERE job_id = :id ORDER BY id")
+# the one difference a batch keeps on purpose: its entries say they came in a bulk request
+SAME_AUDIT = text("SELECT action, actor_id, actor, detail - 'bulk', detail ? 'bulk', request_id"
+                  " FROM org_audit WHERE job_id = :id ORDER BY id")
+
+
+def written(stack: Stack, job_id: uuid.UUID) -> tuple:
+    with stack.admin() as conn:
+        return (conn.execute(SAME_ROW, {"id": job_id}).scalar_one(),
+                conn.execute(SAME_EVENTS, {"id": job_id}).all(),
+                [tuple(r) for r in conn.execute(SAME_AUDIT, {"id": job_id}).all()])
+
+
+def test_a_single_submit_and_a_batch_of_one_write_the_same_rows_events_and_wake_up(
+        bare_stack: Stack):
+    stack = bare_stack  # no worker: the jobs stay as the submits left them
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    later = datetime(2099, 1, 1, tzinfo=UTC)
+    request = service.JobRequest("bench.sleep", {"seconds": 0.5}, run_after=later, priority=3,
+                                 sequence_key="nightly")
+    woken: list[str | None] = []
+    jobs = Jobs(stack.app_db, wake=woken.append)
+    with jobs.transaction(org, anna.id) as (conn, _):
+        one = jobs.submit(conn, request.kind, request.params, organization_id=org,
+                          requested_by=anna.id, run_after=later, priority=3,
+                          sequence_key="nightly", request_id="req-same").job
+    with jobs.transaction(org, anna.id) as (conn, _):
+        (batch_of_one,) = jobs.submit_many(conn, [request], organization_id=org,
+                                           requested_by=anna.id, request_id="req-same")
+    assert woken == [str(one.id), str(batch_of_one.id)]
+
+    row, events, audit = written(stack, one.id)
+    other_row, other_events, other_audit = written(stack, batch_of_one.id)
+    assert {column for column in row if row[column] != other_row[column]} == set()
+    assert events == other_events
+    assert row["params"] == {"seconds": 0.5} and row["status"] == "queued"
+    assert events == [(None, "queued", 0, f"user:{anna.id}")]
+    assert audit == [("job.submit", anna.id, f"user:{anna.id}", {"kind": "bench.sleep"}, False,
+                      "req-same")]
+    assert other_audit == [(*audit[0][:4], True, "req-same")]
+
+
+def test_over_http_a_single_submit_and_a_batch_of_one_answer_the_same_job(bare_stack: Stack):
+    stack = bare_stack
+    client = stack.make_app().test_client()
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"kind": "bench.sleep", "params": {"seconds": 0.5}, "priority": -2,
+            "run_after": "2099-01-01T00:00:00+00:00", "dedup_key": "same"}
+    single = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth)
+    # the same dedup key while the first is active: the batch's refusal is the single's, at 0
+    refused = client.post(f"/api/v1/orgs/{org}/jobs:batch", json={"jobs": [body]},
+                          headers=anna.auth)
+    assert single.status_code == 202 and refused.status_code == 409
+    error = refused.get_json()["error"]
+    assert (error["code"], error["index"], error["job_id"]) == ("duplicate_job", 0,
+                                                                 single.get_json()["id"])
+    batch = client.post(f"/api/v1/orgs/{org}/jobs:batch",
+                        json={"jobs": [{**body, "dedup_key": "other"}]}, headers=anna.auth)
+    assert batch.status_code == 202
+
+    def shown(job: dict) -> dict:
+        return {k: v for k, v in job.items()
+                if k not in ("id", "links", "created_at", "updated_at")}
+    (from_batch,) = batch.get_json()["jobs"]
+    assert shown(from_batch) == shown(single.get_json())
+
+
+def test_a_submit_that_meets_a_waiting_job_of_its_dedup_key_names_that_job(stack: Stack, client):
+    """A waiting job is active: its dedup key refuses a second one, and the refusal names it
+    (the single submit's lookup once missed a waiting job and answered no job_id)."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    body = {"kind": "bench.await_signal", "params": {"name": "go", "timeout": 60},
+            "dedup_key": "the-one"}
+    first = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=anna.auth).get_json()
+    stack.wait_for(first["id"], "waiting")
+    for url, sent in ((f"/api/v1/orgs/{org}/jobs", body),
+                      (f"/api/v1/orgs/{org}/jobs:batch", {"jobs": [body]})):
+        again = client.post(url, json=sent, headers=anna.auth)
+        assert again.status_code == 409, again.get_json()
+        assert again.get_json()["error"]["job_id"] == first["id"]
+    client.post(f"/api/v1/orgs/{org}/jobs/{first['id']}/signals/go", json=None, headers=anna.auth)
+    stack.wait_for(first["id"], "completed")
+
+
+def test_a_batch_debounces_each_job_as_a_single_submit_does(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    jobs = Jobs(stack.app_db)
+    first = service.JobRequest("bench.sleep", {"seconds": 0.1}, dedup_key="settle",
+                               debounce_seconds=600)
+    with jobs.transaction(org, anna.id) as (conn, _):
+        made = jobs.submit_request(conn, first, organization_id=org, requested_by=anna.id)
+    later = service.JobRequest("bench.sleep", {"seconds": 0.2}, dedup_key="settle",
+                               debounce_seconds=600)
+    with jobs.transaction(org, anna.id) as (conn, _):
+        debounced, other = jobs.submit_many(conn, [later, service.JobRequest("bench.noop")],
+                                            organization_id=org, requested_by=anna.id)
+    assert made.created and debounced.id == made.job.id and other.id != made.job.id
+    with stack.admin() as conn:
+        params = conn.execute(text("SELECT params FROM jobs WHERE id = :id"),
+                              {"id": made.job.id}).scalar_one()
+        actions = conn.execute(text("SELECT action FROM org_audit WHERE organization_id = :org"
+                                    " AND action LIKE 'job.%' ORDER BY id"), {"org": org}).scalars().all()
+    assert params == {"seconds": 0.2}
+    assert actions == ["job.submit", "job.debounce", "job.submit"]

@@ -182,22 +182,314 @@ RETURNS void LANGUAGE sql SET search_path = public, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION reserve_children(uuid, uuid, text[]) FROM PUBLIC;
 
--- Called by name (models/jobs/store.sql: `p_kind => ...`), so no caller depends on the order
--- of sixteen arguments, three of them text side by side that a positional slip would swap
--- without an error. The optional ones default to NULL ("none"), so a caller leaves out what it
--- does not use, and a later optional argument (DROP + CREATE with a default) does not break a
--- caller that does not pass it, such as the previous release's web during a rolling deploy.
--- Not one jsonb or composite argument: each value keeps its PostgreSQL type, checked at the
--- call before the body runs, and a composite type would be one more object whose fields are
--- positional again.
+-- Every submit, one job or many: the standing checked (and held until commit), the batch
+-- admitted against the caps, each job written with its audit entry, or the answer for each
+-- job that is not (a debounce, a replay, a duplicate), in ONE statement. A single submit is a
+-- batch of one, so the web's one job, a bulk request and a script's enqueue write the same
+-- rows, events and audit entries by the same code.
 --
--- outcome: 'created', 'replayed' (an Idempotency-Key seen before: the first job is answered,
--- whatever the quota), 'debounced' (p_debounce_seconds: a queued, never started job with the
--- dedup_key took these params and starts p_debounce_seconds from now; it is answered),
--- 'duplicate' (an active job has the dedup_key: its id is answered),
--- 'over_quota' (nothing written; quota_kind and quota_limit say which cap), or 'refused' (the
--- requester's role and the organization's state are answered, NULL for a non-member, so the
--- caller can say why in its own words).
+-- Called by name (models/jobs/store.sql), so no caller depends on the order of its arguments;
+-- the optional ones default to NULL ("none"). Not one jsonb or composite argument: each value
+-- keeps its PostgreSQL type, checked at the call before the body runs. The names are
+-- revision 0041's submit_jobs() and more, so the previous release's web still calls it during
+-- a rolling deploy (p_org_quota is ignored, as it was: the organization's cap is the
+-- database's, quota_policy and job_quotas; a kind's declared cap is the caller's, as its other
+-- rules are: p_kind_quotas for the jobs', p_quota_caps for the kinds of their steps).
+--
+-- The standing is checked once against the strictest rules of the batch's kinds (every state
+-- they all allow, the highest role any needs): the caller tells which job a refusal concerns.
+-- The whole batch is admitted or none of it; a batch of one written by the transaction's first
+-- statement takes admit_jobs()' fast path. Ids are made by the caller, so that each answer
+-- names its place (1-based) in the request.
+--
+-- outcome, one row per job by place: 'created'; 'debounced' (p_debounce_seconds with a
+-- dedup key: a queued, never started job of that key took these params and starts that many
+-- seconds from now; it is answered); 'replayed' (p_idempotency_key, for a batch of one: the
+-- job a submit with that key made before, whatever the quota); 'duplicate' (an active job has
+-- the dedup key: its id is answered, NULL if it ended meanwhile; nothing was written for this
+-- place, and a caller of a batch rolls the others back). Or ONE row and nothing written:
+-- 'over_quota' (quota_kind and quota_limit say which cap) or 'refused' (the requester's role
+-- and the organization's state are answered, NULL for a non-member, so the caller can say why
+-- in its own words). p_bulk: the audit entries say the jobs came in a bulk request.
+CREATE FUNCTION submit_jobs(
+    p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
+    p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
+    p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
+    p_org_quota integer, p_kind_quotas integer[], p_priorities integer[],
+    p_traceparent text DEFAULT NULL, p_sequence_keys text[] DEFAULT NULL,
+    p_quota_kinds text[] DEFAULT NULL, p_quota_caps integer[] DEFAULT NULL,
+    p_debounce_seconds integer[] DEFAULT NULL, p_idempotency_key text DEFAULT NULL,
+    p_retry_of uuid DEFAULT NULL, p_bulk boolean DEFAULT true)
+RETURNS TABLE (
+    outcome text, member_role text, member_organization_state text,
+    id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
+    max_attempts integer, progress jsonb, error_code text, error_message text, dedup_key text,
+    run_after timestamptz, created_at timestamptz, updated_at timestamptz,
+    started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
+    leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb,
+    quota_kind text, quota_limit integer, sequence_key text, request_place integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    -- before the FOR SHARE below, which takes a transaction id without writing a job
+    first_write CONSTANT boolean := pg_current_xact_id_if_assigned() IS NULL;
+    wanted CONSTANT integer := cardinality(p_ids);
+    standing record;
+    refusal record;
+    sequence_lock integer;
+    -- places answered before the insert (debounced): not written, not admitted
+    answered integer[] := '{}';
+    -- the steps of the batch's workflows, admitted with them and counted as active from now on
+    step_kinds text[];
+    kinds_left text[];
+    caps_left integer[];
+    created integer;
+    found_job jobs;
+    replaced_requester uuid;
+    missing integer;
+BEGIN
+    IF p_idempotency_key IS NOT NULL AND wanted <> 1 THEN
+        RAISE EXCEPTION 'an Idempotency-Key names one job' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT m.role, o.state INTO standing
+    FROM memberships m JOIN organizations o ON o.id = m.organization_id
+    WHERE m.organization_id = p_organization_id AND m.user_id = p_requested_by
+    FOR SHARE OF m, o;
+    IF NOT FOUND OR standing.state <> ALL (p_org_states)
+       OR role_rank(standing.role) < role_rank(p_role) THEN
+        RETURN QUERY SELECT 'refused', standing.role, standing.state, NULL::uuid, NULL::uuid,
+            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
+            NULL::jsonb, NULL, NULL::integer, NULL, NULL::integer;
+        RETURN;
+    END IF;
+
+    -- One submit of a sequence at a time, each taking its places after the last one's commit:
+    -- were two in flight, the later place could commit first, run, and then the earlier one
+    -- start beside it (the claim sees only what has committed). One lock per key, in one order.
+    IF p_sequence_keys IS NOT NULL THEN
+        FOR sequence_lock IN
+            SELECT DISTINCT hashtext('spacejobs.sequence:' || p_organization_id::text || ':'
+                                     || k.key)
+            FROM unnest(p_sequence_keys) AS k (key) WHERE k.key IS NOT NULL ORDER BY 1
+        LOOP
+            PERFORM pg_advisory_xact_lock(sequence_lock);
+        END LOOP;
+    END IF;
+
+    -- A debounce: the queued, never started job with the key takes the new params and moves
+    -- its start. Debounces of one key take turns (the lock, until commit), so each sees the job
+    -- the one before made; a claim that leases the job first (its row lock, then a status this
+    -- no longer matches) leaves nothing to update, and a new job is made. Never a workflow:
+    -- its steps were admitted and reserved with it, and new params would bring other steps.
+    IF p_debounce_seconds IS NOT NULL THEN
+        FOR i IN 1 .. wanted LOOP
+            CONTINUE WHEN p_debounce_seconds[i] IS NULL OR p_dedup_keys[i] IS NULL
+                OR cardinality(workflow_step_kinds(p_kinds[i], p_params[i])) > 0;
+            PERFORM pg_advisory_xact_lock(hashtext('spacejobs.debounce:'
+                                                   || p_organization_id::text || ':'
+                                                   || p_kinds[i] || ':' || p_dedup_keys[i]));
+            found_job := NULL;
+            SELECT j.id, j.requested_by INTO found_job.id, replaced_requester FROM jobs j
+            WHERE j.organization_id = p_organization_id AND j.kind = p_kinds[i]
+              AND j.dedup_key = p_dedup_keys[i] AND j.debounce_seconds IS NOT NULL
+              AND j.status = 'queued' AND j.attempts = 0
+            FOR UPDATE;
+            CONTINUE WHEN found_job.id IS NULL;
+            UPDATE jobs j
+            SET params = p_params[i], requested_by = p_requested_by,
+                run_after = now() + p_debounce_seconds[i] * interval '1 second',
+                debounce_seconds = p_debounce_seconds[i], request_id = p_request_id
+            WHERE j.id = found_job.id
+            RETURNING * INTO found_job;
+            -- Both requesters: the actor, and as the entry's member the one whose job it was,
+            -- when that was someone else (their job now runs for the actor).
+            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, member_id,
+                                   detail, request_id)
+            VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
+                    coalesce(app_actor(), 'user:' || p_requested_by), 'job.debounce',
+                    found_job.id, nullif(replaced_requester, p_requested_by),
+                    jsonb_build_object('kind', p_kinds[i]), p_request_id);
+            RETURN QUERY SELECT 'debounced', standing.role, standing.state, j.id,
+                j.organization_id, j.requested_by, j.kind, j.status, j.attempts, j.max_attempts,
+                j.progress, j.error_code, j.error_message, j.dedup_key, j.run_after,
+                j.created_at, j.updated_at, j.started_at, j.finished_at, j.cancel_requested_at,
+                j.leased_by, j.lease_until, j.result_expired_at, j.params, NULL, NULL::integer,
+                j.sequence_key, i
+            FROM unnest(ARRAY[found_job]) AS j;
+            answered := answered || i;
+        END LOOP;
+        IF cardinality(answered) = wanted THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    -- A replay answers the first job even at the cap: it asks for nothing new.
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO found_job FROM jobs j
+        WHERE j.organization_id = p_organization_id AND j.requested_by = p_requested_by
+          AND j.idempotency_key = p_idempotency_key;
+        IF found_job.id IS NOT NULL THEN
+            RETURN QUERY SELECT 'replayed', standing.role, standing.state, j.id,
+                j.organization_id, j.requested_by, j.kind, j.status, j.attempts, j.max_attempts,
+                j.progress, j.error_code, j.error_message, j.dedup_key, j.run_after,
+                j.created_at, j.updated_at, j.started_at, j.finished_at, j.cancel_requested_at,
+                j.leased_by, j.lease_until, j.result_expired_at, j.params, NULL, NULL::integer,
+                j.sequence_key, 1
+            FROM unnest(ARRAY[found_job]) AS j;
+            RETURN;
+        END IF;
+    END IF;
+
+    IF cardinality(answered) = 0 THEN
+        kinds_left := p_kinds;
+        caps_left := p_kind_quotas;
+        step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
+                            FROM unnest(p_kinds, p_params) AS u (kind, params));
+    ELSE
+        kinds_left := ARRAY(SELECT u.kind FROM unnest(p_kinds) WITH ORDINALITY AS u (kind, place)
+                            WHERE u.place <> ALL (answered) ORDER BY u.place);
+        caps_left := ARRAY(SELECT u.cap FROM unnest(p_kind_quotas) WITH ORDINALITY AS u (cap, place)
+                           WHERE u.place <> ALL (answered) ORDER BY u.place);
+        step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
+                            FROM unnest(p_kinds, p_params) WITH ORDINALITY AS u (kind, params, place)
+                            WHERE u.place <> ALL (answered) ORDER BY u.place);
+    END IF;
+    SELECT * INTO refusal
+    FROM admit_jobs(p_organization_id, kinds_left || step_kinds, caps_left || ARRAY(
+                        SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
+                        LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
+                               ON c.kind = k.kind
+                        ORDER BY k.n),
+                    (SELECT q.active_jobs FROM quota_policy q), first_write);
+    IF FOUND THEN
+        RETURN QUERY SELECT 'over_quota', standing.role, standing.state, NULL::uuid, NULL::uuid,
+            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
+            NULL::jsonb, refusal.refused_kind, refusal.cap, NULL, NULL::integer;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH written AS (
+        INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
+                               lease_seconds, dedup_key, idempotency_key, request_id, run_after,
+                               retry_of, priority, traceparent, sequence_key, sequence_position,
+                               debounce_seconds)
+        SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
+               least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
+               n.dedup_key, p_idempotency_key, p_request_id,
+               CASE WHEN n.debounce IS NOT NULL AND n.dedup_key IS NOT NULL
+                    THEN greatest(coalesce(n.run_after, now()),
+                                  now() + n.debounce * interval '1 second')
+                    ELSE coalesce(n.run_after, now()) END,
+               -- an operator's retry-as-new-job points back at the job it retries, in its org
+               (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
+                                           AND r.organization_id = p_organization_id),
+               -- out of range is the column CHECK's refusal, never a silent clamp
+               coalesce(n.priority, 0), p_traceparent, n.sequence_key,
+               -- taken row by row in the batch's order (the subquery's), so places follow it
+               CASE WHEN n.sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END,
+               CASE WHEN n.dedup_key IS NOT NULL
+                         AND cardinality(workflow_step_kinds(n.kind, n.params)) = 0
+                    THEN n.debounce END
+        FROM (SELECT u.* FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds,
+                                     p_dedup_keys, p_run_afters, p_priorities,
+                                     coalesce(p_sequence_keys,
+                                              array_fill(NULL::text, ARRAY[wanted])),
+                                     coalesce(p_debounce_seconds,
+                                              array_fill(NULL::integer, ARRAY[wanted])))
+                  WITH ORDINALITY AS u (id, kind, params, max_attempts, lease_seconds,
+                                        dedup_key, run_after, priority, sequence_key, debounce,
+                                        place)
+              WHERE u.place <> ALL (answered)
+              ORDER BY u.place) AS n
+        ON CONFLICT DO NOTHING
+        RETURNING j.*
+    ), audited AS (
+        -- Who started each, for the organization's audit log: the scoped user (an operator's
+        -- retry scopes the operator), else the requester.
+        INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
+                               request_id)
+        SELECT p_organization_id, coalesce(app_user(), p_requested_by),
+               coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', w.id,
+               CASE WHEN p_bulk THEN jsonb_build_object('kind', w.kind, 'bulk', true)
+                    ELSE jsonb_strip_nulls(jsonb_build_object('kind', w.kind,
+                                                              'retry_of', w.retry_of)) END,
+               p_request_id
+        FROM written w
+    )
+    SELECT 'created', standing.role, standing.state, w.id, w.organization_id,
+        w.requested_by, w.kind, w.status, w.attempts, w.max_attempts, w.progress, w.error_code,
+        w.error_message, w.dedup_key, w.run_after, w.created_at, w.updated_at, w.started_at,
+        w.finished_at, w.cancel_requested_at, w.leased_by, w.lease_until, w.result_expired_at,
+        w.params, NULL, NULL::integer, w.sequence_key, k.place::integer
+    FROM written w JOIN unnest(p_ids) WITH ORDINALITY AS k (id, place) ON k.id = w.id;
+    GET DIAGNOSTICS created = ROW_COUNT;
+    IF cardinality(step_kinds) > 0 THEN
+        -- The steps of each workflow written, counted as active from now on (reserve_children()).
+        -- Only then: the statement triggers of job_reservations fire even for no row.
+        INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
+        SELECT j.id, p_organization_id, s.kind, count(*)
+        FROM jobs j, unnest(workflow_step_kinds(j.kind, j.params)) AS s (kind)
+        WHERE j.id = ANY (p_ids)
+        GROUP BY j.id, s.kind
+        ON CONFLICT ON CONSTRAINT job_reservations_pkey
+        DO UPDATE SET reserved = r.reserved + excluded.reserved;
+    END IF;
+    IF created + cardinality(answered) = wanted THEN
+        RETURN;
+    END IF;
+
+    -- A conflict: the same Idempotency-Key committed meanwhile, or an active duplicate. Each
+    -- lookup is a statement of its own, which sees what committed since the insert began.
+    FOR missing IN
+        SELECT k.place FROM unnest(p_ids) WITH ORDINALITY AS k (id, place)
+        WHERE k.place <> ALL (answered) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = k.id)
+        ORDER BY k.place
+    LOOP
+        found_job := NULL;
+        IF p_idempotency_key IS NOT NULL THEN
+            SELECT * INTO found_job FROM jobs j
+            WHERE j.organization_id = p_organization_id AND j.requested_by = p_requested_by
+              AND j.idempotency_key = p_idempotency_key;
+        END IF;
+        IF found_job.id IS NULL THEN
+            -- The conflicting job may have ended in between: then there is nothing to name,
+            -- and the caller may simply submit again.
+            SELECT * INTO found_job FROM jobs j
+            WHERE j.organization_id = p_organization_id AND j.kind = p_kinds[missing]
+              AND j.dedup_key = p_dedup_keys[missing]
+              AND j.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
+              AND (j.debounce_seconds IS NULL) = (p_debounce_seconds[missing] IS NULL);
+        END IF;
+        RETURN QUERY SELECT CASE WHEN p_idempotency_key IS NOT NULL
+                                      AND j.idempotency_key IS NOT DISTINCT FROM p_idempotency_key
+                                 THEN 'replayed' ELSE 'duplicate' END,
+            standing.role, standing.state, j.id, j.organization_id, j.requested_by, j.kind,
+            j.status, j.attempts, j.max_attempts, j.progress, j.error_code, j.error_message,
+            j.dedup_key, j.run_after, j.created_at, j.updated_at, j.started_at, j.finished_at,
+            j.cancel_requested_at, j.leased_by, j.lease_until, j.result_expired_at, j.params,
+            NULL, NULL::integer, j.sequence_key, missing
+        FROM unnest(ARRAY[found_job]) AS j;
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
+                                   integer[], integer[], text[], timestamptz[], integer, integer[],
+                                   integer[], text, text[], text[], integer[], integer[], text, uuid,
+                                   boolean)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
+                                      integer[], integer[], text[], timestamptz[], integer,
+                                      integer[], integer[], text, text[], text[], integer[],
+                                      integer[], text, uuid, boolean)
+    TO space_app, space_worker;
+
+-- The previous release's single submit, kept so that its web still submits during a rolling
+-- deploy: a batch of one of submit_jobs(), which is the only submit this release calls. Its
+-- caller's rights are checked by submit_jobs() (SECURITY DEFINER); p_org_quota is ignored
+-- there, as it was here. To be dropped by the next revision that changes the submit.
 CREATE FUNCTION submit_job(
     p_organization_id uuid, p_requested_by uuid, p_kind text, p_params jsonb,
     p_max_attempts integer, p_lease_seconds integer, p_org_states text[], p_role text,
@@ -216,175 +508,26 @@ RETURNS TABLE (
     started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
     leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb,
     quota_kind text, quota_limit integer, sequence_key text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    -- before the FOR SHARE below, which takes a transaction id without writing a job
-    first_write CONSTANT boolean := pg_current_xact_id_if_assigned() IS NULL;
-    -- a workflow's steps: admitted with it, and counted as active from now on
-    step_kinds CONSTANT text[] := workflow_step_kinds(p_kind, p_params);
-    standing record;
-    refusal record;
-    made jobs;
-    replaced_requester uuid;
-BEGIN
-    SELECT m.role, o.state INTO standing
-    FROM memberships m JOIN organizations o ON o.id = m.organization_id
-    WHERE m.organization_id = p_organization_id AND m.user_id = p_requested_by
-    FOR SHARE OF m, o;
-    IF NOT FOUND OR standing.state <> ALL (p_org_states)
-       OR role_rank(standing.role) < role_rank(p_role) THEN
-        RETURN QUERY SELECT 'refused', standing.role, standing.state, NULL::uuid, NULL::uuid,
-            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
-            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, NULL, NULL::integer, NULL;
-        RETURN;
-    END IF;
-
-    IF p_sequence_key IS NOT NULL THEN
-        -- One submit of a sequence at a time, each taking its place after the last one's
-        -- commit: were two in flight, the later place could commit first, run, and then the
-        -- earlier one start beside it (the claim sees only what has committed).
-        PERFORM pg_advisory_xact_lock(hashtext('spacejobs.sequence:' || p_organization_id::text
-                                               || ':' || p_sequence_key));
-    END IF;
-    -- (Never a workflow: its steps were admitted and reserved with it, and new params would
-    -- bring other steps.)
-    IF p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL
-       AND cardinality(step_kinds) = 0 THEN
-        -- The queued, never started job with this key takes the new params and moves its
-        -- start. Debounces of one key take turns (the lock, until commit), so each sees the
-        -- job the one before made; a claim that leases the job first (its row lock, then a
-        -- status this no longer matches) leaves nothing to update, and a new job is made.
-        PERFORM pg_advisory_xact_lock(hashtext('spacejobs.debounce:' || p_organization_id::text
-                                               || ':' || p_kind || ':' || p_dedup_key));
-        SELECT j.id, j.requested_by INTO made.id, replaced_requester FROM jobs j
-        WHERE j.organization_id = p_organization_id AND j.kind = p_kind
-          AND j.dedup_key = p_dedup_key AND j.debounce_seconds IS NOT NULL
-          AND j.status = 'queued' AND j.attempts = 0
-        FOR UPDATE;
-        IF made.id IS NOT NULL THEN
-            UPDATE jobs j
-            SET params = p_params, requested_by = p_requested_by,
-                run_after = now() + p_debounce_seconds * interval '1 second',
-                debounce_seconds = p_debounce_seconds, request_id = p_request_id
-            WHERE j.id = made.id
-            RETURNING * INTO made;
-            -- Both requesters: the actor, and as the entry's member the one whose job it was,
-            -- when that was someone else (their job now runs for the actor).
-            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, member_id,
-                                   detail, request_id)
-            VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
-                    coalesce(app_actor(), 'user:' || p_requested_by), 'job.debounce', made.id,
-                    nullif(replaced_requester, p_requested_by),
-                    jsonb_build_object('kind', p_kind), p_request_id);
-            RETURN QUERY SELECT 'debounced', standing.role, standing.state, made.id,
-                made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
-                made.max_attempts, made.progress, made.error_code, made.error_message,
-                made.dedup_key, made.run_after, made.created_at, made.updated_at,
-                made.started_at, made.finished_at, made.cancel_requested_at, made.leased_by,
-                made.lease_until, made.result_expired_at, made.params, NULL, NULL::integer,
-                made.sequence_key;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- A replay answers the first job even at the cap: it asks for nothing new.
-    IF p_idempotency_key IS NOT NULL THEN
-        SELECT * INTO made FROM jobs j
-        WHERE j.organization_id = p_organization_id AND j.requested_by = p_requested_by
-          AND j.idempotency_key = p_idempotency_key;
-    END IF;
-    IF made.id IS NULL THEN
-        -- The organization's cap is the database's (quota_policy, job_quotas); p_org_quota is
-        -- ignored (kept for the previous release's callers during a rolling deploy). A kind's
-        -- declared cap is the caller's, as its other rules are: p_kind_quota for the job's own
-        -- kind, p_quota_caps for the kinds of its steps (p_quota_kinds).
-        SELECT * INTO refusal
-        FROM admit_jobs(p_organization_id, ARRAY[p_kind] || step_kinds,
-                        ARRAY[p_kind_quota] || ARRAY(
-                            SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
-                            LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
-                                   ON c.kind = k.kind
-                            ORDER BY k.n),
-                        (SELECT q.active_jobs FROM quota_policy q), first_write);
-        IF FOUND THEN
-            RETURN QUERY SELECT 'over_quota', standing.role, standing.state, NULL::uuid,
-                NULL::uuid, NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
-                NULL, NULL, NULL, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz,
-                NULL::timestamptz, NULL::jsonb, refusal.refused_kind, refusal.cap, NULL;
-            RETURN;
-        END IF;
-
-        INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts,
-                          lease_seconds, dedup_key, idempotency_key, request_id, run_after,
-                          retry_of, priority, traceparent, sequence_key, sequence_position,
-                          debounce_seconds)
-        VALUES (p_organization_id, p_requested_by, p_kind, p_params,
-                least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
-                p_dedup_key, p_idempotency_key, p_request_id,
-                CASE WHEN p_debounce_seconds IS NOT NULL AND p_dedup_key IS NOT NULL
-                     THEN greatest(coalesce(p_run_after, now()),
-                                   now() + p_debounce_seconds * interval '1 second')
-                     ELSE coalesce(p_run_after, now()) END,
-                -- an operator's retry-as-new-job points back at the job it retries, in its org
-                (SELECT r.id FROM jobs r WHERE r.id = p_retry_of
-                                            AND r.organization_id = p_organization_id),
-                -- out of range is the column CHECK's refusal, never a silent clamp
-                coalesce(p_priority, 0), p_traceparent, p_sequence_key,
-                CASE WHEN p_sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END,
-                CASE WHEN p_dedup_key IS NOT NULL AND cardinality(step_kinds) = 0
-                     THEN p_debounce_seconds END)
-        ON CONFLICT DO NOTHING
-        RETURNING * INTO made;
-        IF made.id IS NOT NULL THEN
-            IF cardinality(step_kinds) > 0 THEN
-                PERFORM reserve_children(made.id, p_organization_id, step_kinds);
-            END IF;
-            -- Who started it, for the organization's audit log: the scoped user (an operator's
-            -- retry scopes the operator), else the requester.
-            INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
-                                   request_id)
-            VALUES (p_organization_id, coalesce(app_user(), p_requested_by),
-                    coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', made.id,
-                    jsonb_strip_nulls(jsonb_build_object('kind', p_kind, 'retry_of', made.retry_of)),
-                    p_request_id);
-            RETURN QUERY SELECT 'created', standing.role, standing.state, made.id,
-                made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
-                made.max_attempts, made.progress, made.error_code, made.error_message,
-                made.dedup_key, made.run_after, made.created_at, made.updated_at,
-                made.started_at, made.finished_at, made.cancel_requested_at, made.leased_by,
-                made.lease_until, made.result_expired_at, made.params, NULL, NULL::integer,
-                made.sequence_key;
-            RETURN;
-        END IF;
-
-        -- A conflict: the same Idempotency-Key committed meanwhile, or an active duplicate.
-        IF p_idempotency_key IS NOT NULL THEN
-            SELECT * INTO made FROM jobs j
-            WHERE j.organization_id = p_organization_id AND j.requested_by = p_requested_by
-              AND j.idempotency_key = p_idempotency_key;
-        END IF;
-    END IF;
-    IF made.id IS NULL THEN
-        SELECT * INTO made FROM jobs j
-        WHERE j.organization_id = p_organization_id AND j.kind = p_kind
-          AND j.dedup_key = p_dedup_key AND j.status IN ('queued', 'leased', 'cancel_requested')
-          AND (j.debounce_seconds IS NULL) = (p_debounce_seconds IS NULL);
-        -- The conflicting job may have ended in between: then there is nothing to name, and
-        -- the caller may simply submit again.
-    END IF;
-    RETURN QUERY SELECT CASE WHEN p_idempotency_key IS NOT NULL AND made.idempotency_key
-                                  IS NOT DISTINCT FROM p_idempotency_key
-                             THEN 'replayed' ELSE 'duplicate' END,
-        standing.role, standing.state, made.id,
-        made.organization_id, made.requested_by, made.kind, made.status, made.attempts,
-        made.max_attempts, made.progress, made.error_code, made.error_message,
-        made.dedup_key, made.run_after, made.created_at, made.updated_at, made.started_at,
-        made.finished_at, made.cancel_requested_at, made.leased_by, made.lease_until,
-        made.result_expired_at, made.params, NULL, NULL::integer, made.sequence_key;
-END $$;
+LANGUAGE sql SET search_path = public, pg_temp AS $$
+    SELECT s.outcome, s.member_role, s.member_organization_state, s.id, s.organization_id,
+           s.requested_by, s.kind, s.status, s.attempts, s.max_attempts, s.progress,
+           s.error_code, s.error_message, s.dedup_key, s.run_after, s.created_at, s.updated_at,
+           s.started_at, s.finished_at, s.cancel_requested_at, s.leased_by, s.lease_until,
+           s.result_expired_at, s.params, s.quota_kind, s.quota_limit, s.sequence_key
+    FROM submit_jobs(
+        p_organization_id => p_organization_id, p_requested_by => p_requested_by,
+        p_org_states => p_org_states, p_role => p_role, p_request_id => p_request_id,
+        p_ids => ARRAY[gen_random_uuid()], p_kinds => ARRAY[p_kind], p_params => ARRAY[p_params],
+        p_max_attempts => ARRAY[p_max_attempts], p_lease_seconds => ARRAY[p_lease_seconds],
+        p_dedup_keys => ARRAY[p_dedup_key], p_run_afters => ARRAY[p_run_after],
+        p_org_quota => NULL, p_kind_quotas => ARRAY[p_kind_quota],
+        p_priorities => ARRAY[p_priority], p_traceparent => p_traceparent,
+        p_sequence_keys => CASE WHEN p_sequence_key IS NOT NULL THEN ARRAY[p_sequence_key] END,
+        p_quota_kinds => p_quota_kinds, p_quota_caps => p_quota_caps,
+        p_debounce_seconds => CASE WHEN p_debounce_seconds IS NOT NULL
+                                   THEN ARRAY[p_debounce_seconds] END,
+        p_idempotency_key => p_idempotency_key, p_retry_of => p_retry_of, p_bulk => false) AS s
+$$;
 REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
                                   text, text, timestamptz, uuid, integer, integer, integer, text, text,
                                   integer, text[], integer[])
@@ -392,132 +535,4 @@ REVOKE ALL ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, tex
 GRANT EXECUTE ON FUNCTION submit_job(uuid, uuid, text, jsonb, integer, integer, text[], text, text,
                                      text, text, timestamptz, uuid, integer, integer, integer, text, text,
                                      integer, text[], integer[])
-    TO space_app, space_worker;
-
--- The bulk submit: many jobs of the organization in one statement, ids made by the caller so
--- the answer keeps the request's order. The standing is checked once against the strictest
--- rules of the batch's kinds (every state they all allow, the highest role any needs): the
--- caller tells which item a refusal concerns. The whole batch is admitted against the caps or
--- none of it. A row that meets an active duplicate is skipped and missing from the answer; the
--- caller then rolls the batch back: all or nothing.
--- Called by name too (store.sql), without defaults but the last: its one caller passes every
--- argument, and defaults would need the optional p_request_id moved behind the required
--- arrays, a new signature for no caller's gain. p_traceparent (revision 0034) is the batch's
--- one trace context, optional so that the previous release's web still calls it; so are
--- p_sequence_keys (revision 0037), each job's own, taking places in the batch's order.
-CREATE FUNCTION submit_jobs(
-    p_organization_id uuid, p_requested_by uuid, p_org_states text[], p_role text,
-    p_request_id text, p_ids uuid[], p_kinds text[], p_params jsonb[], p_max_attempts integer[],
-    p_lease_seconds integer[], p_dedup_keys text[], p_run_afters timestamptz[],
-    p_org_quota integer, p_kind_quotas integer[], p_priorities integer[],
-    p_traceparent text DEFAULT NULL, p_sequence_keys text[] DEFAULT NULL,
-    p_quota_kinds text[] DEFAULT NULL, p_quota_caps integer[] DEFAULT NULL)
-RETURNS TABLE (
-    outcome text, member_role text, member_organization_state text,
-    id uuid, organization_id uuid, requested_by uuid, kind text, status text, attempts integer,
-    max_attempts integer, progress jsonb, error_code text, error_message text, dedup_key text,
-    run_after timestamptz, created_at timestamptz, updated_at timestamptz,
-    started_at timestamptz, finished_at timestamptz, cancel_requested_at timestamptz,
-    leased_by text, lease_until timestamptz, result_expired_at timestamptz, params jsonb,
-    quota_kind text, quota_limit integer, sequence_key text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    standing record;
-    refusal record;
-    sequence_lock integer;
-    -- the steps of the batch's workflows, admitted with them (as in submit_job())
-    step_kinds text[];
-BEGIN
-    SELECT m.role, o.state INTO standing
-    FROM memberships m JOIN organizations o ON o.id = m.organization_id
-    WHERE m.organization_id = p_organization_id AND m.user_id = p_requested_by
-    FOR SHARE OF m, o;
-    IF NOT FOUND OR standing.state <> ALL (p_org_states)
-       OR role_rank(standing.role) < role_rank(p_role) THEN
-        RETURN QUERY SELECT 'refused', standing.role, standing.state, NULL::uuid, NULL::uuid,
-            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
-            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, NULL, NULL::integer, NULL;
-        RETURN;
-    END IF;
-    step_kinds := ARRAY(SELECT unnest(workflow_step_kinds(u.kind, u.params))
-                        FROM unnest(p_kinds, p_params) AS u (kind, params));
-    -- The organization's cap is the database's (p_org_quota is ignored, as in submit_job()).
-    SELECT * INTO refusal
-    FROM admit_jobs(p_organization_id, p_kinds || step_kinds,
-                    p_kind_quotas || ARRAY(
-                        SELECT c.cap FROM unnest(step_kinds) WITH ORDINALITY AS k (kind, n)
-                        LEFT JOIN unnest(p_quota_kinds, p_quota_caps) AS c (kind, cap)
-                               ON c.kind = k.kind
-                        ORDER BY k.n),
-                    (SELECT q.active_jobs FROM quota_policy q), false);
-    IF FOUND THEN
-        RETURN QUERY SELECT 'over_quota', standing.role, standing.state, NULL::uuid, NULL::uuid,
-            NULL::uuid, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb, NULL, NULL, NULL,
-            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-            NULL::timestamptz, NULL::timestamptz, NULL, NULL::timestamptz, NULL::timestamptz,
-            NULL::jsonb, refusal.refused_kind, refusal.cap, NULL;
-        RETURN;
-    END IF;
-    -- The batch's sequences, one lock each in one order (see submit_job()).
-    FOR sequence_lock IN
-        SELECT DISTINCT hashtext('spacejobs.sequence:' || p_organization_id::text || ':' || k.key)
-        FROM unnest(p_sequence_keys) AS k (key) WHERE k.key IS NOT NULL ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(sequence_lock);
-    END LOOP;
-    RETURN QUERY
-    WITH made AS (
-        INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
-                               lease_seconds, dedup_key, request_id, run_after, priority,
-                               traceparent, sequence_key, sequence_position)
-        SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
-               least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
-               n.dedup_key, p_request_id, coalesce(n.run_after, now()), coalesce(n.priority, 0),
-               p_traceparent, n.sequence_key,
-               -- taken row by row in the batch's order (the subquery's), so places follow it
-               CASE WHEN n.sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END
-        FROM (SELECT u.* FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds,
-                                     p_dedup_keys, p_run_afters, p_priorities,
-                                     coalesce(p_sequence_keys,
-                                              array_fill(NULL::text,
-                                                         ARRAY[cardinality(p_ids)])))
-                  WITH ORDINALITY AS u (id, kind, params, max_attempts, lease_seconds,
-                                        dedup_key, run_after, priority, sequence_key, ord)
-              ORDER BY u.ord) AS n
-        ON CONFLICT DO NOTHING
-        RETURNING j.*
-    ), audited AS (
-        -- Who started each, for the organization's audit log (as in submit_job()).
-        INSERT INTO org_audit (organization_id, actor_id, actor, action, job_id, detail,
-                               request_id)
-        SELECT p_organization_id, coalesce(app_user(), p_requested_by),
-               coalesce(app_actor(), 'user:' || p_requested_by), 'job.submit', made.id,
-               jsonb_build_object('kind', made.kind, 'bulk', true), p_request_id
-        FROM made
-    ), reserved AS (
-        -- The steps of each workflow made, counted as active from now on (reserve_children()).
-        INSERT INTO job_reservations AS r (parent_id, organization_id, kind, reserved)
-        SELECT made.id, p_organization_id, s.kind, count(*)
-        FROM made, unnest(workflow_step_kinds(made.kind, made.params)) AS s (kind)
-        GROUP BY made.id, s.kind
-        ON CONFLICT ON CONSTRAINT job_reservations_pkey
-        DO UPDATE SET reserved = r.reserved + excluded.reserved
-    )
-    SELECT 'created', standing.role, standing.state, made.id, made.organization_id,
-        made.requested_by, made.kind, made.status, made.attempts, made.max_attempts,
-        made.progress, made.error_code, made.error_message, made.dedup_key, made.run_after,
-        made.created_at, made.updated_at, made.started_at, made.finished_at,
-        made.cancel_requested_at, made.leased_by, made.lease_until, made.result_expired_at,
-        made.params, NULL, NULL::integer, made.sequence_key
-    FROM made;
-END $$;
-REVOKE ALL ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
-                                   integer[], integer[], text[], timestamptz[], integer, integer[],
-                                   integer[], text, text[], text[], integer[])
-    FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION submit_jobs(uuid, uuid, text[], text, text, uuid[], text[], jsonb[],
-                                      integer[], integer[], text[], timestamptz[], integer,
-                                      integer[], integer[], text, text[], text[], integer[])
     TO space_app, space_worker;
