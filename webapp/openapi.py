@@ -248,8 +248,9 @@ class ErrorBody(Answer):
     reasons: list[FieldReason] | None = None
     status: str | None = None
     index: int | None = None
-    #: the refused step of a workflow: its index in ``params.steps``, from 0
-    step: int | None = None
+    #: the refused step of a workflow: its index in ``params.steps``, from 0, or
+    #: ``"on_failure"`` for its failure handler
+    step: int | Literal["on_failure"] | None = None
     limit: int | None = None
 
 

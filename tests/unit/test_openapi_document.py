@@ -134,8 +134,9 @@ def test_a_workflows_params_are_typed_as_steps_not_a_free_object(document):
 
 def test_an_error_may_name_the_refused_step_and_a_job_links_its_steps_and_parent(document):
     schemas = document["components"]["schemas"]
-    assert schemas["ErrorBody"]["properties"]["step"]["anyOf"] == [{"type": "integer"},
-                                                                   {"type": "null"}]
+    # a step by its index, or the workflow's failure handler by its name
+    assert schemas["ErrorBody"]["properties"]["step"]["anyOf"] == [
+        {"type": "integer"}, {"const": "on_failure", "type": "string"}, {"type": "null"}]
     assert {"steps", "parent"} <= set(schemas["JobLinks"]["properties"])
     assert "parent" not in schemas["JobLinks"]["required"]
     assert {"parent_id", "place"} <= set(schemas["Job"]["required"])
