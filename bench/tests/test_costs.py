@@ -79,7 +79,7 @@ def test_web_ceiling_answers_each_url_as_it_should(servers: Servers, tmp_path: P
     # --profile: what the web's backends did during the submits (the submit statement among
     # them), and whose CPU it was
     waits = (tmp_path / "waits.txt").read_text()
-    assert re.search(r"^ *[\d.]+%  .* \| .* \| -- One statement: the requester's standing", waits,
+    assert re.search(r"^ *[\d.]+%  .* \| .* \| -- Every submit, one job or a batch", waits,
                      re.MULTILINE), waits
     cpu = (tmp_path / "cpu.txt").read_text()
     assert re.search(r"^ *[\d.]+%  spacejobs web \(gunicorn\)$", cpu, re.MULTILINE), cpu

@@ -139,8 +139,9 @@ def test_a_head_does_not_move_while_a_submit_is_open_and_its_job_is_claimed(bare
     user = stack.user(org, role="owner")
     run_through(stack, org, user.id, 100)
     with transaction(stack.app_db, organization_id=org, user_id=user.id, actor="test") as conn:
-        job, _ = store.submit(conn, organization_id=org, requested_by=user.id,
-                              kind=get_kind("bench.noop").rules, params={})
+        (written,) = store.submit(conn, [store.NewJob(get_kind("bench.noop").rules, {})],
+                                  organization_id=org, requested_by=user.id)
+        job = written.job
         # the submit is not committed: the chore cannot tell where its job is, and waits
         assert advance(stack) == ClaimHeadsReport(busy=1)
     advance(stack)
