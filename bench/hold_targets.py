@@ -83,7 +83,7 @@ def hold_lines(name: str, run: AroundHold, peer: tuple[str, AroundHold] | None =
                                    ("after", AFTER_RATIO, "in the first minute after the hold")):
             said, ok = _comparison(name, run, figure, when)
             line = (f"target {words} {where} <= {limit}x the minute before the hold: {said}"
-                    f" {'not measured' if ok is None else verdict(ok)}")
+                    + ("" if ok is None else f" {verdict(ok)}"))
             if peer is not None:
                 peer_said, peer_ok = _comparison(peer[0], peer[1], figure, when)
                 line += f"; beside it {peer_said}" + (
