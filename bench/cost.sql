@@ -4,6 +4,9 @@
 -- lsn --
 SELECT pg_current_wal_lsn()::text
 
+-- flushed_past --
+SELECT pg_current_wal_flush_lsn() >= %(lsn)s::pg_lsn
+
 -- rows_written --
 -- Rows inserted, updated and deleted in every table of the database, as the statistics last
 -- counted them (each backend reports at most once a second, or 10 s after it went idle).

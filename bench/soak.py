@@ -1,8 +1,9 @@
 """python -m bench.soak: a steady load for half an hour, with a reporting transaction held open
 for ten minutes in the middle of it (issue 17, part 4).
 
-One stack (tests/kit) on the machine's PostgreSQL (``DATABASE_URL``, or ``--embedded``) and
-Redis, workers and beat on the product's settings, the database's retention policy set to
+One stack (tests/kit) on the machine's PostgreSQL (``DATABASE_URL``, or ``--embedded``, or
+``--private``: a new PostgreSQL 15 on its default settings, as bench.hold's) and Redis,
+workers and beat on the product's settings, the database's retention policy set to
 ``--keep-minutes`` so that finished jobs and their events are purged by the sweeper as in
 production and a steady load reaches a steady size. Then, for ``--minutes``:
 
@@ -28,7 +29,7 @@ at the end of it and at the end of the run. Then the targets, each PASS or FALL 
   minute the claim p95 and the end-to-end p95 at most 1.5x the minute before the hold, in the
   first minute after it at most 1.2x, and the size of jobs + job_events at the end at most
   1.5x the minute before the hold. Issue 32's soak is an hour with half an hour's hold in the
-  middle: ``--minutes 60 --hold-at 15 --hold-minutes 30``.
+  middle: ``--private --minutes 60 --hold-at 15 --hold-minutes 30``.
 
 Exits non-zero only when a figure could not be measured (a worker died, no claim timed).
 """
@@ -56,7 +57,13 @@ from sqlalchemy import Engine
 
 from bench.harness import percentile
 from bench.hold_targets import P95s, around_hold, hold_lines, size_line
-from bench.servers import add_embedded_option, measured_on
+from bench.servers import (
+    MACHINE_REDIS_URL,
+    PRIVATE_MAJOR,
+    add_embedded_option,
+    measured_on,
+    private_postgres,
+)
 from spacejobs.models.db.engine import libpq_url, make_engine
 from spacejobs.models.db.queries import queries_beside
 from spacejobs.models.jobs.service import JobRequest, Jobs
@@ -101,7 +108,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minute-seconds", type=float, default=60,
                         help="length of a reported 'minute' (shorter only for a smoke run)")
     add_embedded_option(parser)
+    parser.add_argument("--private", action="store_true",
+                        help=f"measure on a new PostgreSQL {PRIVATE_MAJOR} on its default settings"
+                             " (autovacuum on), started for this run, as bench.hold does;"
+                             " Redis: REDIS_URL, else the machine's")
     args = parser.parse_args(argv)
+    if args.private and args.embedded:
+        parser.error("--private or --embedded, not both")
     if min(args.minutes, args.rate, args.probe_rate, args.keep_minutes, args.minute_seconds) <= 0:
         parser.error("the lengths and rates must be positive")
     if min(args.organizations, args.workers, args.concurrency) < 1:
@@ -488,6 +501,18 @@ def hold_32_targets(minutes: list[Minute], hold_first: int, hold_last: int) -> l
     return lines
 
 
+@contextlib.contextmanager
+def servers_for(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
+    """(superuser URL, Redis URL, where they come from) for the run."""
+    if args.private:
+        with private_postgres() as admin_url:
+            yield (admin_url, os.environ.get("REDIS_URL", MACHINE_REDIS_URL),
+                   f"private PostgreSQL {PRIVATE_MAJOR}, default settings")
+        return
+    with measured_on(args.embedded) as (admin_url, redis_url):
+        yield admin_url, redis_url, "embedded" if args.embedded else "DATABASE_URL"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     clean_up_on_signals()
@@ -500,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     plans: list[Plan] = []
     failure = None
     try:
-        with measured_on(args.embedded) as (admin_url, redis_url):
-            servers = Servers(admin_url, redis_url, "embedded" if args.embedded else "DATABASE_URL")
+        with servers_for(args) as (admin_url, redis_url, source):
+            servers = Servers(admin_url, redis_url, source)
             print("A steady load with a reporting transaction held open (issue 17, part 4)",
                   flush=True)
             print(f"command   : python -m bench.soak {' '.join(argv if argv is not None else sys.argv[1:])}",
@@ -517,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             print("vacuum    : " + ", ".join(f"{k} {v}" for k, v in found.items()), flush=True)
             if found["autovacuum"] != "on":
                 print("WARNING   : autovacuum is off on this server: no dead row is ever removed,"
-                      " so these figures say nothing of production (use --embedded)", flush=True)
+                      " so these figures say nothing of production (use --private or --embedded)", flush=True)
             print(f"retention : finished jobs, results and events kept {args.keep_minutes:g} min"
                   " (the database's policy, purged by the sweeper)", flush=True)
             print(f"hold      : REPEATABLE READ, one read, then idle in transaction from minute"
