@@ -83,17 +83,22 @@ class Database:
         self.conn = psycopg.connect(libpq_url(url), autocommit=True)
         self.statements = 0
 
-    def value(self, name_or_sql: str, **params: Any) -> Any:
+    def value(self, name: str, **params: Any) -> Any:
         self.statements += 1
-        return self.conn.execute(SQL.get(name_or_sql, name_or_sql), params).fetchone()[0]  # type: ignore[index]
+        return self.conn.execute(SQL[name], params).fetchone()[0]  # type: ignore[index]
+
+    def scalar(self, statement: str) -> Any:
+        """The value of a statement of the system's driver (its ``.sql`` file's, by text)."""
+        self.statements += 1
+        return self.conn.execute(statement).fetchone()[0]  # type: ignore[index]
 
     def rows(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         self.statements += 1
         return self.conn.execute(SQL[name], params).fetchall()
 
-    def run(self, statement: str) -> None:
+    def run(self, name: str) -> None:
         self.statements += 1
-        self.conn.execute(SQL.get(statement, statement))  # type: ignore[arg-type]
+        self.conn.execute(SQL[name])
 
     def close(self) -> None:
         self.conn.close()
@@ -237,8 +242,9 @@ class Life:
     drain_commits: int
     drain_seconds: float
     growth: int  # bytes, every table and index, after the VACUUM
-    enqueue_relations: list[tuple[str, int, int]] = field(default_factory=list)
-    whole_relations: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (relation, WAL bytes, of which full-page images), largest first (pg_walinspect)
+    enqueue_relations: list[tuple[Any, ...]] = field(default_factory=list)
+    whole_relations: list[tuple[Any, ...]] = field(default_factory=list)
 
     def per_job(self, total: float) -> float:
         return total / self.jobs
@@ -257,9 +263,9 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
             db.run("walinspect")
         except psycopg.Error:
             walinspect = False
-        db.run("VACUUM")
+        db.run("vacuum")
         size_before = db.value("tables_bytes")
-        db.run("CHECKPOINT")
+        db.run("checkpoint")
         time.sleep(settle)  # the clear's counts
         rows_before = db.value("rows_written")
         start = db.value("lsn")
@@ -270,7 +276,7 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
         mine = db.statements
         subject.start_workers(processes)
         try:
-            if not poll(lambda: db.value(subject.finished_sql) >= n, drain_timeout(n),
+            if not poll(lambda: db.scalar(subject.finished_sql) >= n, drain_timeout(n),
                         interval=0.1, between=subject.check_alive):
                 raise PeerError(f"{subject.title}: {n} jobs not finished in time")
         finally:
@@ -280,7 +286,7 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
         polls = db.statements - mine
         commits = db.value("commits") - commits_before - polls
         first, last = subject.outcome(n)
-        db.run("VACUUM")
+        db.run("vacuum")
         end = db.value("lsn")
         size_after = db.value("tables_bytes")
         time.sleep(settle)
@@ -293,16 +299,15 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
             # for the flush (synchronous_commit off), which the WAL writer does within a second.
             if not poll(lambda: db.value("flushed_past", lsn=end), 10, interval=0.1):
                 raise PeerError(f"the WAL up to {end} was not flushed within 10 s")
-            life.enqueue_relations = db.rows("wal_by_relation", start=start, end=enqueued)  # type: ignore[assignment]
-            life.whole_relations = db.rows("wal_by_relation", start=start, end=end)  # type: ignore[assignment]
+            life.enqueue_relations = db.rows("wal_by_relation", start=start, end=enqueued)
+            life.whole_relations = db.rows("wal_by_relation", start=start, end=end)
         return life
     finally:
         db.close()
 
 
 def wal_between(db: Database, start: str, end: str) -> int:
-    return int(db.value("SELECT pg_wal_lsn_diff(%(end)s::pg_lsn, %(start)s::pg_lsn)",
-                        start=start, end=end))
+    return int(db.value("wal_bytes", start=start, end=end))
 
 
 def floor_wal(admin_url: str, n: int) -> float:
@@ -312,18 +317,20 @@ def floor_wal(admin_url: str, n: int) -> float:
         admin.execute(f'CREATE DATABASE "{name}"')
     url = libpq_url(with_database(admin_url, name))
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SQL["floor_table"])  # type: ignore[arg-type]
-            conn.execute("CHECKPOINT")
-            start = conn.execute(SQL["lsn"]).fetchone()[0]  # type: ignore[index, arg-type]
+        db = Database(url)
+        try:
+            db.run("floor_table")
+            db.run("checkpoint")
+            start = db.value("lsn")
             with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
                 script.write("INSERT INTO floor_jobs (payload) VALUES ('{}');\n")
                 script.flush()
                 subprocess.run([str(private_bindir() / "pgbench"), "-n", "-M", "prepared", "-c", "1",
                                 "-t", str(n), "-f", script.name, url],
                                check=True, capture_output=True, text=True)
-            bytes_ = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)",
-                                  (start,)).fetchone()[0]  # type: ignore[index]
+            bytes_ = wal_between(db, start, db.value("lsn"))
+        finally:
+            db.close()
         return float(bytes_) / n
     finally:
         with psycopg.connect(libpq_url(admin_url), autocommit=True) as admin:
@@ -346,7 +353,7 @@ def row(life: Life) -> str:
             f"  {life.growth / life.jobs * 1000 / 1024:>9,.0f}")
 
 
-def relations_line(what: str, relations: list[tuple[str, int, int]], jobs: int) -> str:
+def relations_line(what: str, relations: list[tuple[Any, ...]], jobs: int) -> str:
     shown = ", ".join(f"{name} {bytes_ / jobs:,.0f} B" + (f" (FPI {fpi / jobs:,.0f})" if fpi else "")
                       for name, bytes_, fpi in relations[:TOP_RELATIONS])
     return f"WAL by relation, {what}, per job: {shown}"
@@ -452,11 +459,11 @@ def main(argv: list[str] | None = None) -> int:
     if floor is not None:
         print(f"{'pgbench INSERT floor (one row a commit)':<38}  {floor:>11,.0f}")
     for way in ("single", "bulk"):
-        life = lives.get(("spacejobs", way))
-        if life and life.enqueue_relations:
+        ours = lives.get(("spacejobs", way))
+        if ours is not None and ours.enqueue_relations:
             if way == "single":
-                print(relations_line("Space Jobs' single enqueue", life.enqueue_relations, life.jobs))
-            print(relations_line(f"Space Jobs' whole life, {way}", life.whole_relations, life.jobs))
+                print(relations_line("Space Jobs' single enqueue", ours.enqueue_relations, ours.jobs))
+            print(relations_line(f"Space Jobs' whole life, {way}", ours.whole_relations, ours.jobs))
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     print("")
     for line in targets(lives):

@@ -4,6 +4,18 @@
 -- lsn --
 SELECT pg_current_wal_lsn()::text
 
+-- wal_bytes --
+SELECT pg_wal_lsn_diff(%(end)s::pg_lsn, %(start)s::pg_lsn)::bigint
+
+-- vacuum --
+-- What autovacuum would do after the jobs, at once: every table of the database.
+VACUUM
+
+-- checkpoint --
+-- Before a system's life, so that each pays the same full-page images: the first change of
+-- every page after a checkpoint logs the whole page.
+CHECKPOINT
+
 -- flushed_past --
 SELECT pg_current_wal_flush_lsn() >= %(lsn)s::pg_lsn
 
