@@ -256,6 +256,11 @@ class PgQueuerSide(Side):
         assert self.peer.db is not None
         self.url = self.peer.db.url
         self.reader = psycopg.connect(self.url, autocommit=True)
+        # The minute's latencies join pgqueuer_log to itself; before autovacuum first analyzes
+        # the log, the planner may pick a nested loop over it, quadratic in the log's rows: the
+        # likely cause of a read that once lasted about 25 s (by the count it skewed) at the end
+        # of a measured minute. A hash join reads a minute's rows in a fraction of a second.
+        self.reader.execute(SQL["reader_session"])
         self.peer.start_workers(processes, *self.peer._worker_argv())
         self.peer.wait_until(f"{processes} workers ready",
                              lambda: self.peer.scalar("workers_ready") >= processes, timeout=120)
@@ -302,14 +307,14 @@ def run(side: Side, args: argparse.Namespace) -> list[HoldMinute]:
                 if submitter.error is not None:
                     raise RuntimeError(f"the submitter stopped: {submitter.error!r}")
                 time.sleep(min(2.0, max(0.0, minute_end - time.monotonic())))
-            until = side.now()
+            until, submitted = side.now(), submitter.submitted  # the reads below take time
             dead, size = side.read("tables")[0]
-            minute = HoldMinute(index, phase, submitter.submitted - submitted_before,
+            minute = HoldMinute(index, phase, submitted - submitted_before,
                                 probe.between(minute_start, minute_end),
                                 side.latencies(since, until), int(dead), int(size))
             minutes.append(minute)
             print(row(side.title, minute), flush=True)
-            since, submitted_before = until, submitter.submitted
+            since, submitted_before = until, submitted
     finally:
         stop.set()
         for thread in (probe, submitter, holder):

@@ -27,6 +27,10 @@ FROM pgqueuer_log done
 JOIN pgqueuer_log queued ON queued.job_id = done.job_id AND queued.status = 'queued'
 WHERE done.status = 'successful' AND done.created >= %(since)s AND done.created < %(until)s
 
+-- reader_session --
+-- The benchmark's reading session on PgQueuer's database (hold.py says why).
+SET enable_nestloop = off
+
 -- pgqueuer_report_read --
 -- The reporting transaction's first read on PgQueuer's database, as bench.soak's on Space
 -- Jobs': a count over the queue. Its snapshot is then held (REPEATABLE READ) until it ends.
