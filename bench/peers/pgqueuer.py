@@ -16,9 +16,10 @@ status buffer (every 10 jobs, or ~0.1 s after the first one), each stamped with 
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from importlib.metadata import version
 from typing import ClassVar
 
@@ -51,6 +52,21 @@ async def create_pgqueuer() -> AsyncIterator[PgQueuer]:
         yield pgq
     finally:
         await connection.close()
+
+
+@contextmanager
+def open_queries(url: str) -> Iterator[tuple[asyncio.Runner, asyncpg.Connection, Queries]]:
+    """PgQueuer's ``Queries`` over an asyncpg connection of its own, on a uvloop runner of the
+    calling thread: for a producer or a probe in a thread beside the driver's own (bench.hold)."""
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    try:
+        connection = runner.run(asyncpg.connect(url))
+        try:
+            yield runner, connection, Queries(AsyncpgDriver(connection))
+        finally:
+            runner.run(connection.close())
+    finally:
+        runner.close()
 
 
 def run_worker() -> None:

@@ -1,8 +1,9 @@
 """A smoke run of ``python -m bench.soak`` on the session's PostgreSQL and Redis, tiny: four
 "minutes" of 4 s with the reporting transaction held through the second. Every minute's line
 is printed with the claim timed and the tables' figures read, the claim's plan is read during
-the hold, and both targets get a verdict. Which verdict is not judged here: on a shared
-machine a tiny run's figures mean nothing; the benchmark's report is where they are read."""
+the hold, and every target (issue 17's and issue 32's) gets a verdict. Which verdict is not
+judged here: on a shared machine a tiny run's figures mean nothing; the benchmark's report is
+where they are read."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ MINUTE = re.compile(r"^ +(?P<index>\d+)  (?P<hold>HOLD|    ) +(?P<submitted>[\d,
                     r" +(?P<jobs_mb>[\d.]+) .*$", re.MULTILINE)
 
 
-def test_quick_run_prints_every_minute_the_plan_and_both_verdicts(servers: Servers) -> None:
+def test_quick_run_prints_every_minute_the_plan_and_every_verdict(servers: Servers) -> None:
     env = dict(os.environ, DATABASE_URL=servers.admin_url, REDIS_URL=servers.redis_url,
                PYTHONPATH=str(REPO_ROOT))
     done = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "4", "--minute-seconds", "4",
@@ -43,4 +44,14 @@ def test_quick_run_prints_every_minute_the_plan_and_both_verdicts(servers: Serve
     assert re.search(r"^target claim p95, last minute <= 1.5x the first: [\d.]+x .*(PASS|FALL SHORT)$",
                      done.stdout, re.MULTILINE), done.stdout
     assert re.search(r"^target recovery within 2 minutes of the hold's end .*(PASS|FALL SHORT)$",
+                     done.stdout, re.MULTILINE), done.stdout
+    # issue 32's, as bench.hold judges them (the first minute's end-to-end figure may have no
+    # finished job yet in a 4 s minute: then it says so)
+    for figure in ("claim p95", "end-to-end p95"):
+        for where in ("in the hold's last minute <= 1.5x", "in the first minute after the hold <= 1.2x"):
+            assert re.search(rf"^target {figure} {where} the minute before the hold: Space Jobs"
+                             rf" ([\d.]+x \(.*\) (PASS|FALL SHORT)|not measured)$",
+                             done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^target the size of jobs \+ job_events at the end <= 1.5x before the hold:"
+                     r" Space Jobs [\d.]+x \([\d.]+ vs [\d.]+ MB\) (PASS|FALL SHORT)$",
                      done.stdout, re.MULTILINE), done.stdout
