@@ -15,19 +15,11 @@ from sqlalchemy import text
 from spacejobs.models.errors import AlreadyResumed, InvalidParams, NotResumable, UnknownKind
 from spacejobs.models.jobs.canvas import chain, sig
 from tests.conftest import csrf_of, sign_in
+from tests.integration.test_workflows import start
 from tests.kit.stack import Stack, wait_until
 
 HTML = {"Accept": "text/html"}
 PASSWORD = "a member's long password"
-
-
-def start(stack: Stack, canvas, *, org=None, user=None, **options):
-    org = org or stack.org()
-    user = user or stack.user(org, role="owner")
-    with stack.app_db.begin() as conn:
-        job = stack.jobs.submit_workflow(conn, canvas, organization_id=org, requested_by=user.id,
-                                         **options).job
-    return org, user, job
 
 
 def leases_by_place(stack: Stack, workflow_id: object) -> dict[int, int]:
