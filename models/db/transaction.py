@@ -26,6 +26,17 @@ T = TypeVar("T")
 
 
 @contextmanager
+def statement_alone(engine: Engine) -> Iterator[Connection]:
+    """A connection on which each statement is a transaction of its own (autocommit): the
+    server runs it from its start to its commit whatever becomes of this process meanwhile. For
+    a statement that takes a lock others wait for, which a process paused between BEGIN and
+    COMMIT (a stopped beat, a long garbage collection) must never hold on to."""
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
+
+
+@contextmanager
 def transaction(
     engine: Engine,
     *,

@@ -9,13 +9,16 @@ that meets an open transaction making jobs claimable (the run reports it as ``bu
 may lag behind the queue, never pass a job in it. A key with no queued job and no work seen for
 ``idle`` seconds is dropped; the jobs triggers make it again with its next job. Safe in several
 beats at once: the moves are taken under one exclusive lock, which a second beat only tries.
+Every submit that makes a job claimable waits for that lock (shared), so the move runs as one
+statement in a transaction of its own: the lock ends with the statement on the server, never
+held by a beat paused between its BEGIN and its COMMIT.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spacejobs.models.db.transaction import transaction
+from spacejobs.models.db.transaction import statement_alone
 from spacejobs.models.jobs import store
 from spacejobs.models.settings import Settings
 from spacejobs.tasks.maintenance.chore import Report
@@ -46,7 +49,7 @@ class ClaimHeads:
         return cls(settings.maintenance_interval(cls.name), settings.claim_head_lag)
 
     def run(self, process: WorkerProcess) -> ClaimHeadsReport:
-        with transaction(process.engine, actor="sweeper") as conn:
+        with statement_alone(process.engine) as conn:
             moved = store.advance_claim_heads(conn, lag=self.lag, idle=self.idle)
         if moved is None:
             return ClaimHeadsReport(busy=1)

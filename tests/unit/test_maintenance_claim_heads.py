@@ -1,15 +1,17 @@
 """The claim-heads chore (tasks/maintenance/claim_heads.py) with the database's move replaced by a
-fake: one move a run with the lag the settings give and the chore's idle time, recorded as the
-sweeper's; a run that met an open transaction making jobs claimable says so."""
+fake: one move a run with the lag the settings give and the chore's idle time, as a statement
+alone (its lock never outlives it); a run that met an open transaction making jobs claimable
+says so."""
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 from spacejobs.models.settings import Settings
 from spacejobs.tasks.maintenance import claim_heads
 from spacejobs.tasks.maintenance.claim_heads import ClaimHeads, ClaimHeadsReport
-from tests.unit.maintenance_fakes import Transactions, process
+from tests.unit.maintenance_fakes import process
 
 
 def test_one_move_a_run_with_the_configured_lag(monkeypatch):
@@ -19,19 +21,21 @@ def test_one_move_a_run_with_the_configured_lag(monkeypatch):
         calls.append((lag, idle))
         return 3
 
-    transactions = Transactions()
-    monkeypatch.setattr(claim_heads, "transaction", transactions)
+    alone = []
+    monkeypatch.setattr(claim_heads, "statement_alone",
+                        lambda engine: alone.append(engine) or contextlib.nullcontext("conn"))
     monkeypatch.setattr(claim_heads, "store",
                         SimpleNamespace(advance_claim_heads=advance_claim_heads))
     chore = ClaimHeads.from_settings(Settings(claim_head_lag=2.5,
                                               maintenance_claim_heads_interval=0.5))
     assert chore.interval == 0.5
     assert chore.run(process()) == ClaimHeadsReport(moved=3)
-    assert calls == [(2.5, ClaimHeads.idle)] and transactions.actors == ["sweeper"]
+    assert calls == [(2.5, ClaimHeads.idle)] and alone == ["engine"]
 
 
 def test_a_run_that_met_an_open_claimable_transaction_reports_busy(monkeypatch):
-    monkeypatch.setattr(claim_heads, "transaction", Transactions())
+    monkeypatch.setattr(claim_heads, "statement_alone",
+                        lambda engine: contextlib.nullcontext("conn"))
     monkeypatch.setattr(claim_heads, "store",
                         SimpleNamespace(advance_claim_heads=lambda conn, *, lag, idle: None))
     report = ClaimHeads.from_settings(Settings()).run(process())
