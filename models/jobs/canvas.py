@@ -248,13 +248,14 @@ class WorkflowParams(Params):
         return raw
 
 
-def step_rules(params: Mapping[str, Any]) -> list[KindRules]:
-    """The rules of each step of a submitted workflow, in place order, and then its failure
-    handler's when it has one (``params`` are the workflow's, already valid:
-    :class:`WorkflowParams`)."""
+def step_rules(params: Mapping[str, Any]) -> list[tuple[int | str, KindRules]]:
+    """The rules of each step of a submitted workflow by its place, in place order, and then its
+    failure handler's, placed ``on_failure``, when it has one (``params`` are the workflow's,
+    already valid: :class:`WorkflowParams`). A refusal names the place."""
     handler = params.get(ON_FAILURE)
-    return [get_any_kind(step["kind"]).rules for step in params.get("steps", [])] + (
-        [get_any_kind(handler["kind"]).rules] if handler else [])
+    return [(place, get_any_kind(step["kind"]).rules)
+            for place, step in enumerate(params.get("steps", []))] + (
+        [(ON_FAILURE, get_any_kind(handler["kind"]).rules)] if handler else [])
 
 
 def check_handler(handler: FailureHandler, kind_of: Callable[[str], JobKind]) -> None:
@@ -272,12 +273,13 @@ def check_handler(handler: FailureHandler, kind_of: Callable[[str], JobKind]) ->
         raise
 
 
-def rules_with_steps(rules: KindRules, steps: Sequence[KindRules]) -> KindRules:
+def rules_with_steps(rules: KindRules, parts: Sequence[tuple[int | str, KindRules]]) -> KindRules:
     """The rules a submit of a workflow is checked against: its own kind's, made as strict as
     each step's (the highest role any step's kind needs, the organization states they all
     allow). Whoever may start the workflow may start each of its steps, so nobody starts
     through a workflow what they could not start alone; each step checks its own rules again
     when it runs."""
+    steps = [step for _, step in parts]
     return dataclasses.replace(
         rules, role=max([rules.role, *(step.role for step in steps)], key=ROLE_RANK.__getitem__),
         org_states=frozenset.intersection(rules.org_states, *(step.org_states for step in steps)))

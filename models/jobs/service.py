@@ -360,11 +360,9 @@ class Jobs:
         # needs none (enqueue()'s autocommit connection could not take one).
         savepoint = conn.begin_nested() if len(new_jobs) > 1 else None
         try:
-            with _handler_named(new_jobs[0].params if len(new_jobs) == 1 else {}):
-                written = store.submit(conn, new_jobs, organization_id=organization_id,
-                                       requested_by=requested_by, request_id=request_id,
-                                       idempotency_key=idempotency_key, retry_of=retry_of,
-                                       bulk=bulk)
+            written = store.submit(conn, new_jobs, organization_id=organization_id,
+                                   requested_by=requested_by, request_id=request_id,
+                                   idempotency_key=idempotency_key, retry_of=retry_of, bulk=bulk)
         except BaseException:
             if savepoint is not None:
                 savepoint.rollback()
@@ -503,12 +501,11 @@ class Jobs:
         savepoint = conn.begin_nested()
         try:
             try:
-                with _handler_named(params):
-                    (written,) = store.submit(
-                        conn, [store.NewJob(canvases.rules_with_steps(rules, parts), params,
-                                            parts=parts)],
-                        organization_id=old.organization_id, requested_by=old.requested_by,
-                        request_id=request_id, retry_of=job_id)
+                (written,) = store.submit(
+                    conn, [store.NewJob(canvases.rules_with_steps(rules, parts), params,
+                                        parts=parts)],
+                    organization_id=old.organization_id, requested_by=old.requested_by,
+                    request_id=request_id, retry_of=job_id)
                 new = written.job
             except NotFound:
                 # The submit refuses a requester who left as it refuses anyone outside the
@@ -756,21 +753,8 @@ def _check_debounce(debounce_seconds: int | None, dedup_key: str | None) -> None
                              fields=["dedup_key"])
 
 
-@contextmanager
-def _handler_named(params: dict[str, Any]) -> Iterator[None]:
-    """A refusal of the failure handler's rules (the last of a workflow's parts) names it as
-    ``on_failure``, as a refusal of its kind or params at validation does."""
-    steps = params.get("steps")
-    try:
-        yield
-    except DomainError as error:
-        if (params.get(canvases.ON_FAILURE) and isinstance(steps, list)
-                and error.details.get("step") == len(steps)):
-            error.details["step"] = canvases.ON_FAILURE
-        raise
 
-
-def _parts(job_kind: JobKind, params: dict[str, Any]) -> list[KindRules]:
+def _parts(job_kind: JobKind, params: dict[str, Any]) -> list[tuple[int | str, KindRules]]:
     """The rules of the jobs a submit starts through this one: a workflow's steps (its submit
     is checked against the strictest of them: models.jobs.canvases.rules_with_steps); none
     for any other kind."""

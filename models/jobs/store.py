@@ -57,9 +57,9 @@ class NewJob:
     #: with ``dedup_key``: while a job of the key is queued and has not started, take its
     #: place (its params, its start this many seconds from now) instead of a new job
     debounce_seconds: int | None = None
-    #: the rules of the jobs it will start (a workflow's steps, already in ``kind``'s), so that
-    #: a refusal names the step whose own rules refuse
-    parts: Sequence[KindRules] = ()
+    #: the rules of the jobs it will start (a workflow's steps and failure handler, already in
+    #: ``kind``'s), each by its place, so that a refusal names the part whose own rules refuse
+    parts: Sequence[tuple[int | str, KindRules]] = ()
 
 
 class Written(NamedTuple):
@@ -174,13 +174,13 @@ def _raise_refusal(row: Any, jobs: Sequence[NewJob], bulk: bool) -> None:
     raise OrganizationUnavailable()  # the database refused on rules we could not see: be safe
 
 
-def _check_parts(standing: Standing | None, parts: Sequence[KindRules]) -> None:
-    """The refusal of the first part (a workflow's step) whose own rules refuse the requester,
-    naming its place (``step``); nothing for a requester who is not a member (the whole submit
-    is refused alike)."""
+def _check_parts(standing: Standing | None, parts: Sequence[tuple[int | str, KindRules]]) -> None:
+    """The refusal of the first part (a workflow's step, or its failure handler) whose own rules
+    refuse the requester, naming its place (``step``); nothing for a requester who is not a
+    member (the whole submit is refused alike)."""
     if standing is None:
         return
-    for place, part in enumerate(parts):
+    for place, part in parts:
         try:
             check_allowed(standing, org_states=part.org_states, role=part.role)
         except DomainError as refusal:

@@ -87,6 +87,7 @@ def test_a_refusal_of_the_handlers_params_names_its_fields_never_their_values():
 def test_the_requester_must_be_allowed_the_handlers_kind_too():
     params = workflow_params(chain(sig("bench.noop")).on_failure(sig("projects_import")))
     parts = step_rules(params)
-    assert [part.name for part in parts] == ["bench.noop", "projects_import"]
+    assert [(place, part.name) for place, part in parts] == [(0, "bench.noop"),
+                                                            (ON_FAILURE, "projects_import")]
     rules = rules_with_steps(get_kind("workflow").rules, parts)
     assert rules.role == get_kind("projects_import").rules.role == "admin"
