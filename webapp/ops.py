@@ -273,7 +273,7 @@ def jobs_page() -> ResponseReturnValue:
         held = why_queued(conn, [row["id"] for row in rows if row["status"] == Status.QUEUED])
     return _page("ops/jobs.html", groups=grouped_by_parent(rows), jobs=rows, filters=request.args,
                  statuses=ALL_STATUSES, known_kinds=sorted(load_kinds()), organizations=orgs,
-                 held={str(job_id): waiting_words(why) for job_id, why in held.items()})
+                 held={job_id: waiting_words(why) for job_id, why in held.items()})
 
 
 @bp.get("/ops/jobs/<job_id>")
