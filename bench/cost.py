@@ -53,7 +53,6 @@ BULK = 1000
 WAL_LIMIT = 2.5 * 1024  # bytes per job over its whole life, single submits
 DRAIN_RATIO = 1.1
 COMMITS_PER_JOB = 0.02
-TOP_RELATIONS = 8
 
 
 def say(line: str) -> None:
@@ -67,10 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=2, help="worker processes in the drain")
     parser.add_argument("--only", choices=("spacejobs", "pgqueuer", "procrastinate", "floor"),
                         action="append", help="measure only this (repeatable; default all)")
+    parser.add_argument("--relations", type=int, default=8,
+                        help="relations named in the WAL-by-relation lines, largest first")
     parser.add_argument("--settle", type=float, default=11,
                         help="seconds for the statistics to arrive (smaller only for a smoke run)")
     args = parser.parse_args(argv)
-    if args.jobs < 2 or args.processes < 1 or args.settle < 0:
+    if args.jobs < 2 or args.processes < 1 or args.settle < 0 or args.relations < 1:
         parser.error("at least two jobs and one process")
     return args
 
@@ -353,9 +354,9 @@ def row(life: Life) -> str:
             f"  {life.growth / life.jobs * 1000 / 1024:>9,.0f}")
 
 
-def relations_line(what: str, relations: list[tuple[Any, ...]], jobs: int) -> str:
+def relations_line(what: str, relations: list[tuple[Any, ...]], jobs: int, top: int) -> str:
     shown = ", ".join(f"{name} {bytes_ / jobs:,.0f} B" + (f" (FPI {fpi / jobs:,.0f})" if fpi else "")
-                      for name, bytes_, fpi in relations[:TOP_RELATIONS])
+                      for name, bytes_, fpi in relations[:top])
     return f"WAL by relation, {what}, per job: {shown}"
 
 
@@ -462,8 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         ours = lives.get(("spacejobs", way))
         if ours is not None and ours.enqueue_relations:
             if way == "single":
-                print(relations_line("Space Jobs' single enqueue", ours.enqueue_relations, ours.jobs))
-            print(relations_line(f"Space Jobs' whole life, {way}", ours.whole_relations, ours.jobs))
+                print(relations_line("Space Jobs' single enqueue", ours.enqueue_relations, ours.jobs,
+                                     args.relations))
+            print(relations_line(f"Space Jobs' whole life, {way}", ours.whole_relations, ours.jobs,
+                                 args.relations))
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     print("")
     for line in targets(lives):

@@ -10,7 +10,7 @@ VALUES (:organization_id, :user_id, coalesce(app_actor(), 'user:' || CAST(:user_
         'job.download', :job_id, jsonb_build_object('kind', CAST(:kind AS text)), :request_id)
 
 -- entries --
--- Newest first, keyset pagination on (at, id) through org_audit_org_at_idx; the action filter
+-- Newest first, keyset pagination on (at, id) through the log's key (org_audit_pkey); the action filter
 -- is applied along that walk. The policy shows rows only to an owner or admin of the scoped
 -- organization.
 SELECT id, organization_id, actor_id, actor, action, job_id, member_id, detail, request_id, at

@@ -185,6 +185,38 @@ def test_old_audit_entries_go_by_age_through_the_owners_purge(bare_stack: Stack)
     assert ages() == [300, 0]
 
 
+def test_the_audit_purge_reaches_every_organizations_old_entries_a_batch_at_a_time(
+        bare_stack: Stack):
+    """Retention walks each organization's log by its key (organization, at, id): old entries
+    of every organization go, at most a batch a call, and the young ones of each stay."""
+    stack = bare_stack
+    orgs = [stack.org() for _ in range(3)]
+    with stack.admin() as conn:
+        for org in orgs:
+            conn.execute(text(
+                "INSERT INTO org_audit (organization_id, actor, action, detail, at)"
+                " SELECT :org, 'cli', 'organization.state_change', '{}', now() - d * interval '1 day'"
+                " FROM unnest(ARRAY[500, 400, 10]) AS d"), {"org": org})
+
+    def old_left() -> int:
+        with stack.admin() as conn:
+            return conn.execute(text(
+                "SELECT count(*) FROM org_audit WHERE organization_id = ANY(:orgs)"
+                " AND at < now() - interval '365 days'"), {"orgs": orgs}).scalar_one()
+
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        assert audit.purge(conn, batch=4) == 4
+    assert old_left() == 2
+    with transaction(stack.worker_db, actor="sweeper") as conn:
+        assert audit.purge(conn, batch=4) == 2
+        assert audit.purge(conn, batch=4) == 0
+    with stack.admin() as conn:
+        young = conn.execute(text(
+            "SELECT organization_id, count(*) FROM org_audit WHERE organization_id = ANY(:orgs)"
+            " AND action = 'organization.state_change' GROUP BY 1"), {"orgs": orgs}).all()
+    assert sorted(n for _, n in young) == [1, 1, 1]
+
+
 # ------------------------------------------------------------------------- the worker cannot aim it
 
 def audit_entries(stack: Stack) -> int:

@@ -74,7 +74,12 @@ CREATE TABLE jobs (
            (wait_until IS NOT NULL OR wait_signal IS NOT NULL OR wait_children IS NOT NULL)),
     CONSTRAINT jobs_sequence_has_a_place CHECK ((sequence_key IS NULL) = (sequence_position IS NULL)),
     CONSTRAINT jobs_debounce_has_a_key CHECK (debounce_seconds IS NULL OR dedup_key IS NOT NULL)
-);
+)
+-- Two thirds of each page are left for a job's later versions: its claim and its finish (each
+-- a new version, since they change indexed columns) land beside the first one, and PostgreSQL
+-- then logs only the changed middle of a version, not all of it (bench.cost, whole life of a
+-- job: 919 bytes of jobs' WAL at fillfactor 100, 776 at 60, 698 at 35; the table did not grow).
+WITH (fillfactor = 35);
 
 -- The places of jobs in their sequences: taken under the sequence's lock (submit_job()).
 CREATE SEQUENCE job_sequence_positions AS bigint;
@@ -210,18 +215,19 @@ CREATE TABLE job_reservations (
 -- from a jobs row in the same statement, and deleted with their job by
 -- jobs_after_delete/jobs_after_truncate: no foreign keys, whose per-row checks cost the hot path
 -- and could never fail (revision 0015).
+-- Keyed by the job and then its order: a job's history in order (the API's events,
+-- ops/dashboard.sql job_events) is the key's own index, the one index an event writes.
 CREATE TABLE job_events (
-    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               bigint GENERATED ALWAYS AS IDENTITY,
     job_id           uuid NOT NULL,
     organization_id  uuid NOT NULL,
     from_status      text,
     to_status        text NOT NULL,
     attempt          integer NOT NULL,
     actor            text NOT NULL,
-    at               timestamptz NOT NULL DEFAULT clock_timestamp()
+    at               timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (job_id, id)
 );
--- A job's history in order (the API's events, ops/dashboard.sql job_events).
-CREATE INDEX job_events_job_idx ON job_events (job_id, id);
 
 -- Operator-only technical detail of a failed attempt. Never shown to tenants.
 CREATE TABLE job_diagnostics (

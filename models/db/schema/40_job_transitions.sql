@@ -105,9 +105,21 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
+    -- The slot's rows that exist are updated in place; INSERT ... ON CONFLICT DO UPDATE would
+    -- first lock each one, a WAL record more per submit and per finish. Only a slot of its own
+    -- may be updated in any order: a shared slot's rows are written in the order of their keys.
+    WITH updated AS (
+        UPDATE active_job_counts c SET active = c.active + d.delta
+        FROM unnest(orgs, kinds, deltas) AS d (organization_id, kind, delta)
+        WHERE mine IS NOT NULL AND c.organization_id = d.organization_id AND c.kind = d.kind
+          AND c.slot = mine
+        RETURNING c.organization_id, c.kind
+    )
     INSERT INTO active_job_counts AS c (organization_id, kind, slot, active)
     SELECT d.organization_id, d.kind, coalesce(mine, pg_backend_pid() % slots), d.delta
     FROM unnest(orgs, kinds, deltas) WITH ORDINALITY AS d (organization_id, kind, delta, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM updated u
+                      WHERE u.organization_id = d.organization_id AND u.kind = d.kind)
     ORDER BY d.ord
     ON CONFLICT (organization_id, kind, slot) DO UPDATE SET active = c.active + excluded.active;
 END $$;

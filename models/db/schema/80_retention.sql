@@ -61,12 +61,12 @@ BEGIN
     INTO results_dropped, refs_of_results FROM dropped;
 
     WITH old AS (
-        SELECT e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
+        SELECT e.job_id, e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
         WHERE j.finished_at < now() - policy.keep_events
           AND j.status IN ('completed', 'failed', 'cancelled')
         ORDER BY j.finished_at LIMIT n
     )
-    DELETE FROM job_events e USING old WHERE e.id = old.id;
+    DELETE FROM job_events e USING old WHERE e.job_id = old.job_id AND e.id = old.id;
     GET DIAGNOSTICS events_deleted = ROW_COUNT;
     dropped_refs := coalesce(refs_of_jobs, '{}') || coalesce(refs_of_results, '{}');
     RETURN NEXT;
@@ -110,12 +110,24 @@ GRANT EXECUTE ON FUNCTION results_without_files(text[], timestamptz) TO space_wo
 -- owner: no application role may delete an entry, and a caller chooses only the batch.
 CREATE FUNCTION purge_org_audit(batch integer) RETURNS integer
 LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    -- Each organization's oldest entries by its log's key: an entry belongs to an existing
+    -- organization (the foreign key cascades), so no entry is out of reach.
     WITH old AS (
-        SELECT a.id FROM org_audit a
-        WHERE a.at < now() - (SELECT p.keep_audit FROM retention_policy p)
-        LIMIT least(greatest(batch, 0), 10000) FOR UPDATE SKIP LOCKED
+        SELECT a.organization_id, a.at, a.id
+        FROM organizations o
+        CROSS JOIN LATERAL (
+            SELECT e.organization_id, e.at, e.id FROM org_audit e
+            WHERE e.organization_id = o.id
+              AND e.at < now() - (SELECT p.keep_audit FROM retention_policy p)
+            ORDER BY e.at, e.id
+            LIMIT least(greatest(batch, 0), 10000)
+            FOR UPDATE SKIP LOCKED
+        ) AS a
+        LIMIT least(greatest(batch, 0), 10000)
     ), gone AS (
-        DELETE FROM org_audit a USING old WHERE a.id = old.id RETURNING 1
+        DELETE FROM org_audit a USING old
+        WHERE a.organization_id = old.organization_id AND a.at = old.at AND a.id = old.id
+        RETURNING 1
     )
     SELECT count(*)::integer FROM gone
 $$;
