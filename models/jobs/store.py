@@ -831,14 +831,24 @@ def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
     return folded
 
 
-def advance_claim_heads(conn: Connection, *, lag: float, idle: float) -> int | None:
-    """Move the claim's heads forward to each key's first queued job, but no further than
-    ``lag`` seconds ago, and drop keys with no queued job idle for ``idle`` seconds: how many
-    heads moved, or None when a transaction that made jobs claimable was open (nothing moved;
-    the next run tries again)."""
-    moved: int | None = conn.execute(Q["advance_claim_heads"],
-                                     {"lag_seconds": lag, "idle_seconds": idle}).scalar_one()
-    return moved
+@dataclass(frozen=True)
+class HeadsAdvanced:
+    """One run of advance_claim_heads(): how many heads moved (None when a transaction that made
+    jobs claimable was open: nothing moved, the next run tries again), and the last organization
+    visited, after which the next run goes on (None: start from the first)."""
+
+    moved: int | None
+    last_org: UUID | None
+
+
+def advance_claim_heads(conn: Connection, *, lag: float, idle: float, after: UUID | None = None,
+                        orgs: int = 1_000_000_000) -> HeadsAdvanced:
+    """Move the claim's heads of at most ``orgs`` organizations, round the ring from just after
+    ``after``, forward to each key's first queued job, but no further than ``lag`` seconds ago,
+    and drop keys with no queued job idle for ``idle`` seconds."""
+    row = conn.execute(Q["advance_claim_heads"], {"lag_seconds": lag, "idle_seconds": idle,
+                                                  "after": after, "orgs": orgs}).one()
+    return HeadsAdvanced(moved=row.moved, last_org=row.last_org)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -378,11 +378,13 @@ SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING}
 SELECT fold_metric_events(:batch)
 
 -- advance_claim_heads --
--- Each key's claim head forward to its first queued job, no further than :lag_seconds ago (see
--- advance_claim_heads() in the schema): how many moved, NULL when a transaction that made jobs
--- claimable was open and nothing moved.
-SELECT advance_claim_heads(make_interval(secs => :lag_seconds),
-                           make_interval(secs => :idle_seconds))
+-- The claim heads of at most :orgs organizations after :after forward to their first queued
+-- jobs, no further than :lag_seconds ago (see advance_claim_heads() in the schema): how many
+-- moved (NULL when a transaction that made jobs claimable was open and nothing moved), and the
+-- last organization visited.
+SELECT a.moved, a.last_org
+FROM advance_claim_heads(make_interval(secs => :lag_seconds), make_interval(secs => :idle_seconds),
+                         CAST(:after AS uuid), CAST(:orgs AS integer)) AS a
 
 -- wait_job --
 -- The lease holder ends its run to wait (see wait_job() in the schema): the new status, or

@@ -2,8 +2,9 @@
 heads, against PostgreSQL as the worker role: behind a REPEATABLE READ transaction held open,
 a claim reads about as many buffers after thousands of jobs went through the queue as before;
 a job that becomes claimable behind a head that moved on is claimed all the same (a job given
-back, a job planted in the past, a job submitted while the chore runs); and a key idle for long
-is dropped and made again by its next job."""
+back, a job planted in the past, a job submitted while the chore runs); a key idle for long
+is dropped and made again by its next job; and a run visits a slice of the organizations, the
+next going on where it stopped, so that every head moves within a lap."""
 
 from __future__ import annotations
 
@@ -162,9 +163,51 @@ def test_an_idle_key_is_dropped_and_made_again_by_its_next_job(bare_stack: Stack
 
     assert keys() == 1
     with transaction(stack.worker_db, actor="sweeper") as conn:
-        store.advance_claim_heads(conn, lag=0, idle=0)
+        assert store.advance_claim_heads(conn, lag=0, idle=0).moved == 0
     assert keys() == 0  # no queued job, no work since: gone from the claim's ring
     plant_queued(stack, org, user, 1)
     assert keys() == 1
     with transaction(stack.worker_db, actor="worker:w1") as conn:
         assert claim_one(conn, "w1") is not None
+
+
+def test_a_run_visits_a_slice_of_the_organizations_and_the_next_goes_on_from_there(
+        bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    owners = []
+    for _ in range(5):
+        org = stack.org()
+        owners.append((org, stack.user(org, role="owner").id))
+        plant_queued(stack, org, owners[-1][1], 2, age="1 minute")
+    orgs = sorted(org for org, _ in owners)
+
+    def heads() -> dict[uuid.UUID, object]:
+        with stack.admin() as conn:
+            return dict(conn.execute(text(
+                "SELECT DISTINCT ON (organization_id) organization_id, run_after::text FROM claim_heads"
+                " WHERE organization_id = ANY(:orgs) ORDER BY organization_id, version DESC"),
+                {"orgs": orgs}).all())
+
+    with stack.admin() as conn:  # every head back at the start: each has two jobs to pass
+        conn.execute(text("INSERT INTO claim_heads (organization_id, priority, run_after,"
+                          " created_at) SELECT o, 0, '-infinity', '-infinity'"
+                          " FROM unnest(CAST(:orgs AS uuid[])) AS o"), {"orgs": orgs})
+    chore = ClaimHeads(interval=1, lag=0)
+    chore.orgs_per_run = 2
+    # the test server's other organizations sort among ours: follow the chore round its ring
+    # until every one of ours moved, and see which each run moved
+    moved_by_run: list[set[uuid.UUID]] = []
+    while not moved_by_run or set().union(*moved_by_run) != set(orgs):
+        assert len(moved_by_run) < 10_000, "a lap that never ends"
+        before = heads()
+        assert chore.run(as_beat(stack)).busy == 0
+        now = heads()
+        moved_by_run.append({org for org in orgs if now[org] != before[org]})
+    # each of ours moved in exactly one run, never more than the slice in one
+    assert sorted(org for run in moved_by_run for org in run) == orgs
+    assert max(len(run) for run in moved_by_run) <= 2 and len(moved_by_run) >= 3
+    # and a claim still takes their jobs, from the heads where the runs left them
+    with transaction(stack.worker_db, actor="worker:w1") as conn:
+        taken = store.claim_batch(conn, "w1", limit=100)
+    assert {job.organization_id for job in taken} >= set(orgs)
