@@ -791,9 +791,19 @@ def step_results(conn: Connection, parent_id: UUID, *, limit: int,
 # Sweeper (space_worker)
 # ---------------------------------------------------------------------------------------------
 
-def sweep_expired_leases(conn: Connection, *, batch: int = 500) -> list[tuple[UUID, str]]:
-    """Expired leases → queued (attempts left), failed (none left) or cancelled (cancel asked)."""
-    return [tuple(row) for row in conn.execute(Q["sweep_expired_leases"], {"batch": batch})]
+def sweep_expired_leases(conn: Connection, *, batch: int = 500,
+                         from_at: datetime | None = None) -> list[tuple[UUID, str]]:
+    """Expired leases → queued (attempts left), failed (none left) or cancelled (cancel asked):
+    those that ran out from ``from_at`` on (None: every one)."""
+    return [tuple(row) for row in conn.execute(Q["sweep_expired_leases"],
+                                               {"batch": batch, "from_at": from_at})]
+
+
+def expired_leases_horizon(conn: Connection, *, from_at: datetime | None) -> datetime:
+    """Where the next sweep of expired leases may start, after one from ``from_at``: before it,
+    no lease held now or taken later runs out."""
+    horizon: datetime = conn.execute(Q["expired_leases_horizon"], {"from_at": from_at}).scalar_one()
+    return horizon
 
 
 def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> list[tuple[UUID, str]]:

@@ -200,8 +200,14 @@ SELECT held, inputs FROM step_inputs(:id, :token)
 SELECT cancel_children(:parent, :token)
 
 -- sweep_expired_leases --
--- Sweeper (worker role), bounded (see sweep_expired_leases() in the schema).
-SELECT id, status FROM sweep_expired_leases(:batch)
+-- Sweeper (worker role), bounded, the leases that ran out from :from_at on (NULL: from the
+-- first; see sweep_expired_leases() in the schema).
+SELECT id, status
+FROM sweep_expired_leases(:batch, coalesce(CAST(:from_at AS timestamptz), '-infinity'))
+
+-- expired_leases_horizon --
+-- Where the next sweep of expired leases may start (see expired_leases_horizon() in the schema).
+SELECT expired_leases_horizon(coalesce(CAST(:from_at AS timestamptz), '-infinity'))
 
 -- sweep_unsignalled --
 -- Due jobs that nobody claimed within the grace period get a fresh wake-up (see
@@ -256,13 +262,13 @@ LIMIT :limit
 
 -- running --
 -- An organization's jobs that someone is running now (a cancel asked for still runs), oldest
--- lease first, through jobs_lease_expiry_idx.
+-- lease first, through jobs_org_running_idx (lease_until IS NOT NULL: its predicate).
 SELECT id, organization_id, requested_by, kind, status, attempts, max_attempts, progress,
        error_code, error_message, dedup_key, run_after, created_at, updated_at, started_at,
        finished_at, cancel_requested_at, leased_by, lease_until, result_expired_at,
        wait_until, wait_signal, wait_children, sequence_key, parent_id, child_index AS place
 FROM jobs
-WHERE organization_id = :organization_id AND status IN {RUNNING}
+WHERE organization_id = :organization_id AND status IN {RUNNING} AND lease_until IS NOT NULL
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
 ORDER BY started_at, id
 
@@ -371,8 +377,8 @@ WHERE paused OR concurrency_limit IS NOT NULL
 SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
 
 -- count_running --
--- Through jobs_lease_expiry_idx: running jobs are few.
-SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING}
+-- Through jobs_lease_expiry_idx (lease_until IS NOT NULL: its predicate): running jobs are few.
+SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING} AND lease_until IS NOT NULL
 
 -- fold_metrics --
 SELECT fold_metric_events(:batch)

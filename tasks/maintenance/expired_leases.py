@@ -5,11 +5,19 @@ queue while they have attempts left, fail with ``lease_expired`` when they have 
 One batch a run, taken with FOR UPDATE SKIP LOCKED (sweep_expired_leases() in
 models/db/schema/60_claim_and_lease.sql): several beats never handle the same row, and a job
 whose lease still runs is never touched.
+
+A run reads the leases that ran out from the horizon the run before it left on (the earliest
+lease then held, a minute back), not from the first lease the index holds: behind a long-open
+transaction, the index keeps an entry for the lease of every job finished since it began, and a
+walk from its beginning read them all, every run. Every ``full_every`` runs, and the first, start
+from the first lease all the same: the horizon is a shortcut the database argues for
+(expired_leases_horizon()), not the guarantee.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
@@ -35,17 +43,25 @@ class ExpiredLeases:
     frequent = False
     #: expired leases one run handles at most
     batch = 500
+    #: runs between two that start from the first lease (5 minutes at the sweep's 5 s)
+    full_every = 60
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        #: where the next run may start (None: from the first lease), per beat process
+        self.horizon: datetime | None = None
+        self.runs = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExpiredLeases:
         return cls(settings.maintenance_interval(cls.name))
 
     def run(self, process: WorkerProcess) -> ExpiredLeasesReport:
+        from_at = None if self.runs % self.full_every == 0 else self.horizon
+        self.runs += 1
         with transaction(process.engine, actor="sweeper") as conn:
-            expired = store.sweep_expired_leases(conn, batch=self.batch)
+            expired = store.sweep_expired_leases(conn, batch=self.batch, from_at=from_at)
+            self.horizon = store.expired_leases_horizon(conn, from_at=from_at)
         report = ExpiredLeasesReport()
         requeued = []
         for job_id, status in expired:

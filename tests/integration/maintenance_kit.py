@@ -1,16 +1,22 @@
 """What the maintenance chores' integration tests share: a beat's process on a stack (its worker
-engine, a recording publisher, the stack's results store), and jobs put by hand where a chore
-finds them (a lease run out, a moment passed), through the real statements and roles."""
+engine, a recording publisher, the stack's results store), jobs put by hand where a chore
+finds them (a lease run out, a moment passed), through the real statements and roles, and a
+long-open transaction with the buffers a statement reads behind it."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 
+from spacejobs.models.db.engine import libpq_url
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import Job, LeasedJob
@@ -97,3 +103,56 @@ def waiting(stack: Stack, *, until: datetime | None = None, signal: str | None =
 
 def status_of(stack: Stack, job_id: uuid.UUID) -> str:
     return str(stack.job_row(job_id)["status"])
+
+
+@contextmanager
+def report_left_open(stack: Stack) -> Iterator[None]:
+    """A REPEATABLE READ transaction on another connection, its snapshot taken and kept: vacuum
+    removes nothing it may still see until it ends."""
+    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SELECT count(*) FROM jobs").fetchone()
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def buffers_read(stack: Stack, statement: str, params: tuple[Any, ...] = ()) -> int:
+    """Shared buffers (hit and read) the statement reads, run and rolled back, so it changes
+    nothing. The second of two in one session: the first also reads the catalog to plan a
+    function's statements."""
+    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
+        for _ in range(2):
+            plan = "\n".join(str(row[0]) for row in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + statement, params))  # type: ignore[arg-type]
+        conn.rollback()
+    top = re.search(r"Buffers: shared ([^\n]*)", plan)
+    assert top is not None, plan
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top.group(1)))
+
+
+def plant_queued(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int, *,
+                 age: str = "0 seconds", lease_seconds: int = 30) -> None:
+    """``count`` queued jobs of the organization, created ``age`` ago, through the owner role
+    (the jobs triggers run as for any insert)."""
+    with stack.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts,"
+            " run_after, created_at)"
+            " SELECT :org, :user, 'bench.noop', :lease, 3, now() - CAST(:age AS interval),"
+            " now() - CAST(:age AS interval) FROM generate_series(1, :count)"),
+            {"org": org, "user": user, "count": count, "age": age, "lease": lease_seconds})
+
+
+def run_through(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int, *,
+                lease_seconds: int = 30) -> None:
+    """``count`` jobs submitted, claimed and completed, a hundred at a time."""
+    for _ in range(count // 100):
+        plant_queued(stack, org, user, 100, lease_seconds=lease_seconds)
+        with transaction(stack.worker_db, actor="worker:w1") as conn:
+            leased = store.claim_batch(conn, "w1", limit=100)
+            assert len(leased) == 100
+            done = store.complete_batch(conn, [(job.id, job.lease_token, {}, None)
+                                               for job in leased])
+            assert len(done) == 100

@@ -8,77 +8,34 @@ next going on where it stopped, so that every head moves within a lap."""
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 from sqlalchemy import text
 
-from spacejobs.models.db.engine import libpq_url
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
 from spacejobs.models.kinds import get_kind
 from spacejobs.tasks.maintenance.claim_heads import ClaimHeads, ClaimHeadsReport
 from tests.integration.leasing import claim_one, release_one
-from tests.integration.maintenance_kit import as_beat, claim, drain_queue, new_job
+from tests.integration.maintenance_kit import (
+    as_beat,
+    buffers_read,
+    claim,
+    drain_queue,
+    new_job,
+    plant_queued,
+    report_left_open,
+    run_through,
+)
 from tests.kit.stack import Stack
 
 NIL = "00000000-0000-0000-0000-000000000000"
 
 
-@contextmanager
-def report_left_open(stack: Stack) -> Iterator[None]:
-    """A REPEATABLE READ transaction on another connection, its snapshot taken and kept: vacuum
-    removes nothing it may still see until it ends."""
-    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        conn.execute("SELECT count(*) FROM jobs").fetchone()
-        try:
-            yield
-        finally:
-            conn.rollback()
-
-
 def claim_buffers(stack: Stack, limit: int = 10) -> int:
-    """Shared buffers (hit and read) one claim of ``limit`` reads, run as the worker runs it
-    and rolled back, so it takes nothing. The second of two in one session: the first also
-    reads the catalog to plan the function's statements."""
-    with psycopg.connect(libpq_url(stack.admin_url)) as conn:
-        for _ in range(2):
-            plan = "\n".join(str(row[0]) for row in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM claim_jobs('measure', %s,"
-                " ARRAY[]::text[], NULL, %s::uuid)", (limit, NIL)))
-        conn.rollback()
-    top = re.search(r"Buffers: shared ([^\n]*)", plan)
-    assert top is not None, plan
-    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top.group(1)))
-
-
-def plant_queued(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int, *,
-                 age: str = "0 seconds") -> None:
-    """``count`` queued jobs of the organization, created ``age`` ago, through the owner role
-    (the jobs triggers run as for any insert)."""
-    with stack.admin() as conn:
-        conn.execute(text(
-            "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts,"
-            " run_after, created_at)"
-            " SELECT :org, :user, 'bench.noop', 30, 3, now() - CAST(:age AS interval),"
-            " now() - CAST(:age AS interval) FROM generate_series(1, :count)"),
-            {"org": org, "user": user, "count": count, "age": age})
-
-
-def run_through(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int) -> None:
-    """``count`` jobs submitted, claimed and completed, a hundred at a time."""
-    for _ in range(count // 100):
-        plant_queued(stack, org, user, 100)
-        with transaction(stack.worker_db, actor="worker:w1") as conn:
-            leased = store.claim_batch(conn, "w1", limit=100)
-            assert len(leased) == 100
-            done = store.complete_batch(conn, [(job.id, job.lease_token, {}, None)
-                                               for job in leased])
-            assert len(done) == 100
+    """Shared buffers one claim of ``limit`` reads, run as the worker runs it, rolled back."""
+    return buffers_read(stack, "SELECT * FROM claim_jobs('measure', %s, ARRAY[]::text[], NULL,"
+                        " %s::uuid)", (limit, NIL))
 
 
 def advance(stack: Stack, *, lag: float = 0.0) -> ClaimHeadsReport:

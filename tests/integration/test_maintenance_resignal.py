@@ -1,13 +1,16 @@
 """The resignal chore (tasks/maintenance/resignal.py) against PostgreSQL: a job due and never
 signalled gets one wake-up once its grace has passed, and not again within the next; a job put
-back in the queue gets one at the next run, its grace waived; and a beat whose only quick chore
-is this one re-sends a lost wake-up on its own cadence, while the other chores keep theirs."""
+back in the queue gets one at the next run, its grace waived; a beat whose only quick chore
+is this one re-sends a lost wake-up on its own cadence, while the other chores keep theirs;
+and behind a long-open transaction the sweep reads as many buffers after thousands of jobs went
+through the queue as before (it reads each key from its claim head, as the claim does)."""
 
 from __future__ import annotations
 
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import InternalJobError
 from spacejobs.models.jobs import store
+from spacejobs.tasks.maintenance.claim_heads import ClaimHeads
 from spacejobs.tasks.maintenance.expired_leases import ExpiredLeases
 from spacejobs.tasks.maintenance.resignal import Resignal, ResignalReport
 from tests.conftest import submit
@@ -15,10 +18,14 @@ from tests.integration.leasing import release_one
 from tests.integration.maintenance_kit import (
     Publisher,
     as_beat,
+    buffers_read,
     claim,
     drain_queue,
     expire_lease,
     new_job,
+    plant_queued,
+    report_left_open,
+    run_through,
 )
 from tests.kit.stack import Stack
 
@@ -85,3 +92,25 @@ def test_a_beat_re_sends_a_lost_wakeup_on_the_resignal_chores_own_cadence(bare_s
         assert all("resignal {" in line for line in lines[1:])
     finally:
         stack.retire(worker, beat)
+
+
+def test_behind_a_held_transaction_the_resignal_sweep_reads_no_finished_jobs(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner").id
+
+    def sweep_buffers() -> int:
+        plant_queued(stack, org, user, 5)  # due, and its wake-up within no grace
+        ClaimHeads(interval=1, lag=0).run(as_beat(stack))
+        read = buffers_read(stack, "SELECT * FROM sweep_unsignalled(0, 500)")
+        drain_queue(stack)
+        return read
+
+    with report_left_open(stack):
+        run_through(stack, org, user, 1000)
+        first = sweep_buffers()
+        run_through(stack, org, user, 3000)
+        after = sweep_buffers()
+    # from jobs_claimable_idx's beginning it read every one of the 3,000 jobs' queued entries
+    assert after <= first + 50, (first, after)

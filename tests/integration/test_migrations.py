@@ -129,7 +129,7 @@ def test_the_comparison_sees_what_it_guards(catalogs: dict[str, Catalog]):
     for expected in [
         "jobs.retry_of  position=30  type=uuid  not_null=False",
         "jobs jobs_retry_of_fkey  definition=FOREIGN KEY (retry_of) REFERENCES jobs(id) ON DELETE SET NULL",
-        "WHERE (status = ANY (ARRAY['leased'::text, 'cancel_requested'::text]))",
+        "WHERE (lease_until IS NOT NULL)",
         "jobs  kind=table  owner=space_owner  row_security=True  force_row_security=True",
         "jobs worker_queue_read  command=SELECT  mode=PERMISSIVE  roles=space_worker",
         "column jobs.retry_of to space_operator  privileges=SELECT",

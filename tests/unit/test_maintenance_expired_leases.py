@@ -1,9 +1,11 @@
 """The expired-leases chore (tasks/maintenance/expired_leases.py) with its statement replaced
-by a fake: what it counts, and that only the jobs it put back in the queue are woken, one
-wake-up per claim batch."""
+by a fake: what it counts, that only the jobs it put back in the queue are woken, one
+wake-up per claim batch, and that each run starts from the horizon the run before it left, but
+the first and every ``full_every``-th, which start from the first lease."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -17,15 +19,20 @@ from tests.unit.maintenance_fakes import Publisher, Transactions, ids, process
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    state = SimpleNamespace(expired=[], batches=[], transactions=Transactions())
+    state = SimpleNamespace(expired=[], batches=[], starts=[], transactions=Transactions())
 
-    def sweep_expired_leases(conn, *, batch):
+    def sweep_expired_leases(conn, *, batch, from_at):
         state.batches.append(batch)
+        state.starts.append(from_at)
         return state.expired
+
+    def expired_leases_horizon(conn, *, from_at):
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=len(state.starts))
 
     monkeypatch.setattr(expired_leases, "transaction", state.transactions)
     monkeypatch.setattr(expired_leases, "store",
-                        SimpleNamespace(sweep_expired_leases=sweep_expired_leases))
+                        SimpleNamespace(sweep_expired_leases=sweep_expired_leases,
+                                        expired_leases_horizon=expired_leases_horizon))
     return state
 
 
@@ -66,3 +73,12 @@ def test_nothing_expired_sends_nothing(world):
     publish = Publisher()
     report = chore().run(process(publish))
     assert report == expired_leases.ExpiredLeasesReport() and publish.calls == []
+
+
+def test_each_run_starts_from_the_horizon_the_last_left_and_now_and_then_from_the_first(world):
+    sweeper = chore()
+    sweeper.full_every = 3
+    for _ in range(7):
+        sweeper.run(process(Publisher()))
+    minute = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n) for n in range(8)]
+    assert world.starts == [None, minute[1], minute[2], None, minute[4], minute[5], None]

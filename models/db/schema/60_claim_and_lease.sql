@@ -806,13 +806,19 @@ GRANT EXECUTE ON FUNCTION release_jobs(uuid[], uuid[]) TO space_worker;
 -- fail (none left: lease_expired) or end cancelled (a cancel was asked for). Several sweepers on
 -- several hosts take disjoint batches (SKIP LOCKED). What a caller can do through it is what
 -- the sweeper does anyway: nothing to a job whose lease still runs.
-CREATE FUNCTION sweep_expired_leases(p_batch integer) RETURNS TABLE (id uuid, status text)
+--
+-- Only leases that ran out at or after p_from (expired_leases_horizon(), below): the index
+-- keeps an entry for every lease any job ever held until vacuum removes it, and behind a
+-- long-open transaction a walk from its beginning read every job finished since it began.
+CREATE FUNCTION sweep_expired_leases(p_batch integer, p_from timestamptz)
+RETURNS TABLE (id uuid, status text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     RETURN QUERY
     WITH expired AS (
         SELECT e.id FROM jobs e
         WHERE e.status IN ('leased', 'cancel_requested') AND e.lease_until < now()
+          AND e.lease_until >= p_from
         ORDER BY e.lease_until
         LIMIT least(greatest(p_batch, 1), 10000)
         FOR UPDATE SKIP LOCKED
@@ -834,8 +840,32 @@ BEGIN
     FROM expired WHERE j.id = expired.id
     RETURNING j.id, j.status;
 END $$;
+REVOKE ALL ON FUNCTION sweep_expired_leases(integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sweep_expired_leases(integer, timestamptz) TO space_worker;
+
+-- The previous release's beat, during a rolling deploy: from the first lease.
+CREATE FUNCTION sweep_expired_leases(p_batch integer) RETURNS TABLE (id uuid, status text)
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT s.id, s.status FROM sweep_expired_leases(p_batch, '-infinity') AS s
+$$;
 REVOKE ALL ON FUNCTION sweep_expired_leases(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION sweep_expired_leases(integer) TO space_worker;
+
+-- Where the next sweep of expired leases may start, after one that started at p_from: no lease
+-- held now, in this transaction's view, ran out before the earliest one held from p_from on,
+-- and none taken from now on ends before now (a lease is taken for at least a second from its
+-- claim). A minute earlier than both, for a claim that began before this transaction and
+-- commits after it. A lease could only end before the horizon if something moved its end
+-- back, which nothing here does; the sweeper still starts from the first lease now and then.
+CREATE FUNCTION expired_leases_horizon(p_from timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT least(now(), (SELECT min(e.lease_until) FROM jobs e
+                         WHERE e.status IN ('leased', 'cancel_requested')
+                           AND e.lease_until >= p_from))
+           - interval '1 minute'
+$$;
+REVOKE ALL ON FUNCTION expired_leases_horizon(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION expired_leases_horizon(timestamptz) TO space_worker;
 
 -- Due jobs that nobody claimed within p_grace seconds get a fresh wake-up: this is what makes a
 -- lost Redis message cost latency, never a job. Marking last_wakeup_at first keeps several
@@ -843,19 +873,43 @@ GRANT EXECUTE ON FUNCTION sweep_expired_leases(integer) TO space_worker;
 -- release at shutdown) has last_wakeup_at cleared, so it is signalled as soon as it is due; a
 -- new job (last_wakeup_at = its submit) first gets the grace period for the web's own wake-up.
 -- Bounded per call; it changes nothing but the mark.
+--
+-- Read as the claim reads (revision 0052): each (organization, priority) key's jobs from its
+-- head on (claim_ring(), claim_levels()), never jobs_claimable_idx from its beginning, where
+-- behind a long-open transaction the entries of every job queued since it began lie. Every
+-- queued job is at or after its key's head (38_claim_heads.sql).
 CREATE FUNCTION sweep_unsignalled(p_grace double precision, p_batch integer)
 RETURNS TABLE (id uuid, kind text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    wanted CONSTANT integer := least(greatest(p_batch, 1), 10000);
+    grace CONSTANT interval := greatest(p_grace, 0) * interval '1 second';
 BEGIN
     RETURN QUERY
-    WITH due AS (
-        SELECT d.id FROM jobs d
-        WHERE d.status = 'queued' AND d.run_after <= now()
-          AND (d.last_wakeup_at IS NULL
-               OR d.last_wakeup_at <= now() - greatest(p_grace, 0) * interval '1 second')
+    WITH candidates AS (
+        SELECT d.id
+        FROM claim_ring('00000000-0000-0000-0000-000000000000', 1000000000) AS r
+        CROSS JOIN LATERAL claim_levels(r.org) AS h
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.run_after, m.created_at FROM jobs m
+            WHERE m.organization_id = r.org AND m.priority = h.priority
+              AND m.status = 'queued'
+              AND (m.run_after, m.created_at) >= (h.run_after, h.created_at)
+              AND m.run_after <= now()
+              AND (m.last_wakeup_at IS NULL OR m.last_wakeup_at <= now() - grace)
+            ORDER BY m.priority DESC, m.run_after, m.created_at
+            LIMIT wanted
+        ) AS d
         ORDER BY d.run_after, d.created_at
-        LIMIT least(greatest(p_batch, 1), 10000)
-        FOR UPDATE SKIP LOCKED
+        LIMIT wanted
+    ), due AS (
+        -- Locked by key alone: with the status among its conditions, the planner may read the
+        -- partial indexes of queued jobs instead of jobs_pkey, and a long-open transaction
+        -- fills them. A job a claim took between the look and the lock is marked and woken all
+        -- the same: one wake-up too many, for which a claim finds nothing.
+        SELECT j.id FROM jobs j JOIN candidates c ON j.id = c.id
+        FOR UPDATE OF j SKIP LOCKED
     )
     UPDATE jobs j SET last_wakeup_at = now()
     FROM due WHERE j.id = due.id
