@@ -851,8 +851,8 @@ class HeadsAdvanced:
     last_org: UUID | None
 
 
-def advance_claim_heads(conn: Connection, *, lag: float, idle: float, after: UUID | None = None,
-                        orgs: int = 1_000_000_000) -> HeadsAdvanced:
+def advance_claim_heads(conn: Connection, *, lag: float, idle: float, after: UUID | None,
+                        orgs: int) -> HeadsAdvanced:
     """Move the claim's heads of at most ``orgs`` organizations, round the ring from just after
     ``after``, forward to each key's first queued job, but no further than ``lag`` seconds ago,
     and drop keys with no queued job idle for ``idle`` seconds."""

@@ -129,33 +129,37 @@ def test_behind_a_held_transaction_a_sweep_from_the_horizon_reads_no_finished_jo
     assert from_first >= 4 * from_horizon, (from_first, from_horizon)
 
 
-def test_a_lease_that_runs_out_after_a_run_is_swept_by_the_next_from_its_horizon(
-        bare_stack: Stack):
-    stack = bare_stack
+def one_lease(stack: Stack) -> uuid.UUID:
+    """The only job of an empty queue, claimed."""
     drain_queue(stack)
     job = new_job(stack)
     assert claim(stack).id == job.id
+    return job.id
+
+
+def test_a_lease_that_runs_out_after_a_run_is_swept_by_the_next_from_its_horizon(
+        bare_stack: Stack):
+    stack = bare_stack
+    job_id = one_lease(stack)
     chore = ExpiredLeases(5)
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # from the first lease
     assert chore.horizon is not None
-    expire_lease(stack, job.id)  # a second ago: after the horizon
+    expire_lease(stack, job_id)  # a second ago: after the horizon
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport(requeued=1, wakeups_sent=1)
-    assert status_of(stack, job.id) == "queued"
+    assert status_of(stack, job_id) == "queued"
 
 
 def test_a_lease_put_behind_the_horizon_is_swept_by_the_next_run_from_the_first_lease(
         bare_stack: Stack):
     stack = bare_stack
-    drain_queue(stack)
-    job = new_job(stack)
-    assert claim(stack).id == job.id
+    job_id = one_lease(stack)
     chore = ExpiredLeases(5)
     chore.full_every = 3
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # run 1, from the first lease
     with stack.admin() as conn:  # nothing in the code moves a lease's end back; a hand may
         conn.execute(text("UPDATE jobs SET lease_until = now() - interval '2 hours'"
-                          " WHERE id = :id"), {"id": job.id})
+                          " WHERE id = :id"), {"id": job_id})
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # runs 2 and 3: from the horizon
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()
     assert chore.run(as_beat(stack)).requeued == 1  # run 4: from the first lease again
-    assert status_of(stack, job.id) == "queued"
+    assert status_of(stack, job_id) == "queued"

@@ -94,6 +94,25 @@ def test_a_beat_re_sends_a_lost_wakeup_on_the_resignal_chores_own_cadence(bare_s
         stack.retire(worker, beat)
 
 
+def test_a_job_given_back_behind_a_head_that_moved_on_is_resignalled(bare_stack: Stack):
+    """The sweep reads each key from its claim head: a job put back in the queue behind a head
+    the chore moved past it must still be found (the jobs triggers move the head back)."""
+    stack = bare_stack
+    drain_queue(stack)
+    org = stack.org()
+    user = stack.user(org, role="owner").id
+    plant_queued(stack, org, user, 1)
+    held = claim(stack)
+    run_through(stack, org, user, 200)
+    ClaimHeads(interval=1, lag=0).run(as_beat(stack))  # the head passes the held job's place
+    with transaction(stack.worker_db) as conn:
+        assert release_one(conn, held.id, held.lease_token)
+    publisher = Publisher()
+    report = Resignal(5).run(as_beat(stack, publisher, wakeup_grace=60))
+    assert report == ResignalReport(resignalled=1, wakeups_sent=1)
+    assert publisher.woken == [str(held.id)]
+
+
 def test_behind_a_held_transaction_the_resignal_sweep_reads_no_finished_jobs(bare_stack: Stack):
     stack = bare_stack
     drain_queue(stack)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import threading
 import uuid
 
+import psycopg
 import pytest
 import requests
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.engine import libpq_url, make_engine
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import DuplicateJob, InternalJobError
 from spacejobs.models.jobs import service, store
@@ -385,3 +386,28 @@ def test_writers_of_one_organization_never_wait_on_each_others_count(bare_stack)
     assert not waited, "the second submit waited for the first one's commit"
     assert type(outcome).__name__ == "Submitted", outcome
     assert counted(bare_stack, org) == active(bare_stack, org) == 2
+
+
+def test_with_every_slot_held_by_other_writers_a_submit_shares_one_and_counts_exactly(bare_stack):
+    """add_active_jobs() updates its transaction's own slot's rows in place; with all 64 slots
+    taken by other writers it shares one (pid % 64) through INSERT ... ON CONFLICT, in the order
+    of the keys. The count the cap reads stays exact either way."""
+    org = bare_stack.org()
+    anna = bare_stack.user(org)
+
+    def submit() -> None:
+        with bare_stack.app_db.begin() as conn:
+            Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org,
+                                     requested_by=anna.id)
+
+    with psycopg.connect(libpq_url(bare_stack.admin_url)) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('spacejobs.active_job_counts'), s)"
+                       " FROM generate_series(0, 63) AS s")
+        submit()
+        submit()
+        assert counted(bare_stack, org) == active(bare_stack, org) == 2
+        holder.rollback()
+    submit()  # a slot of its own again: its row, if it has one, updated in place
+    submit()
+    assert counted(bare_stack, org) == active(bare_stack, org) == 4
+    assert counts_off(bare_stack) == 0
