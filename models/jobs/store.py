@@ -813,6 +813,16 @@ def sweep_unsignalled(conn: Connection, *, grace: float, batch: int = 500) -> li
     ]
 
 
+@dataclass(frozen=True)
+class RetentionHorizons:
+    """Where each step of retention may start, by finish time: before it, the step took every
+    job it may take (None: from the first). purge_finished_jobs() answers the next ones."""
+
+    jobs: datetime | None = None
+    results: datetime | None = None
+    events: datetime | None = None
+
+
 class Purged(TypedDict):
     """What one retention pass removed (purge_finished_jobs(), models/db/schema/80_retention.sql)."""
 
@@ -821,24 +831,42 @@ class Purged(TypedDict):
     events_deleted: int
     #: the results store's keys of the files those jobs and results held
     dropped_refs: list[str]
+    #: where the next pass may start
+    horizons: RetentionHorizons
 
 
-def purge_finished(conn: Connection, *, batch: int = 1000) -> Purged:
+def purge_finished(conn: Connection, *, batch: int = 1000,
+                   horizons: RetentionHorizons | None = None) -> Purged:
     """Retention: delete finished jobs, drop old results, delete old events, each past the age
-    the database's policy holds (models/ops/retention.py); at most ``batch`` of each.
+    the database's policy holds (models/ops/retention.py), each from its horizon (None: every
+    step from the first job); at most ``batch`` of each.
 
     ``dropped_refs`` lists the stored files of the jobs and results it dropped: the caller
     deletes them once this transaction has committed (the orphan sweep does, should it not)."""
-    row = conn.execute(
-        Q["purge_finished"], {"batch": batch}).mappings().one()
+    start = horizons or RetentionHorizons()
+    row = conn.execute(Q["purge_finished"], {
+        "batch": batch, "jobs_from": start.jobs, "results_from": start.results,
+        "events_from": start.events}).mappings().one()
     return Purged(jobs_deleted=row["jobs_deleted"], results_dropped=row["results_dropped"],
-                  events_deleted=row["events_deleted"], dropped_refs=row["dropped_refs"])
+                  events_deleted=row["events_deleted"], dropped_refs=row["dropped_refs"],
+                  horizons=RetentionHorizons(jobs=row["jobs_from"], results=row["results_from"],
+                                             events=row["events_from"]))
 
 
-def fold_metrics(conn: Connection, *, batch: int = 10_000) -> int:
-    """Fold recorded metric events into the counters (bounded); returns how many were folded."""
-    folded: int = conn.execute(Q["fold_metrics"], {"batch": batch}).scalar_one()
-    return folded
+@dataclass(frozen=True)
+class Folded:
+    """One fold of metric events into the counters: how many, and the last id folded, after
+    which the next fold may start (None: from the first)."""
+
+    folded: int
+    last_id: int | None
+
+
+def fold_metrics(conn: Connection, *, batch: int = 10_000, after: int | None = None) -> Folded:
+    """Fold the metric events recorded after id ``after`` (None: from the first) into the
+    counters, at most ``batch`` of them."""
+    row = conn.execute(Q["fold_metrics"], {"batch": batch, "after": after}).one()
+    return Folded(folded=row.folded, last_id=row.last_id)
 
 
 @dataclass(frozen=True)

@@ -362,9 +362,12 @@ ORDER BY d.place
 SELECT lock_lease(:id, :lease_token)
 
 -- purge_finished --
--- Retention, bounded per call, past the ages of the database's retention_policy; the function
--- is in models/db/schema/80_retention.sql (it never touches an active job).
-SELECT * FROM purge_finished_jobs(:batch)
+-- Retention, bounded per call, past the ages of the database's retention_policy, each step from
+-- its horizon (NULL: from the first); the function is in models/db/schema/80_retention.sql (it
+-- never touches an active job).
+SELECT * FROM purge_finished_jobs(:batch, CAST(:jobs_from AS timestamptz),
+                                  CAST(:results_from AS timestamptz),
+                                  CAST(:events_from AS timestamptz))
 
 -- claim_controls --
 -- Operator controls (tiny table): paused kinds are never claimed, limited kinds are counted.
@@ -381,7 +384,9 @@ SELECT pg_advisory_xact_lock(hashtext('spacejobs.kind:' || :kind))
 SELECT count(*) FROM jobs WHERE kind = :kind AND status IN {RUNNING} AND lease_until IS NOT NULL
 
 -- fold_metrics --
-SELECT fold_metric_events(:batch)
+-- The metric events after :after (NULL: from the first) into the counters, bounded; how many,
+-- and the last id folded (see fold_metric_events() in the schema).
+SELECT f.folded, f.last_id FROM fold_metric_events(:batch, CAST(:after AS bigint)) AS f
 
 -- advance_claim_heads --
 -- The claim heads of at most :orgs organizations after :after forward to their first queued

@@ -3,6 +3,12 @@ claims never wait on each other's counters) are folded into ``metric_counters``,
 batch a run (fold_metric_events() in models/db/schema/35_operations.sql, FOR UPDATE SKIP
 LOCKED). A scrape adds the counters and the events not folded yet, so this chore's cadence
 bounds the table, not what ``/metrics`` shows.
+
+A run folds the events after the last one the run before folded, not from the first: behind a
+long-open transaction the table keeps every event folded since it began, and a fold from the
+first read them all, every run. Every ``full_every`` runs, and the first, start from the first
+event all the same: one whose transaction committed after a later event was folded (or whose
+fold by another beat rolled back) is folded then, and is counted by ``/metrics`` meanwhile.
 """
 
 from __future__ import annotations
@@ -28,13 +34,23 @@ class Metrics:
     #: metric events one run folds at most
     batch = 10_000
 
+    #: runs between two that start from the first event (5 minutes at the sweep's 5 s)
+    full_every = 60
+
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        #: the last event id folded, after which the next run starts, per beat process
+        self.after: int | None = None
+        self.runs = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Metrics:
         return cls(settings.maintenance_interval(cls.name))
 
     def run(self, process: WorkerProcess) -> MetricsReport:
+        after = None if self.runs % self.full_every == 0 else self.after
+        self.runs += 1
         with transaction(process.engine, actor="sweeper") as conn:
-            return MetricsReport(folded=store.fold_metrics(conn, batch=self.batch))
+            folded = store.fold_metrics(conn, batch=self.batch, after=after)
+        self.after = folded.last_id
+        return MetricsReport(folded=folded.folded)

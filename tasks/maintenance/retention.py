@@ -7,6 +7,14 @@ the batch, so worker credentials cannot make history go sooner. Batches run back
 they come back full, at most ``PURGE_ROUNDS`` a run, each in its own short transaction (one
 held across the batches would itself be the long transaction that keeps vacuum from the rows
 it deletes). Rows are taken FOR UPDATE SKIP LOCKED: several beats never purge the same row.
+
+Each step reads from the horizon the batch before it left (purge_finished_jobs(): the policy's
+cutoff once it caught up, else the finish time of the last job it took), not from the first
+finished job: behind a long-open transaction, the index of finish times keeps an entry for every
+job purged since it began, and a walk from its beginning read them all, every batch. Every
+``full_every`` runs, and the first, start from the first job all the same: a job that finished
+before a horizon and committed after the run that left it (or that another beat locked, then
+rolled back) is purged then.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from dataclasses import dataclass
 
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
+from spacejobs.models.jobs.store import RetentionHorizons
 from spacejobs.models.results.attempt import delete_quietly
 from spacejobs.models.settings import Settings
 from spacejobs.models.tenancy import audit
@@ -46,8 +55,14 @@ class Retention:
     #: rows of each kind one batch purges at most
     batch = 500
 
+    #: runs between two that start from the first job (5 minutes at the sweep's 5 s)
+    full_every = 60
+
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        #: where the next run's steps may start, per beat process
+        self.horizons = RetentionHorizons()
+        self.runs = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Retention:
@@ -55,10 +70,14 @@ class Retention:
 
     def run(self, process: WorkerProcess) -> RetentionReport:
         report = RetentionReport()
+        if self.runs % self.full_every == 0:
+            self.horizons = RetentionHorizons()
+        self.runs += 1
         for _ in range(PURGE_ROUNDS):
             with transaction(process.engine, actor="sweeper") as conn:
-                purged = store.purge_finished(conn, batch=self.batch)
+                purged = store.purge_finished(conn, batch=self.batch, horizons=self.horizons)
                 audit_deleted = audit.purge(conn, batch=self.batch)
+            self.horizons = purged["horizons"]
             report.batches += 1
             report.jobs_deleted += purged["jobs_deleted"]
             report.results_dropped += purged["results_dropped"]

@@ -6,6 +6,7 @@ tests/integration/test_retention.py's.)"""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -15,7 +16,7 @@ from sqlalchemy import text
 from spacejobs.models.ops import retention
 from spacejobs.models.results.store import new_key
 from spacejobs.tasks.maintenance.retention import Retention, RetentionReport
-from tests.integration.maintenance_kit import as_beat
+from tests.integration.maintenance_kit import as_beat, buffers_read, report_left_open
 from tests.kit.stack import Stack
 from tests.kit.waiting import wait_until
 
@@ -131,3 +132,62 @@ def test_a_beat_purges_old_audit_entries_by_itself(bare_stack: Stack):
     finally:
         stack.retire(beat)
     assert "chore retention failed" not in beat.output()
+
+
+def old_finished_jobs(stack: Stack, org: uuid.UUID, user: uuid.UUID, count: int) -> None:
+    """``count`` jobs that finished 40 days ago (a second apart), inserted as the owner."""
+    with stack.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds,"
+            " max_attempts, attempts, result, created_at, finished_at)"
+            " SELECT :org, :user, 'bench.noop', 'completed', 30, 3, 1, '{}',"
+            "        now() - interval '40 days' - i * interval '1 second',"
+            "        now() - interval '40 days' - i * interval '1 second'"
+            " FROM generate_series(1, :count) AS i"), {"org": org, "user": user, "count": count})
+
+
+def test_behind_a_held_transaction_a_purge_from_its_horizons_reads_no_purged_jobs(
+        bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org).id
+    chore = Retention(5)
+    with report_left_open(stack):
+        old_finished_jobs(stack, org, user, 2000)
+        assert chore.run(as_beat(stack)).jobs_deleted >= 2000
+        horizons = chore.horizons
+        from_first = buffers_read(stack, "SELECT * FROM purge_finished_jobs(500, NULL, NULL, NULL)")
+        from_horizons = buffers_read(
+            stack, "SELECT * FROM purge_finished_jobs(500, %s, %s, %s)",
+            (horizons.jobs, horizons.results, horizons.events))
+    # from the first job, each step fetches every purged job's entry to learn it is gone
+    assert from_first >= 5 * from_horizons, (from_first, from_horizons)
+
+
+def test_a_job_finished_after_a_run_is_purged_by_the_next_from_its_horizons(bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org).id
+    stack.set_retention(jobs_days=1 / 86400)  # a second
+    chore = Retention(5)
+    chore.run(as_beat(stack))  # from the first job
+    job = finished(stack, org, user, status="completed", days=0)
+    time.sleep(1.2)
+    assert chore.run(as_beat(stack)).jobs_deleted == 1
+    assert row(stack, job) is None
+
+
+def test_a_job_put_behind_the_horizons_is_purged_by_the_next_run_from_the_first_job(
+        bare_stack: Stack):
+    stack = bare_stack
+    org = stack.org()
+    user = stack.user(org).id
+    chore = Retention(5)
+    chore.run(as_beat(stack))
+    # finished 40 days ago, but written after the run: as a finish committed late would be
+    job = finished(stack, org, user, status="completed", days=40)
+    assert chore.run(as_beat(stack)).jobs_deleted == 0
+    assert row(stack, job) is not None
+    chore.runs = Retention.full_every  # the next run starts from the first job
+    assert chore.run(as_beat(stack)).jobs_deleted == 1
+    assert row(stack, job) is None

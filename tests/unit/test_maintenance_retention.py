@@ -4,25 +4,37 @@ its rounds), and that the stored files of purged rows are deleted after their co
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
+from spacejobs.models.jobs.store import RetentionHorizons
 from spacejobs.models.settings import get_settings
 from spacejobs.tasks.maintenance import retention
 from spacejobs.tasks.maintenance.retention import PURGE_ROUNDS, Retention
 from tests.unit.maintenance_fakes import FakeResults, Transactions, process
 
 NOTHING = {"jobs_deleted": 0, "results_dropped": 0, "events_deleted": 0, "dropped_refs": []}
+T0 = datetime(2026, 12, 6, tzinfo=UTC)
+
+
+def at(minute: int) -> RetentionHorizons:
+    """Every step's horizon ``minute`` minutes after T0."""
+    moment = T0 + timedelta(minutes=minute)
+    return RetentionHorizons(jobs=moment, results=moment, events=moment)
 
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    state = SimpleNamespace(purged=[], audit=[], transactions=Transactions(), events=[])
+    state = SimpleNamespace(purged=[], audit=[], transactions=Transactions(), events=[],
+                            starts=[])
 
-    def purge_finished(conn, *, batch):
+    def purge_finished(conn, *, batch, horizons):
         state.events.append(("purge", len(state.transactions.actors)))
-        return state.purged.pop(0) if state.purged else dict(NOTHING)
+        state.starts.append(horizons)
+        purged = state.purged.pop(0) if state.purged else dict(NOTHING)
+        return {"horizons": RetentionHorizons(), **purged}
 
     def purge_audit(conn, *, batch):
         return state.audit.pop(0) if state.audit else 0
@@ -77,10 +89,10 @@ def test_a_full_audit_batch_alone_takes_another_round(world):
 def test_a_purge_that_never_catches_up_stops_after_its_rounds(world, monkeypatch):
     calls = []
 
-    def full(conn, *, batch):
+    def full(conn, *, batch, horizons):
         calls.append(batch)
         return {"jobs_deleted": batch, "results_dropped": 0, "events_deleted": 0,
-                "dropped_refs": []}
+                "dropped_refs": [], "horizons": RetentionHorizons()}
 
     monkeypatch.setattr(retention.store, "purge_finished", full)
     report = chore().run(process())
@@ -92,3 +104,26 @@ def test_a_purge_that_never_catches_up_stops_after_its_rounds(world, monkeypatch
 def test_nothing_past_the_policy_is_one_batch_and_nothing_deleted(world):
     report = chore().run(process())
     assert report == retention.RetentionReport(batches=1)
+
+
+def test_each_batch_starts_where_the_one_before_left_and_the_next_run_too(world):
+    batch = Retention.batch
+    world.purged = [
+        {**NOTHING, "jobs_deleted": batch, "horizons": at(1)},
+        {**NOTHING, "jobs_deleted": 7, "horizons": at(2)},
+        {**NOTHING, "horizons": at(3)}]
+    one = chore()
+    one.run(process())
+    one.run(process())
+    # the first run from the first job; its second batch, and the next run, from the horizons
+    assert world.starts == [RetentionHorizons(), at(1), at(2)]
+
+
+def test_every_full_every_runs_start_from_the_first_job_again(world):
+    one = chore()
+    for minute in range(Retention.full_every + 1):
+        world.purged.append({**NOTHING, "horizons": at(minute)})
+        one.run(process())
+    assert world.starts[0] == RetentionHorizons() and world.starts[1] == at(0)
+    assert world.starts[Retention.full_every - 1] == at(Retention.full_every - 2)
+    assert world.starts[Retention.full_every] == RetentionHorizons()

@@ -100,30 +100,48 @@ LANGUAGE sql IMMUTABLE AS $$
         ELSE '+Inf' END
 $$;
 
--- The sweeper's fold of metric_events into metric_counters, in bounded batches. SECURITY
--- DEFINER: the worker may neither read nor delete metric_events itself.
-CREATE FUNCTION fold_metric_events(batch integer) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    folded integer;
+-- The sweeper's fold of metric_events into metric_counters, in bounded batches, of the events
+-- after p_after (NULL: from the first); last_id is where the next fold may start (p_after when
+-- nothing was folded). SECURITY DEFINER: the worker may neither read nor delete metric_events
+-- itself. Behind a long-open transaction the table keeps every event folded since it began, and
+-- a fold from the first id read them all, every run. An event the fold passes by (its
+-- transaction committed after a later id was folded, or another sweeper's fold of it rolled
+-- back) waits for a fold from the first, which the sweeper makes every so often; /metrics adds
+-- the events not folded yet, so a late fold changes no figure.
+CREATE FUNCTION fold_metric_events(batch integer, p_after bigint)
+RETURNS TABLE (folded integer, last_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+-- The events by their key, from p_after on, whatever the statistics say: a sequential scan (or
+-- a hash join with one) reads every event a long-open transaction keeps.
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 BEGIN
-    WITH taken AS (
-        DELETE FROM metric_events WHERE id IN (
-            SELECT id FROM metric_events ORDER BY id LIMIT batch FOR UPDATE SKIP LOCKED)
-        RETURNING name, kind, label, value
+    RETURN QUERY
+    WITH picked AS (
+        SELECT e.id FROM metric_events e WHERE e.id > coalesce(p_after, 0)
+        ORDER BY e.id LIMIT batch FOR UPDATE SKIP LOCKED
+    ), taken AS (
+        DELETE FROM metric_events m WHERE m.id = ANY (ARRAY(SELECT p.id FROM picked p))
+        RETURNING m.id, m.name, m.kind, m.label, m.value
     ), summed AS (
-        SELECT name, kind, label, sum(value) AS value, count(*) AS n FROM taken
-        GROUP BY name, kind, label
+        SELECT t.name, t.kind, t.label, sum(t.value) AS value FROM taken t
+        GROUP BY t.name, t.kind, t.label
     ), upserted AS (
         INSERT INTO metric_counters (name, kind, label, value)
-        SELECT name, kind, label, value FROM summed
+        SELECT s.name, s.kind, s.label, s.value FROM summed s
         ON CONFLICT (name, kind, label) DO UPDATE SET value = metric_counters.value + excluded.value
         RETURNING 1
     )
     -- A data-modifying CTE runs to completion whether or not it is read.
-    SELECT coalesce(sum(n), 0) INTO folded FROM summed;
-    RETURN folded;
+    SELECT count(*)::integer, coalesce(max(t.id), p_after) FROM taken t;
 END $$;
+REVOKE ALL ON FUNCTION fold_metric_events(integer, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fold_metric_events(integer, bigint) TO space_worker;
+
+-- The previous release's sweeper, during a rolling deploy: from the first event.
+CREATE FUNCTION fold_metric_events(batch integer) RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT f.folded FROM fold_metric_events(batch, NULL) AS f
+$$;
 REVOKE ALL ON FUNCTION fold_metric_events(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fold_metric_events(integer) TO space_worker;
 

@@ -19,58 +19,95 @@ INSERT INTO retention_policy DEFAULT VALUES;
 -- Finished jobs, their events and their results are deleted past the policy's ages, in bounded
 -- batches, by the sweeper. As the owner (SECURITY DEFINER) because it must see every
 -- organization's events, which the worker role may not read. A hostile caller chooses only the
--- batch (capped): it cannot make anything go sooner than the policy says, and it touches
--- nothing that is not finished (the transition trigger allows exactly one change to a finished
--- row: dropping its result). A result in the results store is a file the database cannot
--- delete: the keys of the files it let go come back in dropped_refs, and the sweeper deletes
--- those files once this has committed (the orphan sweep catches any it missed).
-CREATE FUNCTION purge_finished_jobs(batch integer)
+-- batch (capped) and where each step starts: it cannot make anything go sooner than the policy
+-- says, and it touches nothing that is not finished (the transition trigger allows exactly one
+-- change to a finished row: dropping its result). A result in the results store is a file the
+-- database cannot delete: the keys of the files it let go come back in dropped_refs, and the
+-- sweeper deletes those files once this has committed (the orphan sweep catches any it missed).
+--
+-- Each step reads jobs finished from its p_*_from on (NULL: from the first) and answers where
+-- the next may start (*_from): the policy's cutoff when the step caught up, else the finish time
+-- of the last job it took (ties included again). Behind a long-open transaction the index of
+-- finish times keeps an entry for every job purged since it began, and a walk from its
+-- beginning read them all, every batch. A job finished before a step's horizon that the step
+-- did not take (committed later than the run, or locked by another sweeper that then rolled
+-- back) waits for a run from the first, which the sweeper makes every so often.
+CREATE FUNCTION purge_finished_jobs(batch integer, p_jobs_from timestamptz,
+                                    p_results_from timestamptz, p_events_from timestamptz)
 RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer,
-               dropped_refs text[])
+               dropped_refs text[], jobs_from timestamptz, results_from timestamptz,
+               events_from timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     policy retention_policy;
     n CONSTANT integer := least(greatest(batch, 0), 10000);
     refs_of_jobs text[];
     refs_of_results text[];
+    last_taken timestamptz;
 BEGIN
     SELECT * INTO STRICT policy FROM retention_policy;
     -- Whole jobs first: their events and diagnostics go with them.
     WITH old AS (
         SELECT id FROM jobs
-        WHERE finished_at < now() - policy.keep_jobs AND status IN ('completed', 'failed', 'cancelled')
+        WHERE finished_at < now() - policy.keep_jobs
+          AND finished_at >= coalesce(p_jobs_from, '-infinity')
+          AND status IN ('completed', 'failed', 'cancelled')
         ORDER BY finished_at LIMIT n
         FOR UPDATE SKIP LOCKED
     ), gone AS (
-        DELETE FROM jobs j USING old WHERE j.id = old.id RETURNING j.result_ref
+        DELETE FROM jobs j USING old WHERE j.id = old.id RETURNING j.result_ref, j.finished_at
     )
-    SELECT count(*), array_agg(gone.result_ref) FILTER (WHERE gone.result_ref IS NOT NULL)
-    INTO jobs_deleted, refs_of_jobs FROM gone;
+    SELECT count(*), array_agg(gone.result_ref) FILTER (WHERE gone.result_ref IS NOT NULL),
+           max(gone.finished_at)
+    INTO jobs_deleted, refs_of_jobs, last_taken FROM gone;
+    jobs_from := CASE WHEN jobs_deleted < n THEN now() - policy.keep_jobs ELSE last_taken END;
 
     WITH old AS (
-        SELECT id, result_ref FROM jobs
-        WHERE finished_at < now() - policy.keep_results AND result IS NOT NULL
-          AND result_expired_at IS NULL AND status IN ('completed', 'failed', 'cancelled')
+        SELECT id, result_ref, finished_at FROM jobs
+        WHERE finished_at < now() - policy.keep_results
+          AND finished_at >= coalesce(p_results_from, '-infinity')
+          AND result IS NOT NULL AND result_expired_at IS NULL
+          AND status IN ('completed', 'failed', 'cancelled')
         ORDER BY finished_at LIMIT n
         FOR UPDATE SKIP LOCKED
     ), dropped AS (
         UPDATE jobs j SET result = NULL, result_ref = NULL, result_expired_at = now()
-        FROM old WHERE j.id = old.id RETURNING old.result_ref
+        FROM old WHERE j.id = old.id RETURNING old.result_ref, old.finished_at
     )
-    SELECT count(*), array_agg(dropped.result_ref) FILTER (WHERE dropped.result_ref IS NOT NULL)
-    INTO results_dropped, refs_of_results FROM dropped;
+    SELECT count(*), array_agg(dropped.result_ref) FILTER (WHERE dropped.result_ref IS NOT NULL),
+           max(dropped.finished_at)
+    INTO results_dropped, refs_of_results, last_taken FROM dropped;
+    results_from := CASE WHEN results_dropped < n THEN now() - policy.keep_results
+                         ELSE last_taken END;
 
     WITH old AS (
-        SELECT e.job_id, e.id FROM jobs j JOIN job_events e ON e.job_id = j.id
+        SELECT e.job_id, e.id, j.finished_at FROM jobs j JOIN job_events e ON e.job_id = j.id
         WHERE j.finished_at < now() - policy.keep_events
+          AND j.finished_at >= coalesce(p_events_from, '-infinity')
           AND j.status IN ('completed', 'failed', 'cancelled')
         ORDER BY j.finished_at LIMIT n
+    ), gone AS (
+        DELETE FROM job_events e USING old WHERE e.job_id = old.job_id AND e.id = old.id
+        RETURNING old.finished_at
     )
-    DELETE FROM job_events e USING old WHERE e.job_id = old.job_id AND e.id = old.id;
-    GET DIAGNOSTICS events_deleted = ROW_COUNT;
+    SELECT count(*), max(gone.finished_at) INTO events_deleted, last_taken FROM gone;
+    events_from := CASE WHEN events_deleted < n THEN now() - policy.keep_events ELSE last_taken END;
     dropped_refs := coalesce(refs_of_jobs, '{}') || coalesce(refs_of_results, '{}');
     RETURN NEXT;
 END $$;
+REVOKE ALL ON FUNCTION purge_finished_jobs(integer, timestamptz, timestamptz, timestamptz)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION purge_finished_jobs(integer, timestamptz, timestamptz, timestamptz)
+    TO space_worker;
+
+-- The previous release's sweeper, during a rolling deploy: every step from the first.
+CREATE FUNCTION purge_finished_jobs(batch integer)
+RETURNS TABLE (jobs_deleted integer, results_dropped integer, events_deleted integer,
+               dropped_refs text[])
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT p.jobs_deleted, p.results_dropped, p.events_deleted, p.dropped_refs
+    FROM purge_finished_jobs(batch, NULL, NULL, NULL) AS p
+$$;
 REVOKE ALL ON FUNCTION purge_finished_jobs(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION purge_finished_jobs(integer) TO space_worker;
 
