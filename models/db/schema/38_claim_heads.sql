@@ -59,8 +59,9 @@ CREATE FUNCTION lower_claim_heads(p_orgs uuid[], p_priorities smallint[],
                                   p_run_after timestamptz[], p_created_at timestamptz[])
 RETURNS void
 LANGUAGE plpgsql SET search_path = public, pg_temp
--- One index probe a key, whatever the calling trigger turned off.
-SET enable_nestloop = on AS $$
+-- One index probe a key, whatever the calling trigger turned off, and however small the table
+-- looks: a sequential scan reads every head version a long-open transaction keeps.
+SET enable_nestloop = on SET enable_seqscan = off AS $$
 DECLARE
     fresh_snapshot CONSTANT boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN

@@ -76,9 +76,14 @@ CREATE TRIGGER jobs_check_transition BEFORE UPDATE ON jobs
 -- transaction's slot's: the first of 64 advisory locks it can take (or already holds), held
 -- until it ends, so no other transaction writes those rows meanwhile and nobody waits on them.
 -- Only with all 64 held by other writers does it share slot pid % 64, whose row locks then
--- order the writers. Called by the jobs triggers only (as the owner).
+-- order the writers. Called by the jobs triggers only (as the owner). Its rows one probe of
+-- the table's key each: a scan of the slot's rows (by its third column, or the whole table)
+-- joined to the changes reads every version of every organization's counts that a long-open
+-- transaction keeps.
 CREATE FUNCTION add_active_jobs(p_organization_ids uuid[], p_kinds text[], p_deltas integer[])
-RETURNS void LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql SET search_path = public, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off AS $$
 DECLARE
     slots CONSTANT integer := 64;
     lock_key CONSTANT integer := hashtext('spacejobs.active_job_counts');
