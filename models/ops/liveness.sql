@@ -13,9 +13,5 @@ ORDER BY id
 -- oldest_due --
 -- How long the longest-due job of the given kinds has been due (NULL: none is), leaving out the
 -- kinds an operator paused or limited: their jobs may wait for a reason no worker can help.
--- Reads the partial index on queued jobs by run_after (jobs_claimable_idx).
-SELECT extract(epoch FROM now() - min(j.run_after))::float8
-FROM jobs j
-WHERE j.status = 'queued' AND j.run_after <= now() AND j.kind = ANY(:kinds)
-  AND NOT EXISTS (SELECT 1 FROM kind_settings k
-                  WHERE k.kind = j.kind AND (k.paused OR k.concurrency_limit IS NOT NULL))
+-- Read from the claim's heads (see oldest_due() in the schema).
+SELECT extract(epoch FROM now() - oldest_due(CAST(:kinds AS text[])))::float8

@@ -22,8 +22,8 @@ SELECT kind, extract(epoch FROM now() - min(wait_until)) AS age FROM jobs
 WHERE status = 'waiting' AND wait_until <= now() GROUP BY kind
 
 -- oldest_queued --
-SELECT kind, extract(epoch FROM now() - min(created_at)) AS age FROM jobs
-WHERE status = 'queued' AND run_after <= now() GROUP BY kind
+-- Read from the claim's heads (see due_queue_ages() in the schema).
+SELECT a.kind, extract(epoch FROM now() - a.oldest_created_at) AS age FROM due_queue_ages() AS a
 
 -- workers_online --
 SELECT count(*) FROM worker_processes

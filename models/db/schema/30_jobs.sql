@@ -85,8 +85,12 @@ WITH (fillfactor = 35);
 CREATE SEQUENCE job_sequence_positions AS bigint;
 
 -- The claim reads only these partial indexes, so its cost follows the number of ACTIVE jobs,
--- not the millions of finished rows behind them.
-CREATE INDEX jobs_claimable_idx ON jobs (run_after, created_at) WHERE status = 'queued';
+-- not the millions of finished rows behind them. No index of every organization's queued jobs
+-- by run_after (jobs_claimable_idx until revision 0056): a generic plan of the claim read it
+-- instead of jobs_fair_claim_idx, through every organization's jobs to find one's, and its
+-- readers (the oldest due job's age) walked it from its beginning, where a long-open
+-- transaction keeps every job queued since it began; they read from the claim's heads now
+-- (due_queue_ages(), oldest_due()).
 -- The leases held, by when they end (the sweeper's expired leases). This index and
 -- jobs_org_running_idx are built on lease_until, not on status: a statement that finds a job by
 -- its id and lease token, its status among the leased ones, must not be able to read them
