@@ -136,9 +136,14 @@ CREATE INDEX jobs_sequence_idx ON jobs (organization_id, sequence_key, sequence_
 CREATE INDEX jobs_org_running_idx ON jobs (organization_id, lease_until)
     WHERE lease_until IS NOT NULL;
 -- claim_jobs: a rate-limited kind's organizations with queued jobs, and their jobs in order.
+-- `kind IS NOT NULL` (always true: the column is NOT NULL) is there so that only a statement
+-- that names a kind can read it: the fair claim names none, and its generic plan, which counts
+-- only this index's live entries, read it whole in place of jobs_fair_claim_idx (its first
+-- column unbounded), through every job queued since a long-open transaction began (revision
+-- 0057).
 CREATE INDEX jobs_kind_claim_idx ON jobs (kind, organization_id, priority DESC, run_after,
                                           created_at)
-    WHERE status = 'queued';
+    WHERE status = 'queued' AND kind IS NOT NULL;
 -- Replays of a submit with the same Idempotency-Key by the same user find the first job.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jobs (organization_id, requested_by, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
