@@ -60,8 +60,9 @@ CREATE FUNCTION lower_claim_heads(p_orgs uuid[], p_priorities smallint[],
 RETURNS void
 LANGUAGE plpgsql SET search_path = public, pg_temp
 -- One index probe a key, whatever the calling trigger turned off, and however small the table
--- looks: a sequential scan reads every head version a long-open transaction keeps.
-SET enable_nestloop = on SET enable_seqscan = off AS $$
+-- looks: a sequential scan, or a bitmap scan sorted afterwards, reads every head version a
+-- long-open transaction keeps; the index's first entry of a key is its newest.
+SET enable_nestloop = on SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     fresh_snapshot CONSTANT boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
