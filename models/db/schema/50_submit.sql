@@ -14,11 +14,10 @@
 -- the number of jobs. PL/pgSQL rather than SQL, because it keeps the statement's plan for the
 -- session: every submit calls it. By the table's key, however small the table looks: a
 -- sequential scan reads every version of every organization's counts that a long-open
--- transaction keeps (every submit and finish writes one); an index scan, not a bitmap one,
--- whose plan PostgreSQL 18 chose and read more with.
+-- transaction keeps (every submit and finish writes one).
 CREATE FUNCTION active_jobs(p_organization_id uuid, p_kind text)
 RETURNS bigint LANGUAGE plpgsql STABLE SET search_path = public, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+SET enable_seqscan = off AS $$
 BEGIN
     RETURN (SELECT coalesce(sum(c.active), 0) FROM active_job_counts c
             WHERE c.organization_id = p_organization_id AND (p_kind IS NULL OR c.kind = p_kind));
