@@ -1,5 +1,5 @@
-"""What every chore is, and the one thing several of them share: the wake-ups for the jobs they
-put back in the queue.
+"""What every chore is, and the two things several of them share: the wake-ups for the jobs they
+put back in the queue, and where a run may start reading (``Horizon``).
 
 A chore is a name, a cadence (seconds between the end of one run and the start of the next)
 and one ``run(process)`` that does its chore once, in bounded batches, as the given worker
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
 from spacejobs.tasks.worker_process import WorkerProcess
+
+Place = TypeVar("Place")
 
 
 @dataclass
@@ -59,3 +61,27 @@ def publish_wakeups(process: WorkerProcess, job_ids: Sequence[UUID]) -> tuple[in
             return sent, len(job_ids) - first
         sent += 1
     return sent, 0
+
+
+class Horizon(Generic[Place]):
+    """Where a chore's next run may start reading (a moment, an id: what the database answered
+    after the last run), kept per beat process, so that behind a long-open transaction a run
+    does not walk from the first entry of an index that keeps every row it handled since.
+
+    The horizon is a shortcut the database argues for, not the guarantee: a row can commit
+    behind it (a transaction begun earlier, another beat's batch rolled back). So the first run,
+    and every ``full_every``-th after it, starts from the first row (``start()`` answers None).
+    """
+
+    def __init__(self, full_every: int = 60) -> None:
+        #: runs between two from the first row (60: 5 minutes at the sweep's 5 s)
+        self.full_every = full_every
+        self.runs = 0
+        #: where the next run may start (None: nothing answered yet)
+        self.at: Place | None = None
+
+    def start(self) -> Place | None:
+        """Where this run starts (None: from the first row); counts the run."""
+        from_first = self.runs % self.full_every == 0
+        self.runs += 1
+        return None if from_first else self.at

@@ -9,9 +9,9 @@ whose lease still runs is never touched.
 A run reads the leases that ran out from the horizon the run before it left on (the earliest
 lease then held, a minute back), not from the first lease the index holds: behind a long-open
 transaction, the index keeps an entry for the lease of every job finished since it began, and a
-walk from its beginning read them all, every run. Every ``full_every`` runs, and the first, start
-from the first lease all the same: the horizon is a shortcut the database argues for
-(expired_leases_horizon()), not the guarantee.
+walk from its beginning read them all, every run (``Horizon``: the first run, and every 60th,
+start from the first lease all the same; the database argues for the horizon,
+expired_leases_horizon()).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import Status
 from spacejobs.models.settings import Settings
-from spacejobs.tasks.maintenance.chore import Report, publish_wakeups
+from spacejobs.tasks.maintenance.chore import Horizon, Report, publish_wakeups
 from spacejobs.tasks.worker_process import WorkerProcess
 
 
@@ -43,25 +43,20 @@ class ExpiredLeases:
     frequent = False
     #: expired leases one run handles at most
     batch = 500
-    #: runs between two that start from the first lease (5 minutes at the sweep's 5 s)
-    full_every = 60
-
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        #: where the next run may start (None: from the first lease), per beat process
-        self.horizon: datetime | None = None
-        self.runs = 0
+        #: the lease end from which the next run may read
+        self.horizon: Horizon[datetime] = Horizon()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExpiredLeases:
         return cls(settings.maintenance_interval(cls.name))
 
     def run(self, process: WorkerProcess) -> ExpiredLeasesReport:
-        from_at = None if self.runs % self.full_every == 0 else self.horizon
-        self.runs += 1
+        from_at = self.horizon.start()
         with transaction(process.engine, actor="sweeper") as conn:
             expired = store.sweep_expired_leases(conn, batch=self.batch, from_at=from_at)
-            self.horizon = store.expired_leases_horizon(conn, from_at=from_at)
+            self.horizon.at = store.expired_leases_horizon(conn, from_at=from_at)
         report = ExpiredLeasesReport()
         requeued = []
         for job_id, status in expired:

@@ -6,9 +6,10 @@ bounds the table, not what ``/metrics`` shows.
 
 A run folds the events after the last one the run before folded, not from the first: behind a
 long-open transaction the table keeps every event folded since it began, and a fold from the
-first read them all, every run. Every ``full_every`` runs, and the first, start from the first
-event all the same: one whose transaction committed after a later event was folded (or whose
-fold by another beat rolled back) is folded then, and is counted by ``/metrics`` meanwhile.
+first read them all, every run. The first run, and every 60th (``Horizon``), start from the
+first event all the same: one whose transaction committed after a later event was folded (or
+whose fold by another beat rolled back) is folded then, and is counted by ``/metrics``
+meanwhile.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.jobs import store
 from spacejobs.models.settings import Settings
-from spacejobs.tasks.maintenance.chore import Report
+from spacejobs.tasks.maintenance.chore import Horizon, Report
 from spacejobs.tasks.worker_process import WorkerProcess
 
 
@@ -34,23 +35,17 @@ class Metrics:
     #: metric events one run folds at most
     batch = 10_000
 
-    #: runs between two that start from the first event (5 minutes at the sweep's 5 s)
-    full_every = 60
-
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        #: the last event id folded, after which the next run starts, per beat process
-        self.after: int | None = None
-        self.runs = 0
+        #: the last event id folded, after which the next run starts
+        self.horizon: Horizon[int] = Horizon()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Metrics:
         return cls(settings.maintenance_interval(cls.name))
 
     def run(self, process: WorkerProcess) -> MetricsReport:
-        after = None if self.runs % self.full_every == 0 else self.after
-        self.runs += 1
         with transaction(process.engine, actor="sweeper") as conn:
-            folded = store.fold_metrics(conn, batch=self.batch, after=after)
-        self.after = folded.last_id
+            folded = store.fold_metrics(conn, batch=self.batch, after=self.horizon.start())
+        self.horizon.at = folded.last_id
         return MetricsReport(folded=folded.folded)

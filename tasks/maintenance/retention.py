@@ -11,8 +11,8 @@ it deletes). Rows are taken FOR UPDATE SKIP LOCKED: several beats never purge th
 Each step reads from the horizon the batch before it left (purge_finished_jobs(): the policy's
 cutoff once it caught up, else the finish time of the last job it took), not from the first
 finished job: behind a long-open transaction, the index of finish times keeps an entry for every
-job purged since it began, and a walk from its beginning read them all, every batch. Every
-``full_every`` runs, and the first, start from the first job all the same: a job that finished
+job purged since it began, and a walk from its beginning read them all, every batch. The first
+run, and every 60th (``Horizon``), start from the first job all the same: a job that finished
 before a horizon and committed after the run that left it (or that another beat locked, then
 rolled back) is purged then.
 """
@@ -27,7 +27,7 @@ from spacejobs.models.jobs.store import RetentionHorizons
 from spacejobs.models.results.attempt import delete_quietly
 from spacejobs.models.settings import Settings
 from spacejobs.models.tenancy import audit
-from spacejobs.tasks.maintenance.chore import Report
+from spacejobs.tasks.maintenance.chore import Horizon, Report
 from spacejobs.tasks.worker_process import WorkerProcess
 
 #: retention batches one run takes back to back while each comes back full. One batch a run
@@ -55,14 +55,10 @@ class Retention:
     #: rows of each kind one batch purges at most
     batch = 500
 
-    #: runs between two that start from the first job (5 minutes at the sweep's 5 s)
-    full_every = 60
-
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        #: where the next run's steps may start, per beat process
-        self.horizons = RetentionHorizons()
-        self.runs = 0
+        #: where each step of the next run may start
+        self.horizon: Horizon[RetentionHorizons] = Horizon()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Retention:
@@ -70,14 +66,12 @@ class Retention:
 
     def run(self, process: WorkerProcess) -> RetentionReport:
         report = RetentionReport()
-        if self.runs % self.full_every == 0:
-            self.horizons = RetentionHorizons()
-        self.runs += 1
+        start = self.horizon.start()
         for _ in range(PURGE_ROUNDS):
             with transaction(process.engine, actor="sweeper") as conn:
-                purged = store.purge_finished(conn, batch=self.batch, horizons=self.horizons)
+                purged = store.purge_finished(conn, batch=self.batch, horizons=start)
                 audit_deleted = audit.purge(conn, batch=self.batch)
-            self.horizons = purged["horizons"]
+            start = self.horizon.at = purged["horizons"]
             report.batches += 1
             report.jobs_deleted += purged["jobs_deleted"]
             report.results_dropped += purged["results_dropped"]

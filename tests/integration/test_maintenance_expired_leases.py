@@ -143,7 +143,7 @@ def test_a_lease_that_runs_out_after_a_run_is_swept_by_the_next_from_its_horizon
     job_id = one_lease(stack)
     chore = ExpiredLeases(5)
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # from the first lease
-    assert chore.horizon is not None
+    assert chore.horizon.at is not None
     expire_lease(stack, job_id)  # a second ago: after the horizon
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport(requeued=1, wakeups_sent=1)
     assert status_of(stack, job_id) == "queued"
@@ -154,7 +154,7 @@ def test_a_lease_put_behind_the_horizon_is_swept_by_the_next_run_from_the_first_
     stack = bare_stack
     job_id = one_lease(stack)
     chore = ExpiredLeases(5)
-    chore.full_every = 3
+    chore.horizon.full_every = 3
     assert chore.run(as_beat(stack)) == ExpiredLeasesReport()  # run 1, from the first lease
     with stack.admin() as conn:  # nothing in the code moves a lease's end back; a hand may
         conn.execute(text("UPDATE jobs SET lease_until = now() - interval '2 hours'"

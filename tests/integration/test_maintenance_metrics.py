@@ -62,7 +62,7 @@ def test_behind_a_held_transaction_a_fold_from_the_last_event_reads_no_folded_ev
         assert chore.run(as_beat(stack)).folded >= 5000
         from_first = buffers_read(stack, "SELECT * FROM fold_metric_events(10000, NULL)")
         from_last = buffers_read(stack, "SELECT * FROM fold_metric_events(10000, %s)",
-                                 (chore.after,))
+                                 (chore.horizon.at,))
     # from the first event, every folded one is fetched to learn it is gone
     assert from_first >= 10 * from_last, (from_first, from_last)
 
@@ -82,6 +82,6 @@ def test_an_event_committed_after_a_later_one_was_folded_is_counted_and_folded_f
         late.commit()
     assert chore.run(as_beat(stack)) == MetricsReport()  # from after the later one
     assert pending(stack) == 1 and finished_total(stack) == before + 2  # /metrics counts it
-    chore.runs = Metrics.full_every  # the next run starts from the first event
+    chore.horizon.runs = 0  # the next run starts from the first event
     assert chore.run(as_beat(stack)) == MetricsReport(folded=1)
     assert pending(stack) == 0 and finished_total(stack) == before + 2

@@ -77,7 +77,7 @@ def test_nothing_expired_sends_nothing(world):
 
 def test_each_run_starts_from_the_horizon_the_last_left_and_now_and_then_from_the_first(world):
     sweeper = chore()
-    sweeper.full_every = 3
+    sweeper.horizon.full_every = 3
     for _ in range(7):
         sweeper.run(process(Publisher()))
     minute = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n) for n in range(8)]
