@@ -1,7 +1,9 @@
-"""Behind a long-open transaction, the due queue's ages — the oldest due job's age /metrics
-shows, and the one a worker's liveness check compares with its heartbeats — are read from the
-claim's heads, as the claim reads: about as many buffers after thousands of jobs went through
-the queue as before. Until revision 0056 both walked an index of every organization's queued
+"""The due queue's ages — the oldest due job's age /metrics shows per kind, and the one a
+worker's liveness check compares with its heartbeats — are read from the claim's heads, as the
+claim reads. They are the ages of every due queued job, a job made claimable behind a head that
+moved on included, and no job that is not due yet; the liveness check leaves paused kinds out.
+Behind a long-open transaction they read about as many buffers after thousands of jobs went
+through the queue as before. Until revision 0056 both walked an index of every organization's queued
 jobs from its beginning, where the transaction keeps the entry of every job queued since it
 began. (What they still read: the liveness check one due job a key, from its head; /metrics
 every due job, and the entries between a key's head and now, so a job due for long, which holds
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from spacejobs.models.db.transaction import transaction
@@ -112,3 +115,49 @@ def test_the_liveness_check_reads_one_due_job_a_key_however_long_it_has_been_due
             assert due >= 60  # the planted jobs, due a minute ago
     drain_queue(stack)
     assert reads[1] <= reads[0] + 20, reads
+
+
+def queued(stack: Stack, org: uuid.UUID, user: uuid.UUID, kind: str, *, made: str,
+           due: str) -> None:
+    """One queued job of ``kind``, made ``made`` ago and due ``due`` from now, as the owner."""
+    with stack.admin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts,"
+            " created_at, run_after)"
+            " VALUES (:org, :user, :kind, 30, 3, now() - CAST(:made AS interval),"
+            " now() + CAST(:due AS interval))"),
+            {"org": org, "user": user, "kind": kind, "made": made, "due": due})
+
+
+def test_the_ages_are_those_of_the_due_jobs_a_head_passed_by_included(bare_stack: Stack):
+    stack = bare_stack
+    drain_queue(stack)
+    org: uuid.UUID = stack.org()
+    user = stack.user(org, role="owner").id
+    run_through(stack, org, user, 200)
+    ClaimHeads(interval=1, lag=0).run(as_beat(stack))  # the head past everything so far
+    # /metrics ages a job from its making, the liveness check from when it became due
+    queued(stack, org, user, "bench.noop", made="1 hour", due="-30 minutes")  # behind the head
+    queued(stack, org, user, "bench.sleep", made="10 minutes", due="-5 minutes")
+    queued(stack, org, user, "bench.wait", made="2 hours", due="1 hour")  # not due yet
+    client, operator = stack.make_app().test_client(), stack.operator()
+    body = client.get("/metrics", headers=operator.auth).get_data(as_text=True)
+    ages = {s.labels["kind"]: s.value for family in text_string_to_metric_families(body)
+            for s in family.samples if s.name == "spacejobs_oldest_queued_job_age_seconds"}
+    assert set(ages) == {"bench.noop", "bench.sleep"}
+    assert 3600 <= ages["bench.noop"] < 3660 and 600 <= ages["bench.sleep"] < 660
+
+    def oldest_due(kinds: list[str]) -> float | None:
+        with stack.admin() as conn:
+            return conn.execute(text(str(liveness.Q["oldest_due"])), {"kinds": kinds}).scalar_one()
+
+    assert 1800 <= oldest_due(["bench.noop", "bench.sleep", "bench.wait"]) < 1860
+    assert oldest_due(["bench.wait"]) is None
+    with stack.admin() as conn:  # an operator pauses bench.noop: its jobs may wait on purpose
+        conn.execute(text("INSERT INTO kind_settings (kind, paused) VALUES ('bench.noop', true)"))
+    try:
+        assert 300 <= oldest_due(["bench.noop", "bench.sleep"]) < 360
+    finally:
+        with stack.admin() as conn:
+            conn.execute(text("DELETE FROM kind_settings WHERE kind = 'bench.noop'"))
+        drain_queue(stack)
