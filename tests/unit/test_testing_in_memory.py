@@ -230,9 +230,11 @@ def test_a_sleep_ends_the_run_waiting_and_its_steps_are_replayed_once_time_moved
 
 
 def test_a_moment_that_passed_by_itself_needs_no_advance_and_time_never_goes_back():
-    job = MemoryJob(nap, {"seconds": 0.01})
+    # Half a second: long enough that a loaded machine's first run has not passed the moment
+    # already (at 10 ms, a full suite's run once did, and the job completed in one run).
+    job = MemoryJob(nap, {"seconds": 0.5})
     assert job.run() == Outcome.WAITING
-    time.sleep(0.02)
+    time.sleep(0.6)
     assert job.run() == Outcome.COMPLETED
     with pytest.raises(ValueError, match="forward"):
         MemoryJob(nap).advance(-1)
