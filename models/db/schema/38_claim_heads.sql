@@ -61,8 +61,11 @@ RETURNS void
 LANGUAGE plpgsql SET search_path = public, pg_temp
 -- One index probe a key, whatever the calling trigger turned off, and however small the table
 -- looks: a sequential scan, or a bitmap scan sorted afterwards, reads every head version a
--- long-open transaction keeps; the index's first entry of a key is its newest.
-SET enable_nestloop = on SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+-- long-open transaction keeps; the index's first entry of a key is its newest. One generic
+-- plan a session (as add_active_jobs()): planned for each call's arrays, the insert was
+-- planned again at every submit.
+SET enable_nestloop = on SET enable_seqscan = off SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     fresh_snapshot CONSTANT boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN

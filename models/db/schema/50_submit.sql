@@ -162,14 +162,18 @@ $$;
 -- The kinds of the steps a submitted workflow (a job of the kind 'workflow', whose params hold
 -- its steps: models/jobs/workflows.py) will make, one entry per step; empty for any other job.
 -- Read from the params the database stores, never from the caller: what is admitted and
--- reserved is exactly what the workflow's run will make.
+-- reserved is exactly what the workflow's run will make. PL/pgSQL, not SQL: a SQL function
+-- whose body holds a subquery is not inlined, and was planned again at every call (every
+-- submit), where PL/pgSQL keeps its plan for the session and a plain job never reaches it.
 CREATE FUNCTION workflow_step_kinds(p_kind text, p_params jsonb) RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_kind = 'workflow' AND jsonb_typeof(p_params -> 'steps') = 'array'
-                THEN ARRAY(SELECT s.step ->> 'kind'
-                           FROM jsonb_array_elements(p_params -> 'steps') AS s (step))
-                ELSE '{}'::text[] END
-$$;
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_kind = 'workflow' AND jsonb_typeof(p_params -> 'steps') = 'array' THEN
+        RETURN ARRAY(SELECT s.step ->> 'kind'
+                     FROM jsonb_array_elements(p_params -> 'steps') AS s (step));
+    END IF;
+    RETURN '{}'::text[];
+END $$;
 
 -- Count the children a parent will make (p_kinds: one entry per child) as active jobs of
 -- their kinds from now on, until each is made or the parent ends (30_jobs.sql
