@@ -1,0 +1,201 @@
+"""What a job's life runs inside the database, statement by statement, as the server counts it
+(pg_stat_statements with ``track = all`` and ``track_planning``, on a PostgreSQL of each test
+alone, so no other test's transaction holds vacuum back).
+
+Planned once a session, not at every call. A statement inside a PL/pgSQL function keeps its
+plan for the session, unless a plan made for each call's values looks cheaper every time, and a
+SQL function that cannot be inlined plans its body at every call: either way the planning is
+paid again by every submit, claim and finish (revision 0058 found three such statements on the
+submit's path, the planning costing several times their execution).
+
+Read by key behind a long-open transaction. A submit counts the organization's active jobs,
+updates its count rows and lowers its claim head: small tables whose rows change with every
+submit and finish of every organization. A scan of them (sequential, or a bitmap scan of a key
+column) reads every version a REPEATABLE READ transaction left open still keeps, of every
+organization; an index probe reads the organization's own. A long-lived session is what makes
+the scan: PL/pgSQL keeps the plan it made while the table was small (revision 0055). Without
+that revision's settings, the count update here read 29 buffers a call behind the transaction
+against 5.5 before it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from spacejobs.models.db.engine import make_engine
+from spacejobs.models.db.transaction import transaction
+from spacejobs.models.jobs import service, store
+from spacejobs.models.jobs.service import Jobs
+from spacejobs.models.kinds import get_kind, load_kinds
+from spacejobs.tasks.engine.leases import Finished, WorkerLeases
+from spacejobs.tasks.maintenance.claim_heads import ClaimHeads
+from tests.integration.maintenance_kit import as_beat, drain_queue, report_left_open
+from tests.kit.private_servers import PrivateServers
+from tests.kit.stack import Stack, running_stack
+
+load_kinds()
+
+KIND = "bench.noop"
+JOBS = 60
+STATISTICS = """
+shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = 'all'
+pg_stat_statements.track_planning = on
+"""
+
+
+@pytest.fixture()
+def counted(tmp_path: Path) -> Iterator[tuple[Stack, Engine]]:
+    """A stack on a PostgreSQL of this test alone that counts every statement's plans, and a
+    superuser engine on the stack's database to read them."""
+    for part in ("servers", "stack"):
+        (tmp_path / part).mkdir()
+    servers = PrivateServers(tmp_path / "servers")
+    try:
+        servers.postgres.stop()
+        with (servers.postgres.pgdata / "postgresql.conf").open("a") as conf:
+            conf.write(STATISTICS)
+        servers.postgres.start()
+        with running_stack(servers.servers, tmp_path / "stack") as stack:
+            superuser = make_engine(stack.admin_url, pool_size=1)
+            try:
+                with superuser.begin() as conn:
+                    conn.execute(text("CREATE EXTENSION pg_stat_statements"))
+                yield stack, superuser
+            finally:
+                superuser.dispose()
+    finally:
+        servers.close()
+
+
+def test_no_statement_of_a_jobs_life_is_planned_at_every_call(
+        counted: tuple[Stack, Engine]) -> None:
+    stack, superuser = counted
+    org = stack.org()
+    member = stack.user(org, role="member")
+    # One session each: a statement is planned at most once a session when its plan is kept.
+    app = make_engine(stack.app_url, pool_size=1)
+    worker = make_engine(stack.worker_url, pool_size=1)
+    try:
+        jobs = Jobs(app)
+        with superuser.begin() as conn:
+            conn.execute(text("SELECT pg_stat_statements_reset()"))
+        for _ in range(JOBS):
+            with transaction(app, organization_id=org, user_id=member.id,
+                             actor=f"user:{member.id}") as conn:
+                jobs.submit(conn, KIND, {}, organization_id=org, requested_by=member.id)
+        with transaction(app, organization_id=org, user_id=member.id,
+                         actor=f"user:{member.id}") as conn:
+            jobs.submit_many(conn, [service.JobRequest(KIND)] * JOBS, organization_id=org,
+                             requested_by=member.id)
+        leases = WorkerLeases(worker, "plans-probe")
+        rules = get_kind(KIND).rules
+        held = leases.finish_and_claim([], claim=1).leased
+        finished = 0
+        while held:
+            leases.extend([(job.id, job.lease_token) for job in held])
+            finished += len(held)
+            held = leases.finish_and_claim([Finished(job, rules, {"ok": True}) for job in held],
+                                           claim=1).leased
+        assert finished == 2 * JOBS
+    finally:
+        app.dispose()
+        worker.dispose()
+
+    with superuser.begin() as conn:
+        nested = conn.execute(text(
+            "SELECT s.calls, s.plans, left(regexp_replace(s.query, '\\s+', ' ', 'g'), 120)"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = current_database() AND NOT s.toplevel")).all()
+    # Every job went through the submit's, the claim's and the finish's functions and triggers.
+    assert sum(calls for calls, _, _ in nested) > 10 * JOBS
+    replanned = [f"{plans} plans in {calls} calls: {query}"
+                 for calls, plans, query in nested if calls >= JOBS and plans > calls // 4]
+    assert replanned == []
+
+
+#: the statements a submit runs on the small tables every organization's jobs change, by the
+#: start of their text as pg_stat_statements normalizes it
+BY_KEY = {
+    "the organization's active count (active_jobs())":
+        "(SELECT coalesce(sum(c.active)",
+    "the count rows' update (add_active_jobs())":
+        "WITH updated AS ( UPDATE active_job_counts",
+    "the head lowered (lower_claim_heads())":
+        "INSERT INTO claim_heads",
+}
+
+
+def submits_reads(app: Engine, superuser: Engine, org: uuid.UUID, member: uuid.UUID,
+                  submits: int = 20) -> dict[str, float]:
+    """Shared buffers (hit and read) per call of each BY_KEY statement over ``submits``
+    single submits of one organization, each its own transaction, as the web makes them."""
+    jobs = Jobs(app)
+    with superuser.begin() as conn:
+        conn.execute(text("SELECT pg_stat_statements_reset()"))
+    for _ in range(submits):
+        with transaction(app, organization_id=org, user_id=member,
+                         actor=f"user:{member}") as conn:
+            jobs.submit(conn, KIND, {}, organization_id=org, requested_by=member)
+    with superuser.begin() as conn:
+        rows = conn.execute(text(
+            "SELECT regexp_replace(s.query, '\\s+', ' ', 'g'), s.calls,"
+            " s.shared_blks_hit + s.shared_blks_read"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = current_database() AND NOT s.toplevel")).all()
+    reads = {}
+    for name, start in BY_KEY.items():
+        found = [(calls, buffers) for query, calls, buffers in rows if query.startswith(start)]
+        assert len(found) == 1 and found[0][0] >= submits, (name, found)
+        reads[name] = found[0][1] / found[0][0]
+    return reads
+
+
+def busy_history(stack: Stack, org: uuid.UUID, owner: uuid.UUID, rounds: int = 300) -> None:
+    """An organization's jobs one at a time, as single submits and finishes write them: each a
+    version of its count row (on submit and on finish), and a version of its claim head each
+    round (the chore moves it on past the finished ones)."""
+    chore, beat = ClaimHeads(interval=1, lag=0.0), as_beat(stack)
+    for _ in range(rounds):
+        with stack.admin() as conn:
+            for _ in range(5):
+                conn.execute(text(
+                    "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds,"
+                    " max_attempts) VALUES (:org, :owner, :kind, 30, 3)"),
+                    {"org": org, "owner": owner, "kind": KIND})
+        with transaction(stack.worker_db, actor="worker:w1") as conn:
+            leased = store.claim_batch(conn, "w1", limit=5)
+            assert len(leased) == 5
+            for job in leased:
+                store.complete_batch(conn, [(job.id, job.lease_token, {}, None)])
+        chore.run(beat)
+
+
+def test_behind_a_long_open_transaction_a_submit_reads_its_own_organizations_rows(
+        counted: tuple[Stack, Engine]) -> None:
+    stack, superuser = counted
+    org, busy = stack.org(), stack.org()
+    member = stack.user(org, role="member").id
+    busy_owner = stack.user(busy, role="owner").id
+    # One session throughout, as the web's pooled connection: PL/pgSQL keeps the plans it made
+    # while the tables were small, and a scan of a small table is the cheapest plan there is.
+    app = make_engine(stack.app_url, pool_size=1)
+    try:
+        quiet = submits_reads(app, superuser, org, member)
+        drain_queue(stack)  # the claims below are the other organization's alone
+        with report_left_open(stack):
+            busy_history(stack, busy, busy_owner)
+            behind = submits_reads(app, superuser, org, member)
+    finally:
+        app.dispose()
+    # A probe of the organization's own key: the same few buffers (an index a level deeper
+    # at most), where a scan reads the other organization's thousands of versions.
+    print("buffers a call, quiet and behind:", quiet, behind)
+    grown = {name: (quiet[name], behind[name]) for name in BY_KEY
+             if behind[name] > quiet[name] + 3}
+    assert grown == {}
