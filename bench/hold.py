@@ -23,7 +23,10 @@ One line a minute per system: jobs submitted, the claim p50/p95, the end-to-end 
 jobs finished in it (submit to finish, from the system's own rows: Space Jobs' ``created_at``
 and ``finished_at``, PgQueuer's ``queued`` and ``successful`` log rows), dead row versions and
 the size of every table of its database. Then issue 32's targets (bench/hold_targets.py) for
-Space Jobs, PgQueuer's figure beside each.
+Space Jobs, PgQueuer's figure beside each. The targets are issue 32's for a 30-minute hold
+(the default): a short hold ends inside a hold's first minutes, whose p95 jumps on either
+code (four 8-minute runs of two commits, alternating, gave 1.36x to 2.66x on the claim target,
+docs/benchmarks.md), so a short run's verdicts are a smoke test, not a measurement.
 
 Exits non-zero only when a figure could not be measured (a worker died, no claim timed).
 """
