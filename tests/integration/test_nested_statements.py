@@ -80,6 +80,15 @@ def counted(tmp_path: Path) -> Iterator[tuple[Stack, Engine, PrivateServers]]:
         servers.close()
 
 
+def submit_singles(app: Engine, org: uuid.UUID, member: uuid.UUID, submits: int = 20) -> None:
+    """Single submits of one organization, each its own transaction, as the web makes them."""
+    jobs = Jobs(app)
+    for _ in range(submits):
+        with transaction(app, organization_id=org, user_id=member,
+                         actor=f"user:{member}") as conn:
+            jobs.submit(conn, KIND, {}, organization_id=org, requested_by=member)
+
+
 def test_no_statement_of_a_jobs_life_is_planned_at_every_call(
         counted: tuple[Stack, Engine, PrivateServers]) -> None:
     stack, superuser, _ = counted
@@ -89,17 +98,13 @@ def test_no_statement_of_a_jobs_life_is_planned_at_every_call(
     app = make_engine(stack.app_url, pool_size=1)
     worker = make_engine(stack.worker_url, pool_size=1)
     try:
-        jobs = Jobs(app)
         with superuser.begin() as conn:
             conn.execute(text("SELECT pg_stat_statements_reset()"))
-        for _ in range(JOBS):
-            with transaction(app, organization_id=org, user_id=member.id,
-                             actor=f"user:{member.id}") as conn:
-                jobs.submit(conn, KIND, {}, organization_id=org, requested_by=member.id)
+        submit_singles(app, org, member.id, JOBS)
         with transaction(app, organization_id=org, user_id=member.id,
                          actor=f"user:{member.id}") as conn:
-            jobs.submit_many(conn, [service.JobRequest(KIND)] * JOBS, organization_id=org,
-                             requested_by=member.id)
+            Jobs(app).submit_many(conn, [service.JobRequest(KIND)] * JOBS, organization_id=org,
+                                  requested_by=member.id)
         leases = WorkerLeases(worker, "plans-probe")
         rules = get_kind(KIND).rules
         held = leases.finish_and_claim([], claim=1).leased
@@ -139,15 +144,6 @@ def scans_of_every_organization(plans: str) -> list[str]:
     organization's row versions."""
     return sorted({found[0] or f"{found[1]} by {found[2]}" for found in SCANS.findall(plans)
                    if found[0] or "organization_id =" not in found[2]})
-
-
-def submit_singles(app: Engine, org: uuid.UUID, member: uuid.UUID, submits: int = 20) -> None:
-    """Single submits of one organization, each its own transaction, as the web makes them."""
-    jobs = Jobs(app)
-    for _ in range(submits):
-        with transaction(app, organization_id=org, user_id=member,
-                         actor=f"user:{member}") as conn:
-            jobs.submit(conn, KIND, {}, organization_id=org, requested_by=member)
 
 
 def explain_the_web(superuser: Engine) -> None:

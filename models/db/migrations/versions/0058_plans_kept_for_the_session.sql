@@ -18,17 +18,15 @@
 -- transaction's slot's: the first of 64 advisory locks it can take (or already holds), held
 -- until it ends, so no other transaction writes those rows meanwhile and nobody waits on them.
 -- Only with all 64 held by other writers does it share slot pid % 64, whose row locks then
--- order the writers. Called by the jobs triggers only (as the owner). Its rows one probe of
--- the table's key each: a scan of the slot's rows (by its third column, or the whole table)
--- joined to the changes reads every version of every organization's counts that a long-open
--- transaction keeps. One generic plan a session: a plan made for the arrays' values was
--- cheaper on paper for every call, so PL/pgSQL planned the update again at every submit and
--- every finish (planning took 3.5 times its execution); by the whole key, the generic plan is
--- the probe.
+-- order the writers. Called by the jobs triggers only (as the owner). Each key's row is
+-- written by its whole key, one probe of the table's key, in one generic plan a session: a
+-- scan of the slot's rows (by the key's third column, or the whole table) reads every version
+-- of every organization's counts that a long-open transaction keeps, and a plan made for each
+-- call's values, cheaper on paper every time, would be made again at every submit and finish.
 CREATE OR REPLACE FUNCTION add_active_jobs(p_organization_ids uuid[], p_kinds text[], p_deltas integer[])
 RETURNS void LANGUAGE plpgsql SET search_path = public, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
-SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan AS $$
+SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     slots CONSTANT integer := 64;
     lock_key CONSTANT integer := hashtext('spacejobs.active_job_counts');
@@ -65,10 +63,8 @@ BEGIN
         ON CONFLICT (organization_id, kind, slot) DO UPDATE SET active = c.active + excluded.active;
         RETURN;
     END IF;
-    -- The slot's row of each key updated in place, by its whole key: one index probe whatever
-    -- plan the session keeps (a join of the arrays to the table had a generic plan that read
-    -- the key's index by its third column, every organization's entries). INSERT ... ON
-    -- CONFLICT DO UPDATE would first lock the row, a WAL record more per submit and finish.
+    -- The slot's row of each key updated in place: INSERT ... ON CONFLICT DO UPDATE would
+    -- first lock the row, a WAL record more per submit and finish.
     FOR i IN 1 .. cardinality(orgs) LOOP
         UPDATE active_job_counts c SET active = c.active + deltas[i]
         WHERE c.organization_id = orgs[i] AND c.kind = kinds[i] AND c.slot = mine;
