@@ -230,3 +230,58 @@ def test_claim_reads_the_partial_index_however_many_jobs_finished(stack_db: Stac
     assert "jobs_kind_claim_idx" in limited_plan and "Seq Scan on jobs" not in limited_plan, \
         limited_plan
 
+
+
+def test_a_batch_of_transitions_writes_its_metrics_per_kind_and_label(stack_db: Stack):
+    """The jobs' update trigger counts a claim's and a finish's metrics per kind and bucket
+    (revision 0059): the rows a batch writes are what its jobs' waits and durations say."""
+    drain_queue(stack_db)
+    org = stack_db.org()
+    waited = {"bench.noop": 3, "bench.sleep": 2}  # jobs of each kind, all in one claim and one finish
+    jobs = {kind: [new_job(stack_db, kind, org=org)[1].id for _ in range(n)] for kind, n in waited.items()}
+    with stack_db.admin() as conn:
+        # Test set-up through the owner role: each kind's jobs created a known time ago.
+        since = conn.execute(text("SELECT coalesce(max(id), 0) FROM metric_events")).scalar_one()
+        for kind, ago in (("bench.noop", 3), ("bench.sleep", 40)):
+            conn.execute(text("UPDATE jobs SET created_at = now() - make_interval(secs => :ago)"
+                              " WHERE id = ANY (:ids)"), {"ago": ago, "ids": jobs[kind]})
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        leased = store.claim_batch(conn, "w1", limit=10)
+    assert sorted(str(j.id) for j in leased) == sorted(str(i) for ids in jobs.values() for i in ids)
+    with stack_db.admin() as conn:
+        for kind, ran in (("bench.noop", 1.5), ("bench.sleep", 20)):
+            conn.execute(text("UPDATE jobs SET started_at = now() - make_interval(secs => :ran)"
+                              " WHERE id = ANY (:ids)"), {"ran": ran, "ids": jobs[kind]})
+    with transaction(stack_db.worker_db) as conn:
+        done = store.complete_batch(conn, [(j.id, j.lease_token, {}, None) for j in leased])
+    assert len(done) == 5
+    with stack_db.admin() as conn:
+        rows = conn.execute(text("SELECT name, kind, label, value FROM metric_events WHERE id > :since"
+                                 " AND kind IN ('bench.noop', 'bench.sleep')"),
+                            {"since": since}).all()
+    counted = {(r.name, r.kind, r.label): r.value for r in rows if not r.name.endswith("_sum")}
+    assert len(counted) + 4 == len(rows)  # one row per metric, kind and label: the sums below
+    assert counted == {
+        ("spacejobs_job_queue_wait_seconds_bucket", "bench.noop", "5"): 3,
+        ("spacejobs_job_queue_wait_seconds_bucket", "bench.sleep", "60"): 2,
+        ("spacejobs_jobs_finished_total", "bench.noop", "completed"): 3,
+        ("spacejobs_jobs_finished_total", "bench.sleep", "completed"): 2,
+        ("spacejobs_job_duration_seconds_bucket", "bench.noop", "2.5"): 3,
+        ("spacejobs_job_duration_seconds_bucket", "bench.sleep", "30"): 2,
+    }
+    sums = {(r.name, r.kind): r.value for r in rows if r.name.endswith("_sum")}
+    assert 9 <= sums[("spacejobs_job_queue_wait_seconds_sum", "bench.noop")] < 9 + 3 * 2
+    assert 80 <= sums[("spacejobs_job_queue_wait_seconds_sum", "bench.sleep")] < 80 + 2 * 2
+    assert 4.5 <= sums[("spacejobs_job_duration_seconds_sum", "bench.noop")] < 4.5 + 3 * 1
+    assert 40 <= sums[("spacejobs_job_duration_seconds_sum", "bench.sleep")] < 40 + 2 * 1
+
+    # A lease that ran out, swept back into the queue: one expiry, counted under its kind.
+    _, job = new_job(stack_db, "bench.noop", org=org)
+    assert claim(stack_db).id == job.id
+    with stack_db.admin() as conn:
+        since = conn.execute(text("SELECT coalesce(max(id), 0) FROM metric_events")).scalar_one()
+    expire_lease(stack_db, job.id)
+    with stack_db.admin() as conn:
+        expired = conn.execute(text("SELECT name, kind, label, value FROM metric_events"
+                                    " WHERE id > :since"), {"since": since}).all()
+    assert [tuple(r) for r in expired] == [("spacejobs_leases_expired_total", "bench.noop", "", 1)]

@@ -248,33 +248,46 @@ BEGIN
     FROM new_jobs n JOIN old_jobs o ON o.id = n.id
     WHERE n.status <> o.status OR n.attempts <> o.attempts;
 
+    -- Counted per kind and bucket first, then one row per metric and label: few rows whatever
+    -- the batch (a VALUES list joined to each job built the bucket's CASE anew for every job,
+    -- and metric_bucket() given the volatile expression itself is not inlined but called;
+    -- revision 0059). OFFSET 0 keeps t a subquery, so that metric_bucket() is given a column.
     INSERT INTO metric_events (name, kind, label, value)
-    SELECT m.name, t.kind, m.label, sum(m.value)
+    SELECT m.name, g.kind, m.label, sum(m.value)
     FROM (
-        SELECT n.kind,
-               -- queue wait: created -> first lease; duration: first lease -> finish
-               CASE WHEN o.status = 'queued' AND n.status = 'leased' AND o.attempts = 0
-                    THEN extract(epoch FROM clock_timestamp() - n.created_at) END AS wait_s,
-               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
-                         AND n.started_at IS NOT NULL
-                    THEN extract(epoch FROM clock_timestamp() - n.started_at) END AS run_s,
-               CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
-                    THEN n.status END AS finished_as,
-               o.status IN ('leased', 'cancel_requested') AND o.lease_until < now()
-                   AND (n.status <> o.status OR n.lease_token IS DISTINCT FROM o.lease_token) AS expired
-        FROM new_jobs n JOIN old_jobs o ON o.id = n.id
-        WHERE n.status <> o.status OR n.attempts <> o.attempts
-    ) AS t
+        SELECT t.kind, metric_bucket(t.wait_s) AS wait_bucket, metric_bucket(t.run_s) AS run_bucket,
+               t.finished_as, count(t.wait_s) AS waits, sum(t.wait_s) AS wait_sum,
+               count(t.run_s) AS runs, sum(t.run_s) AS run_sum,
+               count(t.finished_as) AS finishes, count(*) FILTER (WHERE t.expired) AS expired
+        FROM (
+            SELECT n.kind,
+                   -- queue wait: created -> first lease; duration: first lease -> finish
+                   CASE WHEN o.status = 'queued' AND n.status = 'leased' AND o.attempts = 0
+                        THEN date_part('epoch', clock_timestamp() - n.created_at) END AS wait_s,
+                   CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                             AND n.started_at IS NOT NULL
+                        THEN date_part('epoch', clock_timestamp() - n.started_at) END AS run_s,
+                   CASE WHEN n.status IN ('completed', 'failed', 'cancelled') AND n.status <> o.status
+                        THEN n.status END AS finished_as,
+                   o.status IN ('leased', 'cancel_requested') AND o.lease_until < now()
+                       AND (n.status <> o.status OR n.lease_token IS DISTINCT FROM o.lease_token)
+                       AS expired
+            FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+            WHERE n.status <> o.status OR n.attempts <> o.attempts
+            OFFSET 0
+        ) AS t
+        GROUP BY 1, 2, 3, 4
+    ) AS g
     CROSS JOIN LATERAL (VALUES
-        ('spacejobs_job_queue_wait_seconds_bucket', metric_bucket(t.wait_s), 1.0, t.wait_s IS NOT NULL),
-        ('spacejobs_job_queue_wait_seconds_sum', '', t.wait_s, t.wait_s IS NOT NULL),
-        ('spacejobs_jobs_finished_total', t.finished_as, 1.0, t.finished_as IS NOT NULL),
-        ('spacejobs_job_duration_seconds_bucket', metric_bucket(t.run_s), 1.0, t.run_s IS NOT NULL),
-        ('spacejobs_job_duration_seconds_sum', '', t.run_s, t.run_s IS NOT NULL),
-        ('spacejobs_leases_expired_total', '', 1.0, t.expired)
+        ('spacejobs_job_queue_wait_seconds_bucket', g.wait_bucket, g.waits, g.waits > 0),
+        ('spacejobs_job_queue_wait_seconds_sum', '', g.wait_sum, g.waits > 0),
+        ('spacejobs_jobs_finished_total', g.finished_as, g.finishes, g.finishes > 0),
+        ('spacejobs_job_duration_seconds_bucket', g.run_bucket, g.runs, g.runs > 0),
+        ('spacejobs_job_duration_seconds_sum', '', g.run_sum, g.runs > 0),
+        ('spacejobs_leases_expired_total', '', g.expired, g.expired > 0)
     ) AS m (name, label, value, wanted)
     WHERE m.wanted
-    GROUP BY m.name, t.kind, m.label;
+    GROUP BY m.name, g.kind, m.label;
 
     PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
     FROM (SELECT o.organization_id, o.kind, -1 AS delta FROM old_jobs o
