@@ -289,12 +289,16 @@ BEGIN
     WHERE m.wanted
     GROUP BY m.name, g.kind, m.label;
 
-    PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
-    FROM (SELECT o.organization_id, o.kind, -1 AS delta FROM old_jobs o
-          WHERE o.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
-          UNION ALL
-          SELECT n.organization_id, n.kind, 1 FROM new_jobs n
-          WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting')) AS c;
+    -- Only the jobs that became active or stopped being active count (a job's organization and
+    -- kind never change): a claim, which moves every job it takes between active statuses,
+    -- counts nothing and calls nothing (revision 0059).
+    PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind),
+                            array_agg(CASE WHEN n.status IN ('queued', 'leased', 'cancel_requested',
+                                                             'waiting') THEN 1 ELSE -1 END))
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE (n.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+          <> (o.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+    HAVING count(*) > 0;
 
     -- Jobs put back in the queue (a retry, a lease that ran out, a wait that ended, jobs a
     -- worker gave back) or moved earlier in it: no head of their keys is further on than they

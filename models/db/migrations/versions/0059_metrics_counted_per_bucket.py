@@ -1,5 +1,6 @@
-"""The jobs' update trigger counts its metrics per kind and bucket before it makes their rows:
-a drain's claims and finishes no longer build a bucket's CASE anew for every job.
+"""The jobs' update trigger counts its metrics per kind and bucket before it makes their rows,
+and counts as active only the jobs whose activeness changed: a drain's claims and finishes no
+longer build a bucket's CASE anew for every job, nor sum a claim's counts to nothing.
 
 Revision ID: 0059
 Revises: 0058

@@ -12,6 +12,10 @@
 -- a column and inlined), and the six rows are made per group: the same rows and values
 -- (compared on 1,000 jobs of every kind of transition with the clock fixed), 25 -> 5 ms for
 -- 1,000 jobs. date_part() in place of extract(): double precision, not numeric.
+-- The active counts: the trigger handed add_active_jobs() every old active row at -1 and
+-- every new one at +1, which a claim's batch, moving each job between active statuses, summed
+-- to nothing (0.45 ms a batch of 50 for the sum alone); it now hands over only the jobs whose
+-- activeness changed (a job's organization and kind never change), and a claim none.
 -- CREATE OR REPLACE keeps the trigger and the grants.
 
 -- Updated jobs: an event per status change (and per re-lease after expiry, which is a new
@@ -74,12 +78,16 @@ BEGIN
     WHERE m.wanted
     GROUP BY m.name, g.kind, m.label;
 
-    PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
-    FROM (SELECT o.organization_id, o.kind, -1 AS delta FROM old_jobs o
-          WHERE o.status IN ('queued', 'leased', 'cancel_requested', 'waiting')
-          UNION ALL
-          SELECT n.organization_id, n.kind, 1 FROM new_jobs n
-          WHERE n.status IN ('queued', 'leased', 'cancel_requested', 'waiting')) AS c;
+    -- Only the jobs that became active or stopped being active count (a job's organization and
+    -- kind never change): a claim, which moves every job it takes between active statuses,
+    -- counts nothing and calls nothing (revision 0059).
+    PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind),
+                            array_agg(CASE WHEN n.status IN ('queued', 'leased', 'cancel_requested',
+                                                             'waiting') THEN 1 ELSE -1 END))
+    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+    WHERE (n.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+          <> (o.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+    HAVING count(*) > 0;
 
     -- Jobs put back in the queue (a retry, a lease that ran out, a wait that ended, jobs a
     -- worker gave back) or moved earlier in it: no head of their keys is further on than they
