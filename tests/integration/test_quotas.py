@@ -16,6 +16,7 @@ from spacejobs.models.db.engine import libpq_url, make_engine
 from spacejobs.models.db.transaction import transaction
 from spacejobs.models.errors import DuplicateJob, InternalJobError
 from spacejobs.models.jobs import service, store
+from spacejobs.models.jobs.records import ACTIVE, sql_list
 from spacejobs.models.jobs.service import Jobs
 from spacejobs.models.ops import quota_policy
 from spacejobs.models.tenancy import accounts
@@ -41,7 +42,7 @@ def active(stack: Stack, org: uuid.UUID, kind: str | None = None) -> int:
     with stack.admin() as conn:
         return conn.execute(text(
             "SELECT count(*) FROM jobs WHERE organization_id = :o AND (kind = :k OR :k IS NULL)"
-            " AND status IN ('queued', 'leased', 'cancel_requested')"), {"o": org, "k": kind}).scalar_one()
+            f" AND status IN {sql_list(ACTIVE)}"), {"o": org, "k": kind}).scalar_one()
 
 
 def post(client, org, user, kind="bench.noop", key: str | None = None):
@@ -357,6 +358,22 @@ def test_the_count_the_cap_reads_follows_every_way_a_job_starts_and_stops_being_
     with transaction(bare_stack.worker_db) as conn:
         assert store.acknowledge_cancel(conn, sleeps[1].id, sleeps[1].lease_token)
     step("the cancel acknowledged", 0, 1)
+    with bare_stack.app_db.begin() as conn:
+        waiter = Jobs(conn.engine).submit(conn, "bench.noop", {}, organization_id=org,
+                                          requested_by=anna.id).job
+    step("one more submit", 1, 1)
+    with transaction(bare_stack.worker_db) as conn:
+        again = store.claim_batch(conn, "counter", limit=1000)
+    leased += [job for job in again if job.id != waiter.id]
+    held = next(job for job in again if job.id == waiter.id)
+    with transaction(bare_stack.worker_db) as conn:
+        assert store.wait_job(conn, held.id, held.lease_token, until=None, signal="go",
+                              children=None) == "waiting"
+    step("a job waiting for a signal: still active", 1, 1)
+    with bare_stack.app_db.begin() as conn:
+        jobs = Jobs(conn.engine)
+        assert jobs.cancel(conn, jobs.member(conn, org, anna.id), waiter.id).status == "cancelled"
+    step("a waiting job cancelled", 0, 1)
     others = [(job.id, job.lease_token) for job in leased if job.organization_id != org]
     with transaction(bare_stack.worker_db) as conn:
         store.release_batch(conn, others)

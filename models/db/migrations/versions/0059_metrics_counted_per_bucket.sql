@@ -37,10 +37,10 @@ BEGIN
     FROM new_jobs n JOIN old_jobs o ON o.id = n.id
     WHERE n.status <> o.status OR n.attempts <> o.attempts;
 
-    -- Counted per kind and bucket first, then one row per metric and label: few rows whatever
-    -- the batch (a VALUES list joined to each job built the bucket's CASE anew for every job,
-    -- and metric_bucket() given the volatile expression itself is not inlined but called;
-    -- revision 0059). OFFSET 0 keeps t a subquery, so that metric_bucket() is given a column.
+    -- Counted per kind, buckets and end first, then at most six rows per group: a VALUES list
+    -- joined to every job would build its expressions anew for each job. OFFSET 0 keeps t a
+    -- subquery, so that metric_bucket() is given a column and inlined (given the volatile
+    -- clock_timestamp() expression itself, it would run as a call of its own per row).
     INSERT INTO metric_events (name, kind, label, value)
     SELECT m.name, g.kind, m.label, sum(m.value)
     FROM (
@@ -78,15 +78,16 @@ BEGIN
     WHERE m.wanted
     GROUP BY m.name, g.kind, m.label;
 
-    -- Only the jobs that became active or stopped being active count (a job's organization and
-    -- kind never change): a claim, which moves every job it takes between active statuses,
-    -- counts nothing and calls nothing (revision 0059).
-    PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind),
-                            array_agg(CASE WHEN n.status IN ('queued', 'leased', 'cancel_requested',
-                                                             'waiting') THEN 1 ELSE -1 END))
-    FROM new_jobs n JOIN old_jobs o ON o.id = n.id
-    WHERE (n.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
-          <> (o.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))
+    -- Only the jobs that became active (+1) or stopped being active (-1) count, a job's
+    -- organization and kind never changing: a claim, which moves every job it takes between
+    -- active statuses, counts nothing and calls nothing.
+    PERFORM add_active_jobs(array_agg(c.organization_id), array_agg(c.kind), array_agg(c.delta))
+    FROM (SELECT n.organization_id, n.kind,
+                 (n.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))::integer
+                 - (o.status IN ('queued', 'leased', 'cancel_requested', 'waiting'))::integer
+                     AS delta
+          FROM new_jobs n JOIN old_jobs o ON o.id = n.id) AS c
+    WHERE c.delta <> 0
     HAVING count(*) > 0;
 
     -- Jobs put back in the queue (a retry, a lease that ran out, a wait that ended, jobs a
