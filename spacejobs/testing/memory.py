@@ -216,7 +216,7 @@ class MemoryJob:
                            lease_seconds=self.rules.lease_seconds, request_id=None)
         flags = LeaseFlags()
         if self._cancel:
-            flags.cancel.set()
+            flags.cancel = True
         limit = self.rules.time_limit
         return JobContext(_Runtime(self), leased, self.rules, flags=flags,
                           deadline=time.monotonic() + limit if limit else None,

@@ -111,7 +111,7 @@ class Attempt:
             self.ends.end(job, self.ends.fail(job, Failure(UnknownKind())))
             return None
         flags = self.ports.keeper.flags(job.id)
-        if flags.cancel.is_set():  # asked while it waited in this process's batch
+        if flags.cancel:  # asked while it waited in this process's batch
             self.ends.end(job, self.ends.acknowledge_cancel(job))
             return None
         return self._run(job, kind, flags)

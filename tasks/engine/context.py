@@ -7,7 +7,6 @@ leased ROW (never from the broker's message), and everything it writes is fenced
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -51,19 +50,23 @@ class Tenant:
 
 class LeaseFlags:
     """What the worker process has learnt about one held lease since it was taken: lost to a
-    newer attempt, or asked to cancel. Set by the process's heartbeat (and by the job's own
-    writes), read at every checkpoint. Shared between threads, hence Events."""
+    newer attempt, or asked to cancel. Set by the process's heartbeat thread (and by the job's
+    own writes), read by the job's thread at every checkpoint. Plain attributes, not Events: a
+    flag is only ever raised, never lowered or waited on, and an attribute's write is atomic;
+    two Events per lease were a sixth of a drain's samples in the worker (bench.profile)."""
+
+    __slots__ = ("cancel", "lost")
 
     def __init__(self) -> None:
-        self.lost = threading.Event()
-        self.cancel = threading.Event()
+        self.lost = False
+        self.cancel = False
 
     def note(self, status: Status | None) -> None:
         """Record what the database said about the lease (None: it is no longer ours)."""
         if status is None:
-            self.lost.set()
+            self.lost = True
         elif status == Status.CANCEL_REQUESTED:
-            self.cancel.set()
+            self.cancel = True
 
 
 class JobRuntime(Protocol):
@@ -179,9 +182,9 @@ class JobContext:
     def checkpoint(self) -> None:
         """A safe point: stop here if the lease is lost, a cancel was asked for, time is up, or
         the worker is shutting down and may wait no longer."""
-        if self.flags.lost.is_set():
+        if self.flags.lost:
             raise LeaseLost()
-        if self.flags.cancel.is_set():
+        if self.flags.cancel:
             raise CancelRequested()
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimedOut(permanent=not self.rules.retry_on_timeout)
@@ -286,7 +289,7 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        return self.flags.lost.is_set()
+        return self.flags.lost
 
 
 @dataclass(frozen=True)
@@ -347,5 +350,5 @@ class _Fenced(AbstractContextManager[Tenant]):
         try:
             return self._inner.__exit__(*exc_info)
         except LeaseLost:
-            self._ctx.flags.lost.set()
+            self._ctx.flags.lost = True
             raise

@@ -501,9 +501,9 @@ def test_the_heartbeat_extends_every_held_lease_in_one_call_and_notes_the_lost_o
     leases.rows[cancelled.id].status = Status.CANCEL_REQUESTED
     keeper.tick()
     assert [c for c in leases.calls if c.startswith("extend")] == ["extend(3)"]
-    assert not keeper.flags(kept.id).lost.is_set() and not keeper.flags(kept.id).cancel.is_set()
-    assert keeper.flags(lost.id).lost.is_set()
-    assert keeper.flags(cancelled.id).cancel.is_set()
+    assert not keeper.flags(kept.id).lost and not keeper.flags(kept.id).cancel
+    assert keeper.flags(lost.id).lost
+    assert keeper.flags(cancelled.id).cancel
     assert keeper.interval() == 10.0  # a third of the 30-second lease
 
 
@@ -530,8 +530,8 @@ def test_a_job_running_past_the_cancel_check_learns_of_its_cancel_without_waitin
     keeper.check_cancel()
     # Only the running job is looked at, and its flag is set; the held one learns at its start.
     assert asked == [[job_id]]
-    assert keeper.flags(job_id).cancel.is_set() and not keeper.flags(other_id).cancel.is_set()
-    assert not keeper.flags(job_id).lost.is_set()
+    assert keeper.flags(job_id).cancel and not keeper.flags(other_id).cancel
+    assert not keeper.flags(job_id).lost
 
 
 def test_a_job_shorter_than_the_cancel_check_costs_no_cancel_check():
