@@ -456,6 +456,22 @@ def test_the_heartbeat_kills_a_job_past_its_hard_time_limit_after_recording_it()
     assert (leases.status(job_id), leases.rows[job_id].error_code) == (Status.FAILED, "timed_out")
 
 
+def test_the_heartbeat_thread_wakes_for_a_hard_limit_sooner_than_its_next_tick():
+    # A 30-second lease is ticked every 10 s; the running job's 0.2 s hard limit comes first,
+    # and the thread, asleep until that tick, must be woken for it.
+    leases = FakeLeases()
+    killed = threading.Event()
+    keeper = LeaseKeeper(leases.extend, leases.fail, kill=killed.set)
+    job_id = leases.add("unit.ok")
+    (job,) = leases.finish_and_claim([], claim=1).leased
+    keeper.hold([job])
+    time.sleep(0.1)  # the thread is asleep until the lease's tick
+    keeper.running(job, HardLimited(retry_on_timeout=False, hard_time_limit=0.2),
+                   started=time.monotonic())
+    assert killed.wait(3)
+    assert (leases.status(job_id), leases.rows[job_id].error_code) == (Status.FAILED, "timed_out")
+
+
 def test_two_ticks_at_once_past_the_hard_limit_record_the_timeout_and_kill_only_once():
     # The heartbeat thread and a caller can tick together; a slow clock widens the window
     # between "past the limit?" and "forget the running job" that they must not both pass.
