@@ -144,9 +144,10 @@ def measure(conn: psycopg.Connection, variant: Variant, ids: list[uuid.UUID],
         with conn.transaction():
             if held:
                 finish(conn, variant.shape, held, org, user)
-            held = [row[0] for row in run(conn, SQL[f"claim_{variant.shape}"], shape, org=org,
+            held = [row[0] for row in run(conn, SQL[f"claim_{shape}"], shape, org=org,
                                           batch=batch)]
             if held:
+                run(conn, SQL["lease_rows"], shape, ids=held)
                 run(conn, SQL["batch_events"], shape, ids=held, org=org, **{"from": "queued"},
                     to="leased")
                 run(conn, SQL["batch_metrics"], shape, kind=KIND, n=len(held),
@@ -180,7 +181,9 @@ def measure(conn: psycopg.Connection, variant: Variant, ids: list[uuid.UUID],
 def finish(conn: psycopg.Connection, shape: str, held: list[uuid.UUID], org: uuid.UUID,
            user: uuid.UUID) -> None:
     run(conn, SQL["standing"], shape, org=org, user=user)
-    run(conn, SQL[f"finish_{shape}"], shape, ids=held)
+    if shape == "narrow":
+        run(conn, SQL["end_leases_narrow"], shape, ids=held)
+    run(conn, SQL["finish_rows"], shape, ids=held)
     run(conn, SQL["batch_events"], shape, ids=held, org=org, **{"from": "leased"},
         to="completed")
     run(conn, SQL["batch_metrics"], shape, kind=KIND, n=len(held),

@@ -82,17 +82,10 @@ FROM jobs WHERE id = %(id)s
 UPDATE %(shape)s_counts SET active = active + %(delta)s WHERE organization_id = %(org)s
 
 -- claim_wide --
-WITH picked AS (
-    SELECT id FROM wide_jobs
-    WHERE organization_id = %(org)s AND status = 'queued'
-    ORDER BY priority DESC, run_after, created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
-)
-UPDATE wide_jobs j
-SET status = 'leased', attempts = j.attempts + 1, started_at = clock_timestamp(),
-    leased_by = 'sketch', lease_token = gen_random_uuid(), lease_until = now() + interval '30 s',
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id
+-- Each claim picks the jobs it leases (here, its shape's part), then lease_rows changes their rows.
+SELECT id FROM wide_jobs
+WHERE organization_id = %(org)s AND status = 'queued'
+ORDER BY priority DESC, run_after, created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 
 -- claim_narrow --
 WITH picked AS (
@@ -102,17 +95,10 @@ WITH picked AS (
 ), taken AS (
     DELETE FROM narrow_queue q USING picked WHERE q.ctid = picked.ctid
     RETURNING q.id, q.organization_id
-), held AS (
-    INSERT INTO narrow_leases (id, organization_id, lease_until)
-    SELECT id, organization_id, now() + interval '30 s' FROM taken
-    RETURNING id
 )
-UPDATE narrow_jobs j
-SET status = 'leased', attempts = j.attempts + 1, started_at = clock_timestamp(),
-    leased_by = 'sketch', lease_token = gen_random_uuid(), lease_until = now() + interval '30 s',
-    updated_at = now()
-FROM held WHERE j.id = held.id
-RETURNING j.id
+INSERT INTO narrow_leases (id, organization_id, lease_until)
+SELECT id, organization_id, now() + interval '30 s' FROM taken
+RETURNING id
 
 -- claim_rotated --
 WITH picked AS (
@@ -126,33 +112,24 @@ WITH picked AS (
     FROM (SELECT p.created_at, p.id FROM picked p ORDER BY p.created_at DESC, p.id DESC LIMIT 1)
          AS last
     WHERE c.organization_id = %(org)s
-), held AS (
-    INSERT INTO rotated_leases (id, organization_id, lease_until)
-    SELECT id, organization_id, now() + interval '30 s' FROM picked
-    RETURNING id
 )
-UPDATE rotated_jobs j
+INSERT INTO rotated_leases (id, organization_id, lease_until)
+SELECT id, organization_id, now() + interval '30 s' FROM picked
+RETURNING id
+
+-- lease_rows --
+UPDATE %(shape)s_jobs j
 SET status = 'leased', attempts = j.attempts + 1, started_at = clock_timestamp(),
     leased_by = 'sketch', lease_token = gen_random_uuid(), lease_until = now() + interval '30 s',
     updated_at = now()
-FROM held WHERE j.id = held.id
-RETURNING j.id
-
--- finish_wide --
-UPDATE wide_jobs j
-SET status = 'completed', result = 'null', finished_at = clock_timestamp(), lease_token = NULL,
-    lease_until = NULL, leased_by = NULL, updated_at = now()
 WHERE j.id = ANY(%(ids)s::uuid[])
 
--- finish_narrow --
-WITH ended AS (DELETE FROM narrow_leases l WHERE l.id = ANY(%(ids)s::uuid[]) RETURNING l.id)
-UPDATE narrow_jobs j
-SET status = 'completed', result = 'null', finished_at = clock_timestamp(), lease_token = NULL,
-    lease_until = NULL, leased_by = NULL, updated_at = now()
-FROM ended WHERE j.id = ended.id
+-- end_leases_narrow --
+-- Only where the leases are deleted one by one.
+DELETE FROM narrow_leases l WHERE l.id = ANY(%(ids)s::uuid[])
 
--- finish_rotated --
-UPDATE rotated_jobs j
+-- finish_rows --
+UPDATE %(shape)s_jobs j
 SET status = 'completed', result = 'null', finished_at = clock_timestamp(), lease_token = NULL,
     lease_until = NULL, leased_by = NULL, updated_at = now()
 WHERE j.id = ANY(%(ids)s::uuid[])
