@@ -5,7 +5,7 @@
 A design measurement, not the engine. On a new PostgreSQL 15 of its own (bench.servers), with
 the project's schema and ``--jobs`` real jobs submitted through ``service.enqueue`` (the rows
 to copy), it writes each job's whole life by hand, in plain statements (bench/storage_sketch.sql),
-into copies of the real tables, in three variants:
+into copies of the real tables, in four variants:
 
 - ``wide``: today's shape, the job's row carrying its state, with every index of ``jobs``
   (it checks the sketch: its figure should come near ``bench.cost``'s for the engine);
@@ -51,7 +51,7 @@ SHARED = ("memberships", "organizations", "users")
 @dataclass(frozen=True)
 class Variant:
     title: str
-    shape: str  # the copies' prefix, and which claim and finish statements
+    shape: str  # the copies' prefix, and which tables and claim the variant has
     birth_event: bool
 
 
@@ -62,8 +62,9 @@ VARIANTS = (
     Variant("narrow, rows truncated, no birth event", "rotated", birth_event=False),
 )
 #: the blocks that make each shape's own tables (bench/storage_sketch.sql)
-TABLES = {"wide": ("tables_wide",), "narrow": ("tables_narrow", "tables_narrow_deleted"),
-                "rotated": ("tables_narrow", "tables_narrow_rotated")}
+TABLES = {"wide": ("tables_wide",),
+          "narrow": ("tables_narrow", "tables_narrow_deleted"),
+          "rotated": ("tables_narrow", "tables_narrow_rotated")}
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             assert peer.stack is not None
             with psycopg.connect(libpq_url(peer.stack.admin_url), autocommit=True) as conn:
                 conn.execute(COST_SQL["walinspect"])
-                ids = [row[0] for row in conn.execute("SELECT id FROM jobs ORDER BY created_at")]
+                ids = [row[0] for row in conn.execute(SQL["job_ids"])]
                 print(f"{args.jobs:,} jobs' lives written by hand (bench/storage_sketch.sql),"
                       f" batches of {args.batch}, PostgreSQL {conn.info.server_version}",
                       flush=True)
@@ -143,7 +144,7 @@ def measure(conn: psycopg.Connection, variant: Variant, ids: list[uuid.UUID],
     while True:
         with conn.transaction():
             if held:
-                finish(conn, variant.shape, held, org, user)
+                finish(conn, shape, held, org, user)
             held = [row[0] for row in run(conn, SQL[f"claim_{shape}"], shape, org=org,
                                           batch=batch)]
             if held:
@@ -167,10 +168,8 @@ def measure(conn: psycopg.Connection, variant: Variant, ids: list[uuid.UUID],
            if name.startswith(f"{shape}_") or name in SHARED or "(no relation)" in name
            # a truncated table's records name its old file, which no relation has any more
            or name == "a relation since dropped"}
-    # A backend sends its table counts at a transaction's end at most once a second: forced
-    # now, and sent by the next statement's end.
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    conn.execute("SELECT 1")
+    conn.execute(SQL["flush_counts"])
+    conn.execute(SQL["after_flush"])
     rows, hot = conn.execute(SQL["rows_written"], {"prefix": prefix}).fetchone()  # type: ignore[misc]
     growth = conn.execute(SQL["sizes"], {"prefix": prefix}).fetchone()[0]  # type: ignore[index]
     for table in ("jobs", "events", "audit", "counts", "metrics", "queue", "leases", "cursor"):

@@ -47,6 +47,10 @@ CREATE TABLE %(shape)s_audit (LIKE org_audit INCLUDING ALL);
 CREATE TABLE %(shape)s_counts (LIKE active_job_counts INCLUDING ALL);
 CREATE TABLE %(shape)s_metrics (LIKE metric_events INCLUDING ALL);
 
+-- job_ids --
+-- The real jobs submitted for the run, whose rows each variant copies.
+SELECT id FROM jobs ORDER BY created_at
+
 -- count_row --
 INSERT INTO %(shape)s_counts (organization_id, kind, slot, active)
 VALUES (%(org)s, %(kind)s, 0, 0)
@@ -153,6 +157,14 @@ VACUUM
 -- sizes --
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 WHERE c.relkind = 'r' AND c.relname LIKE %(prefix)s
+
+-- flush_counts --
+-- A backend sends its table counts at a transaction's end at most once a second: forced, and
+-- sent at the end of the next statement (after_flush).
+SELECT pg_stat_force_next_flush()
+
+-- after_flush --
+SELECT 1
 
 -- rows_written --
 SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint,
