@@ -52,8 +52,8 @@ class LeaseFlags:
     """What the worker process has learnt about one held lease since it was taken: lost to a
     newer attempt, or asked to cancel. Set by the process's heartbeat thread (and by the job's
     own writes), read by the job's thread at every checkpoint. Plain attributes, not Events: a
-    flag is only ever raised, never lowered or waited on, and an attribute's write is atomic;
-    two Events per lease were a sixth of a drain's samples in the worker (bench.profile)."""
+    flag is only ever raised, never lowered or waited on, and an attribute's write is atomic,
+    while an Event is a Condition and a lock made for every job a claim takes."""
 
     __slots__ = ("cancel", "lost")
 
