@@ -27,7 +27,7 @@ WITH scoped AS (
            array_agg(to_status ORDER BY id) AS statuses,
            min(at) FILTER (WHERE to_status = 'leased') AS leased_at,
            max(at) FILTER (WHERE to_status = 'completed') AS completed_at
-    FROM job_events
+    FROM job_history
     WHERE CAST(:org AS uuid) IS NULL OR organization_id = CAST(:org AS uuid)
     GROUP BY job_id
 ), totals AS (

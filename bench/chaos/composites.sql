@@ -29,7 +29,9 @@ SELECT c.parent_id::text AS parent_id, c.child_index, c.id::text AS id, c.status
 
 -- started_after_cancel --
 -- Children leased (a first claim, a claim after a resume, a re-lease after expiry) or created
--- after their parent's cancel took effect (see parents above), with how long after.
+-- after their parent's cancel took effect (see parents above), with how long after. A child's
+-- creation is its birth in job_history: its row's created_at, which the statements that make
+-- children stamp with clock_timestamp() as they insert it.
 WITH cancels AS (
     SELECT e.job_id AS parent_id, min(e.at) AS at
       FROM job_events e JOIN jobs p ON p.id = e.job_id
@@ -41,7 +43,7 @@ SELECT c.parent_id::text AS parent_id, c.id::text AS id, c.child_index,
        extract(epoch FROM e.at - k.at) AS seconds_after
   FROM cancels k
   JOIN jobs c ON c.parent_id = k.parent_id
-  JOIN job_events e ON e.job_id = c.id
+  JOIN job_history e ON e.job_id = c.id
  WHERE e.at > k.at AND (e.to_status = 'leased' OR e.from_status IS NULL)
  ORDER BY e.at
 

@@ -23,16 +23,16 @@ DELETE FROM jobs WHERE organization_id = :org
 -- for what has not happened. The events are stamped with clock_timestamp() inside the statement
 -- that made the change.
 SELECT extract(epoch FROM r.at - CAST(j.params ->> 'at' AS timestamptz)) AS resumed_after,
-       extract(epoch FROM (SELECT min(e.at) FROM job_events e
+       extract(epoch FROM (SELECT min(e.at) FROM job_history e
                            WHERE e.job_id = j.id AND e.to_status = 'leased' AND e.at >= r.at)
                           - CAST(j.params ->> 'at' AS timestamptz)) AS leased_after,
-       extract(epoch FROM (SELECT max(e.at) FROM job_events e
+       extract(epoch FROM (SELECT max(e.at) FROM job_history e
                            WHERE e.job_id = j.id AND e.to_status = 'completed')
                           - CAST(j.params ->> 'at' AS timestamptz)) AS completed_after,
-       EXISTS (SELECT 1 FROM job_events e
+       EXISTS (SELECT 1 FROM job_history e
                WHERE e.job_id = j.id AND e.to_status = 'waiting') AS waited
 FROM jobs j
-CROSS JOIN LATERAL (SELECT min(e.at) AS at FROM job_events e
+CROSS JOIN LATERAL (SELECT min(e.at) AS at FROM job_history e
                     WHERE e.job_id = j.id AND e.from_status = 'waiting'
                       AND e.to_status = 'queued') r
 WHERE j.organization_id = :org AND j.kind = 'bench_waiting.until'
@@ -44,7 +44,7 @@ WITH chains AS (
     SELECT job_id, array_agg(to_status ORDER BY id) AS statuses,
            min(at) FILTER (WHERE to_status = 'leased') AS leased_at,
            max(at) FILTER (WHERE to_status = 'completed') AS completed_at
-    FROM job_events WHERE organization_id = :org GROUP BY job_id
+    FROM job_history WHERE organization_id = :org GROUP BY job_id
 )
 SELECT count(*) AS jobs,
        count(*) FILTER (WHERE statuses = ARRAY['queued', 'leased', 'completed']) AS clean,
@@ -60,10 +60,10 @@ WITH parent AS (
     SELECT min(e.at) FILTER (WHERE e.to_status = 'leased') AS leased_at,
            max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at,
            count(*) FILTER (WHERE e.to_status = 'leased') AS runs
-    FROM job_events e JOIN parent p ON p.id = e.job_id
+    FROM job_history e JOIN parent p ON p.id = e.job_id
 ), children AS (
     SELECT e.job_id, array_agg(e.to_status ORDER BY e.id) AS statuses
-    FROM job_events e JOIN jobs c ON c.id = e.job_id
+    FROM job_history e JOIN jobs c ON c.id = e.job_id
     WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
     GROUP BY e.job_id
 )
@@ -86,12 +86,12 @@ WITH workflow AS (
     SELECT min(e.at) FILTER (WHERE e.from_status IS NULL) AS submitted_at,
            max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at,
            count(*) FILTER (WHERE e.to_status = 'leased') AS runs
-    FROM job_events e JOIN workflow w ON w.id = e.job_id
+    FROM job_history e JOIN workflow w ON w.id = e.job_id
 ), steps AS (
     SELECT e.job_id, array_agg(e.to_status ORDER BY e.id) AS statuses,
            max(e.at) FILTER (WHERE e.to_status = 'completed')
                - min(e.at) FILTER (WHERE e.to_status = 'leased') AS work
-    FROM job_events e JOIN jobs c ON c.id = e.job_id
+    FROM job_history e JOIN jobs c ON c.id = e.job_id
     WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
     GROUP BY e.job_id
 )
@@ -114,9 +114,9 @@ WITH workflow AS (
 ), workflow_events AS (
     SELECT min(e.at) FILTER (WHERE e.from_status IS NULL) AS submitted_at,
            max(e.at) FILTER (WHERE e.to_status = 'completed') AS completed_at
-    FROM job_events e JOIN workflow w ON w.id = e.job_id
+    FROM job_history e JOIN workflow w ON w.id = e.job_id
 ), step_events AS (
-    SELECT e.* FROM job_events e JOIN jobs c ON c.id = e.job_id
+    SELECT e.* FROM job_history e JOIN jobs c ON c.id = e.job_id
     WHERE c.organization_id = :org AND c.parent_id IS NOT NULL
 ), steps AS (
     SELECT job_id, count(*) FILTER (WHERE to_status = 'completed') AS completions
@@ -141,13 +141,13 @@ FROM workflow_events we
 WITH workflow AS (
     SELECT id, status FROM jobs WHERE organization_id = :org AND parent_id IS NULL
 ), asked AS (
-    SELECT min(e.at) AS at FROM job_events e JOIN workflow w ON w.id = e.job_id
+    SELECT min(e.at) AS at FROM job_history e JOIN workflow w ON w.id = e.job_id
     WHERE e.to_status IN ('cancel_requested', 'cancelled')
 ), grandchildren AS (
     SELECT g.id, g.status FROM jobs g
     JOIN jobs c ON c.id = g.parent_id JOIN workflow w ON w.id = c.parent_id
 ), reached AS (
-    SELECT max(e.at) AS at FROM job_events e JOIN grandchildren g ON g.id = e.job_id
+    SELECT max(e.at) AS at FROM job_history e JOIN grandchildren g ON g.id = e.job_id
     WHERE e.to_status = 'cancelled'
 )
 SELECT (SELECT string_agg(status, ',') FROM workflow) AS workflow_status,

@@ -91,7 +91,7 @@ SELECT id, organization_id, (SELECT name FROM organizations o WHERE o.id = j.org
 FROM jobs j WHERE id = :id
 
 -- job_events --
-SELECT from_status, to_status, attempt, actor, at FROM job_events WHERE job_id = :id ORDER BY id
+SELECT from_status, to_status, attempt, actor, at FROM job_history WHERE job_id = :id ORDER BY id
 
 -- job_diagnostics --
 SELECT attempt, worker, exception_class, traceback, at FROM job_diagnostics

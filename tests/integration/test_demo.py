@@ -155,7 +155,7 @@ def job_facts(data_dir: Path, job_id: str) -> tuple[dict[str, object], list[tupl
     with psycopg.connect(libpq_url(values["DATABASE_URL"])) as conn:
         row = conn.execute("SELECT status, attempts, now() AS now FROM jobs WHERE id = %s",
                            (job_id,)).fetchone()
-        events = conn.execute("SELECT to_status, at FROM job_events WHERE job_id = %s ORDER BY at, id",
+        events = conn.execute("SELECT to_status, at FROM job_history WHERE job_id = %s ORDER BY id",
                               (job_id,)).fetchall()
     assert row is not None
     return {"status": row[0], "attempts": row[1], "now": row[2]}, [(e[0], e[1]) for e in events]

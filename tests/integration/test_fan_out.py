@@ -46,8 +46,16 @@ def test_a_report_is_a_chord_one_step_per_project_then_a_merge_in_project_order(
             "SELECT max(c.finished_at) FROM jobs c"
             " WHERE c.parent_id = :p AND c.kind = 'projects_report.project'"),
             {"p": job["id"]}).scalar_one()
+        births = conn.execute(text(
+            "SELECT h.actor, h.at >= p.started_at FROM jobs c JOIN jobs p ON p.id = c.parent_id"
+            " JOIN job_history h ON h.job_id = c.id AND h.from_status IS NULL"
+            " WHERE c.parent_id = :p ORDER BY c.child_index"), {"p": job["id"]}).all()
     assert kinds == ["projects_report.project"] * 5 + ["projects_report.merge"]
     assert merge_started >= parts_ended  # the chord's callback runs after every part ended
+    # Each child's birth, read from its row: made by a worker (its parent's lease, or a
+    # sibling's finish), once the parent had started.
+    assert len(births) == 6
+    assert all(actor.startswith("worker:") and after_start for actor, after_start in births)
     # Children belong to the parent's organization and requester, taken from its row.
     assert {(c["organization_id"], c["requested_by"]) for c in kids} == {(org, anna.id)}
     assert done["progress"] == {"stage": "steps", "done": 6, "total": 6}

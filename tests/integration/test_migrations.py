@@ -198,3 +198,50 @@ def test_diagnostics_recorded_with_exception_messages_are_withheld_by_the_upgrad
         engine.dispose()
     assert [(cls, marker in traceback) for cls, traceback in rows] == [
         ("sqlalchemy.exc.DataError", False)]
+
+
+def test_the_upgrade_reads_births_from_the_rows_and_keeps_every_history_as_it_was(
+        databases: Databases):
+    """Revision 0060: a stored birth moves to its row (its actor to submitted_as when that is
+    not the requester), a planted row's birth becomes an event from 'queued', and each history
+    reads as before, its birth once."""
+    url = databases.new()
+    upgrade(url, revision="0059")
+    engine = make_engine(url, pool_size=1)
+    history = ("SELECT j.kind, e.from_status, e.to_status, e.attempt, e.actor"
+               " FROM {} e JOIN jobs j ON j.id = e.job_id ORDER BY j.kind, e.id")
+    try:
+        with owner_transaction(engine, actor="") as conn:  # no actor: the requester's birth
+            conn.execute(text(
+                "INSERT INTO users (email, name) VALUES ('anna@example.com', 'a');"
+                " INSERT INTO organizations (name) VALUES ('acme')"))
+            conn.execute(text(
+                "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
+                " SELECT o.id, u.id, 'a.by_the_requester', 30, 3 FROM organizations o, users u"))
+        with owner_transaction(engine, actor="operator:ops") as conn:
+            conn.execute(text(
+                "INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
+                " SELECT o.id, u.id, 'b.by_an_operator', 30, 3 FROM organizations o, users u"))
+            conn.execute(text(
+                "INSERT INTO jobs (organization_id, requested_by, kind, status, lease_seconds,"
+                " max_attempts, attempts, finished_at) SELECT o.id, u.id, 'c.planted', 'completed',"
+                " 30, 3, 1, now() FROM organizations o, users u"))
+        with owner_transaction(engine) as conn:
+            before = conn.execute(text(history.format("job_events"))).all()
+            requester = conn.execute(text("SELECT 'user:' || id FROM users")).scalar_one()
+        upgrade(url)
+        with owner_transaction(engine) as conn:
+            after = conn.execute(text(history.format("job_history"))).all()
+            stored = conn.execute(text(history.format("job_events"))).all()
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in before] == [
+        ("a.by_the_requester", None, "queued", 0, requester),
+        ("b.by_an_operator", None, "queued", 0, "operator:ops"),
+        ("c.planted", None, "completed", 1, "operator:ops")]
+    assert [tuple(row) for row in after] == [
+        ("a.by_the_requester", None, "queued", 0, requester),
+        ("b.by_an_operator", None, "queued", 0, "operator:ops"),
+        ("c.planted", None, "queued", 0, "operator:ops"),
+        ("c.planted", "queued", "completed", 1, "operator:ops")]
+    assert [tuple(row) for row in stored] == [("c.planted", "queued", "completed", 1, "operator:ops")]

@@ -25,7 +25,7 @@ from spacejobs.models.kinds import get_kind
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
-TENANT_TABLES = ("projects", "memberships", "job_events")
+TENANT_TABLES = ("projects", "memberships", "job_events", "job_history")
 
 
 def rls_violation(table: str) -> str:
@@ -171,6 +171,10 @@ def test_worker_role_sees_the_tenant_rows_of_a_lease_it_presents_and_no_others(
     with transaction(roles.worker, organization_id=world.a.id) as conn:
         assert set(conn.execute(text("SELECT organization_id FROM job_events")).scalars()) == {
             world.a.id}
+        # The births job_history reads from jobs, which the worker reads across organizations,
+        # are its scoped organization's only, as its events are.
+        assert set(conn.execute(text("SELECT organization_id FROM job_history")).scalars()) == {
+            world.a.id}
 
 
 # ----------------------------------------------------------------------------- tenant A in scope
@@ -180,13 +184,14 @@ def test_app_role_scoped_to_a_sees_only_as_projects_and_jobs(roles: Roles, world
         projects = {str(p) for p in conn.execute(text("SELECT id FROM projects")).scalars()}
         job_ids = {str(j) for j in conn.execute(text("SELECT id FROM jobs")).scalars()}
         event_orgs = set(conn.execute(text("SELECT organization_id FROM job_events")).scalars())
+        history_orgs = set(conn.execute(text("SELECT organization_id FROM job_history")).scalars())
         b_by_id = conn.execute(text("SELECT count(*) FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))"),
                                {"ids": world.b.jobs}).scalar_one()
         b_projects = conn.execute(text("SELECT count(*) FROM projects WHERE organization_id = :org"),
                                   {"org": world.b.id}).scalar_one()
     assert projects == set(world.a.projects)
     assert job_ids == set(world.a.jobs)
-    assert event_orgs == {world.a.id}
+    assert event_orgs == history_orgs == {world.a.id}
     assert b_by_id == 0 and b_projects == 0
 
 

@@ -40,7 +40,7 @@ def spans(stack: Stack, workflow_id) -> tuple[float, float, dict[str, list[str]]
     with stack.admin() as conn:
         rows = conn.execute(text(
             "SELECT j.id::text AS job, j.parent_id IS NULL AS workflow, e.to_status, e.at"
-            " FROM jobs j JOIN job_events e ON e.job_id = j.id"
+            " FROM jobs j JOIN job_history e ON e.job_id = j.id"
             " WHERE j.id = :id OR j.parent_id = :id ORDER BY e.id"), {"id": workflow_id}).all()
     steps = [row for row in rows if not row.workflow]
     events: dict[str, list[str]] = {}

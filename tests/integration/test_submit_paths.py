@@ -375,7 +375,7 @@ def test_a_priority_out_of_range_is_a_400_and_writes_nothing(stack: Stack, clien
 SAME_ROW = text("SELECT to_jsonb(j) - ARRAY['id', 'created_at', 'updated_at', 'last_wakeup_at',"
                 " 'sequence_position']"
                 " FROM jobs j WHERE j.id = :id")
-SAME_EVENTS = text("SELECT from_status, to_status, attempt, actor FROM job_events"
+SAME_EVENTS = text("SELECT from_status, to_status, attempt, actor FROM job_history"
                    " WHERE job_id = :id ORDER BY id")
 # the one difference a batch keeps on purpose: its entries say they came in a bulk request
 SAME_AUDIT = text("SELECT action, actor_id, actor, detail - 'bulk', detail ? 'bulk', request_id"

@@ -6,7 +6,7 @@
 SELECT * FROM jobs WHERE id = :id
 
 -- job_events --
-SELECT from_status, to_status, attempt, actor, at FROM job_events WHERE job_id = :id ORDER BY id
+SELECT from_status, to_status, attempt, actor, at FROM job_history WHERE job_id = :id ORDER BY id
 
 -- counts_by_status --
 SELECT status, count(*) FROM jobs GROUP BY status
@@ -34,14 +34,14 @@ SELECT count(*) FROM (
 -- Each event must start where the job's previous event ended (the first one from NULL).
 SELECT count(*) FROM (
     SELECT from_status, lag(to_status) OVER w AS previous
-      FROM job_events WINDOW w AS (PARTITION BY job_id ORDER BY id)
+      FROM job_history WINDOW w AS (PARTITION BY job_id ORDER BY id)
 ) e
  WHERE from_status IS DISTINCT FROM previous
 
 -- status_disagrees_with_events --
 SELECT count(*) FROM jobs j
  WHERE j.status IS DISTINCT FROM
-       (SELECT e.to_status FROM job_events e WHERE e.job_id = j.id ORDER BY e.id DESC LIMIT 1)
+       (SELECT e.to_status FROM job_history e WHERE e.job_id = j.id ORDER BY e.id DESC LIMIT 1)
 
 -- expired_lease_takeovers --
 -- A lease taken over by a worker shows as leased -> leased; one the sweeper ended or put back

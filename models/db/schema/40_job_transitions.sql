@@ -189,9 +189,10 @@ CREATE TRIGGER job_reservations_deleted AFTER DELETE ON job_reservations
     REFERENCING OLD TABLE AS old_reservations
     FOR EACH STATEMENT EXECUTE FUNCTION job_reservations_counted();
 
--- Inserted jobs: their 'queued' events, and one NOTIFY per statement for workers that LISTEN
--- (a wake-up faster than the broker's; the broker's wake-up and the sweeper remain the
--- guarantee, NOTIFY is only a shortcut). The actor defaults to the requester.
+-- Inserted jobs: one NOTIFY per statement for workers that LISTEN (a wake-up faster than the
+-- broker's; the broker's wake-up and the sweeper remain the guarantee, NOTIFY is only a
+-- shortcut). A job's birth is no event row: job_history reads it from the job's row. A row the
+-- owner plants in another state gets the event that takes it there from 'queued'.
 -- SECURITY DEFINER: job_events is written by this function only, whoever inserted the job.
 CREATE FUNCTION jobs_after_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -209,10 +210,10 @@ BEGIN
             USING ERRCODE = 'check_violation';
     END IF;
     INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
-    SELECT n.id, n.organization_id, NULL, n.status, n.attempts,
-           coalesce(nullif(current_setting('app.actor', true), ''), 'user:' || n.requested_by)
-    FROM new_jobs n;
-    IF FOUND THEN
+    SELECT n.id, n.organization_id, 'queued', n.status, n.attempts,
+           coalesce(app_actor(), 'user:' || n.requested_by)
+    FROM new_jobs n WHERE n.status <> 'queued';
+    IF EXISTS (SELECT FROM new_jobs) THEN
         PERFORM pg_notify('spacejobs_jobs', '');
     END IF;
     PERFORM add_active_jobs(array_agg(n.organization_id), array_agg(n.kind), array_agg(1))

@@ -383,7 +383,7 @@ BEGIN
         INSERT INTO jobs AS j (id, organization_id, requested_by, kind, params, max_attempts,
                                lease_seconds, dedup_key, idempotency_key, request_id, run_after,
                                retry_of, priority, traceparent, sequence_key, sequence_position,
-                               debounce_seconds)
+                               debounce_seconds, submitted_as)
         SELECT n.id, p_organization_id, p_requested_by, n.kind, n.params,
                least(greatest(n.max_attempts, 1), 100), least(greatest(n.lease_seconds, 1), 86400),
                n.dedup_key, p_idempotency_key, p_request_id,
@@ -400,7 +400,9 @@ BEGIN
                CASE WHEN n.sequence_key IS NOT NULL THEN nextval('job_sequence_positions') END,
                CASE WHEN n.dedup_key IS NOT NULL
                          AND cardinality(workflow_step_kinds(n.kind, n.params)) = 0
-                    THEN n.debounce END
+                    THEN n.debounce END,
+               -- who submits, when not the requester (job_history's birth)
+               nullif(app_actor(), 'user:' || p_requested_by)
         FROM (SELECT u.* FROM unnest(p_ids, p_kinds, p_params, p_max_attempts, p_lease_seconds,
                                      p_dedup_keys, p_run_afters, p_priorities,
                                      coalesce(p_sequence_keys,

@@ -64,9 +64,12 @@ BEGIN
         FROM due d WHERE f.parent_id = d.parent_id
     ), inserted AS (
         INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                          request_id, parent_id, child_index)
+                          request_id, parent_id, child_index, submitted_as, created_at)
         SELECT p.organization_id, p.requested_by, f.kind, t.params, f.max_attempts, f.lease_seconds,
-               p.request_id, p.id, t.place
+               p.request_id, p.id, t.place, nullif(app_actor(), 'user:' || p.requested_by),
+               -- the moment it is made, not its transaction's start: its birth in job_history
+               -- (the chaos run dates a child made after its parent's cancel by it)
+               clock_timestamp()
         FROM taken t JOIN job_fan_outs f ON f.parent_id = t.parent_id JOIN jobs p ON p.id = t.parent_id
         ORDER BY t.parent_id, t.place
         ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING
@@ -310,10 +313,11 @@ BEGIN
         WHERE w.parent_id = t.parent_id
     ), inserted AS (
         INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                          request_id, parent_id, child_index)
+                          request_id, parent_id, child_index, submitted_as, created_at)
         SELECT p.organization_id, p.requested_by, t.kind,
                t.params || jsonb_build_object('_after', to_jsonb(t.after)),
-               t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place
+               t.max_attempts, t.lease_seconds, p.request_id, p.id, t.place,
+               nullif(app_actor(), 'user:' || p.requested_by), clock_timestamp()
         FROM taken t JOIN jobs p ON p.id = t.parent_id
         ORDER BY t.parent_id, t.place
         ON CONFLICT (parent_id, child_index) WHERE parent_id IS NOT NULL DO NOTHING

@@ -146,13 +146,14 @@ BEGIN
         RETURN handler;
     END IF;
     INSERT INTO jobs (organization_id, requested_by, kind, params, max_attempts, lease_seconds,
-                      request_id, traceparent)
+                      request_id, traceparent, submitted_as)
     VALUES (workflow.organization_id, workflow.requested_by,
             workflow.params -> 'on_failure' ->> 'kind',
             coalesce(workflow.params -> 'on_failure' -> 'params', '{}'::jsonb)
                 || jsonb_build_object('_inputs', jsonb_build_array(p_failure)),
             least(greatest(p_max_attempts, 1), 100), least(greatest(p_lease_seconds, 1), 86400),
-            workflow.request_id, workflow.traceparent)
+            workflow.request_id, workflow.traceparent,
+            nullif(app_actor(), 'user:' || workflow.requested_by))
     RETURNING id INTO handler;
     INSERT INTO job_failure_handlers (workflow_id, handler_id) VALUES (p_workflow, handler);
     RETURN handler;
