@@ -294,7 +294,7 @@ CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
 
 -- A job's whole history: its birth, read from its row, then its stored events. A job born
 -- queued has no job_events row for its birth: the row says who asked (requested_by,
--- submitted_as) and when (created_at), and a row and its key per submit were 232 of the 3,247
+-- submitted_as) and when (created_at), and a row and its key per submit were 258 of the 3,247
 -- bytes of WAL a job wrote (bench.cost, revision 0060). A row the owner plants in another state (a restore, a test's
 -- set-up) keeps its birth as a stored event from 'queued' (jobs_after_insert()). The birth
 -- sorts first (id 0; stored events count from 1) and lives as long as the job's row, past
