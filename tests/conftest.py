@@ -19,6 +19,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -122,6 +123,29 @@ def submit(client: Any, org: Any, user: TestUser, kind: str, params: dict | None
     answer = client.post(f"/api/v1/orgs/{org}/jobs", json=body, headers=user.auth)
     assert answer.status_code == 202, answer.get_json()
     return answer.get_json()
+
+
+@dataclass
+class OperatorRetry:
+    """A job of ``requester``'s, cancelled by them, then retried by ``operator`` as a new job."""
+
+    org: Any
+    requester: TestUser
+    operator: TestUser
+    job: str
+    retry: str
+
+
+def operator_retry(stack: Stack, client: Any) -> OperatorRetry:
+    """An organization whose owner submits and cancels a job, and an operator who retries it."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    olga = stack.operator()
+    job = submit(client, org, anna, "bench.noop")["id"]
+    assert client.post(f"/api/v1/orgs/{org}/jobs/{job}/cancel", headers=anna.auth).status_code == 200
+    answer = client.post(f"/ops/api/jobs/{job}/retry", headers=olga.auth)
+    assert answer.status_code == 200
+    return OperatorRetry(org, anna, olga, job, answer.get_json()["id"])
 
 
 def csrf_of(page: Any) -> str:

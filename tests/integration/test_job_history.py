@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from spacejobs.models.db.transaction import transaction
-from tests.conftest import submit
+from tests.conftest import operator_retry, submit
 from tests.integration.leasing import claim_one, complete_one
 from tests.kit.stack import Stack
 
@@ -56,19 +56,13 @@ def test_a_submit_stores_no_birth_event_and_its_history_begins_with_it(bare_stac
 def test_a_birth_by_someone_other_than_the_requester_names_them(bare_stack: Stack, client):
     """An operator's retry is the requester's job, submitted by the operator: its row keeps who
     submitted it, and so does its history's birth."""
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    olga = bare_stack.operator()
-    job = submit(client, org, anna, "bench.noop")["id"]
-    assert client.post(f"/api/v1/orgs/{org}/jobs/{job}/cancel", headers=anna.auth).status_code == 200
-    answer = client.post(f"/ops/api/jobs/{job}/retry", headers=olga.auth)
-    assert answer.status_code == 200
-    retry = answer.get_json()["id"]
-    assert bare_stack.job_row(retry)["requested_by"] == anna.id
-    assert bare_stack.job_row(retry)["submitted_as"] == f"operator:{olga.id}"
-    assert [(e["from_status"], e["to_status"], e["actor"]) for e in bare_stack.events(retry)] == [
-        (None, "queued", f"operator:{olga.id}")]
-    assert stored_events(bare_stack, retry) == 0
+    made = operator_retry(bare_stack, client)
+    row = bare_stack.job_row(made.retry)
+    assert (row["requested_by"], row["submitted_as"]) == (made.requester.id,
+                                                          f"operator:{made.operator.id}")
+    assert [(e["from_status"], e["to_status"], e["actor"])
+            for e in bare_stack.events(made.retry)] == [(None, "queued", f"operator:{made.operator.id}")]
+    assert stored_events(bare_stack, made.retry) == 0
 
 
 def test_the_history_of_another_organizations_job_is_empty_for_the_web(bare_stack: Stack, client):

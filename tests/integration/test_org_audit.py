@@ -25,7 +25,7 @@ from spacejobs.models.jobs import service, store
 from spacejobs.models.jobs.service import Jobs
 from spacejobs.models.tenancy import accounts
 from spacejobs.models.tenancy.access import find_membership
-from tests.conftest import csrf_of, sign_in, submit
+from tests.conftest import csrf_of, operator_retry, sign_in, submit
 from tests.integration.leasing import complete_one
 from tests.kit.processes import REPO_ROOT as ROOT
 from tests.kit.seeding import ACTOR, TestUser
@@ -180,20 +180,15 @@ def test_a_cancel_by_an_operator_names_the_operator(bare_stack: Stack, client):
 
 
 def test_an_operators_retry_is_a_submit_by_the_operator(bare_stack: Stack, client):
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    olga = bare_stack.operator()
-    job = submit(client, org, anna, "bench.noop")["id"]
-    assert client.post(f"/api/v1/orgs/{org}/jobs/{job}/cancel", headers=anna.auth).status_code == 200
-    answer = client.post(f"/ops/api/jobs/{job}/retry", headers=olga.auth)
-    assert answer.status_code == 200
-    new = answer.get_json()["id"]
+    made = operator_retry(bare_stack, client)
+    olga = made.operator
 
-    retry = entries(bare_stack, org)[-1]
+    retry = entries(bare_stack, made.org)[-1]
     assert (retry["action"], retry["job_id"], retry["actor_id"], retry["actor"], retry["detail"]) == (
-        "job.submit", uuid.UUID(new), olga.id, f"operator:{olga.id}",
-        {"kind": "bench.noop", "retry_of": job})
-    assert bare_stack.job_row(new)["requested_by"] == anna.id  # the job is still anna's
+        "job.submit", uuid.UUID(made.retry), olga.id, f"operator:{olga.id}",
+        {"kind": "bench.noop", "retry_of": made.job})
+    # the job is still anna's
+    assert bare_stack.job_row(made.retry)["requested_by"] == made.requester.id
 
 
 def test_a_download_through_the_api_is_audited_without_the_result(bare_stack: Stack, client):
