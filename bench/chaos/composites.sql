@@ -32,11 +32,19 @@ SELECT c.parent_id::text AS parent_id, c.child_index, c.id::text AS id, c.status
 -- after their parent's cancel took effect (see parents above), with how long after. A child's
 -- creation is its birth in job_history: its row's created_at, which the statements that make
 -- children stamp with clock_timestamp() as they insert it.
+-- One lease after the stamp is not a step started after the cancel: the jobs trigger stamps the
+-- parent's event before it stops the children (stop_children()), and a child made while the
+-- cancel's lock_tree() waited (its snapshot did not hold it) may be locked by a claim then; the
+-- cancel waits for that claim to commit and then stops the child, in the cancel's own
+-- transaction. The claim committed first: it started before the cancel did anything. A lease
+-- the cancel's transaction stopped afterwards (its stop event written by the same transaction
+-- as the parent's cancel event) is that case; any other lease after the stamp is a step that
+-- started after the cancel.
 WITH cancels AS (
-    SELECT e.job_id AS parent_id, min(e.at) AS at
+    SELECT DISTINCT ON (e.job_id) e.job_id AS parent_id, e.at, e.xmin AS cancelled_by
       FROM job_events e JOIN jobs p ON p.id = e.job_id
      WHERE p.parent_id IS NULL AND e.to_status IN ('cancel_requested', 'cancelled')
-     GROUP BY e.job_id
+     ORDER BY e.job_id, e.at
 )
 SELECT c.parent_id::text AS parent_id, c.id::text AS id, c.child_index,
        coalesce(e.from_status, 'created') || ' -> ' || e.to_status AS event,
@@ -45,6 +53,10 @@ SELECT c.parent_id::text AS parent_id, c.id::text AS id, c.child_index,
   JOIN jobs c ON c.parent_id = k.parent_id
   JOIN job_history e ON e.job_id = c.id
  WHERE e.at > k.at AND (e.to_status = 'leased' OR e.from_status IS NULL)
+   AND NOT (e.to_status = 'leased' AND EXISTS (
+           SELECT 1 FROM job_events s
+            WHERE s.job_id = c.id AND s.id > e.id AND s.xmin = k.cancelled_by
+              AND s.to_status IN ('cancel_requested', 'cancelled')))
  ORDER BY e.at
 
 -- steps_cancelled_alone --
