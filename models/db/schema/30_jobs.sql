@@ -295,10 +295,10 @@ CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
 -- A job's whole history: its birth, read from its row, then its stored events. A job born
 -- queued has no job_events row for its birth: the row says who asked (requested_by,
 -- submitted_as) and when (created_at), and a row and its key per submit were 258 of the 3,247
--- bytes of WAL a job wrote (bench.cost, revision 0060). A row the owner plants in another state (a restore, a test's
--- set-up) keeps its birth as a stored event from 'queued' (jobs_after_insert()). The birth
--- sorts first (id 0; stored events count from 1) and lives as long as the job's row, past
--- the retention of its stored events.
+-- bytes of WAL a job wrote (bench.cost, revision 0060). A row the owner plants in another
+-- state (a restore, a test's set-up) keeps its birth as a stored event from 'queued'
+-- (jobs_after_insert()). The birth sorts first (id 0; stored events count from 1) and lives
+-- as long as the job's row, past the retention of its stored events.
 -- security_invoker: each reader sees the rows its own policies let it see, and the worker,
 -- which reads every organization's jobs but only its scoped organization's events, sees only
 -- that organization's births too.
