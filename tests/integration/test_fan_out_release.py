@@ -230,3 +230,26 @@ def test_a_workflow_with_max_parallel_makes_its_ready_steps_as_room_comes(db: St
     end_child(db, children(db, parent)[0]["id"])  # 3 is ready now, and there is room
     assert [c["child_index"] for c in children(db, parent)] == [0, 1, 2, 3]
     assert unfinished(db, parent) == 2
+
+
+def test_a_child_is_dated_when_it_is_made_not_when_its_transaction_began(db: Stack):
+    """A child's created_at is its birth in job_history, and the chaos run's cancel invariant
+    dates a step made after its workflow's cancel by it: the statements that make children
+    stamp the moment they run (clock_timestamp()), not their transaction's start (now())."""
+    fan_parent = leased_parent(db)
+    flow_parent = leased_parent(db)
+    noop = get_kind("bench.noop").rules
+    for start in ("fan_out", "workflow"):
+        with transaction(db.worker_db) as conn:
+            began = conn.execute(text("SELECT now()")).scalar_one()
+            conn.execute(text("SELECT pg_sleep(0.3)"))
+            if start == "fan_out":
+                parent = fan_parent
+                assert store.start_fan_out(conn, parent, PART, [{"n": 0}], max_parallel=1)
+            else:
+                parent = flow_parent
+                assert store.start_workflow(conn, parent, [store.StepPlan(noop, {}, [])],
+                                            "fail_fast")
+        (child,) = children(db, parent)
+        born = db.job_row(child["id"])["created_at"]
+        assert (born - began).total_seconds() >= 0.3, start
