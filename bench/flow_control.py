@@ -122,7 +122,7 @@ def leases(stack: Stack, org: uuid.UUID) -> list[tuple[str, Any, Any, Any]]:
     with stack.admin() as conn:
         return [tuple(r) for r in conn.execute(text(
             "SELECT j.sequence_key, j.sequence_position,"
-            "       (SELECT min(e.at) FROM job_events e WHERE e.job_id = j.id"
+            "       (SELECT min(e.at) FROM job_history e WHERE e.job_id = j.id"
             "          AND e.to_status = 'leased'), j.finished_at"
             " FROM jobs j WHERE j.organization_id = :org"), {"org": org})]
 
@@ -249,7 +249,7 @@ def fairness(stack: Stack, seconds: float, slots: int) -> list[bool]:
             busy[name] = conn.execute(text(
                 "SELECT coalesce(sum(extract(epoch FROM least(j.finished_at, to_timestamp(:end))"
                 " - greatest(e.at, to_timestamp(:start)))), 0) FROM jobs j"
-                " JOIN LATERAL (SELECT min(at) AS at FROM job_events WHERE job_id = j.id"
+                " JOIN LATERAL (SELECT min(at) AS at FROM job_history WHERE job_id = j.id"
                 "               AND to_status = 'leased') e ON true"
                 " WHERE j.organization_id = :org AND j.finished_at IS NOT NULL"),
                 {"org": org, "start": began, "end": began + seconds}).scalar_one()
@@ -279,7 +279,7 @@ def fairness(stack: Stack, seconds: float, slots: int) -> list[bool]:
         proc.join()
     with stack.admin() as conn:
         waits = [float(w) for w in conn.execute(text(
-            "SELECT extract(epoch FROM (SELECT min(e.at) FROM job_events e WHERE e.job_id = j.id"
+            "SELECT extract(epoch FROM (SELECT min(e.at) FROM job_history e WHERE e.job_id = j.id"
             " AND e.to_status = 'leased') - j.created_at) FROM jobs j"
             " WHERE j.organization_id = :org AND j.started_at IS NOT NULL"),
             {"org": b}).scalars()]

@@ -52,7 +52,7 @@ FROM totals
 
 -- claims_by_actor --
 -- Which pool processes took part (the lease event's actor names the process).
-SELECT actor, count(*) AS jobs FROM job_events
+SELECT actor, count(*) AS jobs FROM job_history
 WHERE to_status = 'leased'
   AND (CAST(:org AS uuid) IS NULL OR organization_id = CAST(:org AS uuid))
 GROUP BY actor ORDER BY actor
@@ -66,20 +66,21 @@ WHERE status = 'completed'
   AND (CAST(:org AS uuid) IS NULL OR organization_id = CAST(:org AS uuid))
 
 -- event_latencies --
--- Per job, seconds from its row's created_at (the submitting transaction's start) to the event
--- of its completion (in the finishing statement, just before its COMMIT), and to its lease.
+-- Per job, seconds from its row's created_at (the submitting transaction's start) to its
+-- completion in its history, and to its lease: a stored event is stamped in the statement that
+-- made the change, a completion its row holds at its finished_at (its transaction's start).
 SELECT extract(epoch FROM done.at - j.created_at) AS finished,
        extract(epoch FROM leased.at - j.created_at) AS started
 FROM jobs j
-JOIN job_events done ON done.job_id = j.id AND done.to_status = 'completed'
-JOIN job_events leased ON leased.job_id = j.id AND leased.to_status = 'leased'
+JOIN job_history done ON done.job_id = j.id AND done.to_status = 'completed'
+JOIN job_history leased ON leased.job_id = j.id AND leased.to_status = 'leased'
 WHERE CAST(:org AS uuid) IS NULL OR j.organization_id = CAST(:org AS uuid)
 
 -- leased_count --
-SELECT count(*) FROM job_events WHERE to_status = 'leased'
+SELECT count(*) FROM job_history WHERE to_status = 'leased'
 
 -- completion_events --
-SELECT job_id, at FROM job_events WHERE to_status = 'completed'
+SELECT job_id, at FROM job_history WHERE to_status = 'completed'
 
 -- lone_wait --
 -- The lone organization's job: seconds from its row's created_at to its lease event, and how
@@ -87,11 +88,11 @@ SELECT job_id, at FROM job_events WHERE to_status = 'completed'
 -- mid-flood). The flood's drain rate spans its first lease to its last completion.
 WITH lone AS (
     SELECT j.created_at, e.at AS leased_at
-    FROM jobs j JOIN job_events e ON e.job_id = j.id AND e.to_status = 'leased'
+    FROM jobs j JOIN job_history e ON e.job_id = j.id AND e.to_status = 'leased'
     WHERE j.organization_id = :lone
 ), flood AS (
     SELECT e.job_id, e.to_status, e.at
-    FROM job_events e JOIN jobs j ON j.id = e.job_id
+    FROM job_history e JOIN jobs j ON j.id = e.job_id
     WHERE j.organization_id <> :lone AND e.to_status IN ('leased', 'completed')
 )
 SELECT extract(epoch FROM lone.leased_at - lone.created_at) AS wait_s,

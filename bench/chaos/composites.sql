@@ -4,7 +4,7 @@
 
 -- parents --
 -- Every workflow and fan-out parent, with its terminal events and the moment its cancel took
--- effect: job_events.at is clock_timestamp() in the jobs trigger, which runs at the END of the
+-- effect: a stored event's at is clock_timestamp() in the jobs trigger, which runs at the END of the
 -- statement that changed the row. The cancel statement (request_cancel) moves the parent to
 -- cancel_requested or cancelled AND every child it can see to cancelled or cancel_requested,
 -- locking each; a claim that had locked a child first commits before that statement goes on.
@@ -12,17 +12,17 @@
 -- child that could still start legitimately had started (or been stopped by it): a child
 -- leased or created after that stamp is a step that started after its workflow's cancel.
 SELECT p.id::text AS id, p.kind, p.status, p.params, p.result,
-       (SELECT count(*) FROM job_events e
+       (SELECT count(*) FROM job_history e
          WHERE e.job_id = p.id AND e.to_status IN {TERMINAL})
            AS terminal_events,
-       (SELECT min(e.at) FROM job_events e
+       (SELECT min(e.at) FROM job_history e
          WHERE e.job_id = p.id AND e.to_status IN ('cancel_requested', 'cancelled')) AS cancelled_at
   FROM jobs p
  WHERE p.parent_id IS NULL AND p.kind = ANY (CAST(:kinds AS text[]))
 
 -- children --
 SELECT c.parent_id::text AS parent_id, c.child_index, c.id::text AS id, c.status, c.result,
-       (SELECT count(*) FROM job_events e WHERE e.job_id = c.id AND e.to_status = 'completed')
+       (SELECT count(*) FROM job_history e WHERE e.job_id = c.id AND e.to_status = 'completed')
            AS completions
   FROM jobs c
  WHERE c.parent_id IS NOT NULL
@@ -75,7 +75,7 @@ SELECT job_id::text AS id, result FROM job_steps WHERE name = :name
 SELECT j.id::text AS id, CAST(s.result #>> '{}' AS timestamptz) AS due, e.at AS completed_at
   FROM jobs j
   JOIN job_steps s ON s.job_id = j.id AND s.name = 'sleep#1'
-  JOIN job_events e ON e.job_id = j.id AND e.to_status = 'completed'
+  JOIN job_history e ON e.job_id = j.id AND e.to_status = 'completed'
  WHERE j.kind = 'bench.wait'
 
 -- signals --
@@ -86,7 +86,7 @@ SELECT j.id::text AS id, j.status, j.result,
        (SELECT count(*) FROM job_signals s WHERE s.job_id = j.id AND s.taken_at IS NOT NULL)
            AS taken,
        (SELECT min(s.sent_at) FROM job_signals s WHERE s.job_id = j.id) AS sent_at,
-       (SELECT min(e.at) FROM job_events e WHERE e.job_id = j.id AND e.to_status = 'waiting')
+       (SELECT min(e.at) FROM job_history e WHERE e.job_id = j.id AND e.to_status = 'waiting')
            AS first_waited_at
   FROM jobs j
  WHERE j.kind = 'bench.await_signal'

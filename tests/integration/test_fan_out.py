@@ -39,7 +39,7 @@ def test_a_report_is_a_chord_one_step_per_project_then_a_merge_in_project_order(
         kinds = conn.execute(text("SELECT kind FROM jobs WHERE parent_id = :p ORDER BY child_index"),
                              {"p": job["id"]}).scalars().all()
         merge_started = conn.execute(text(
-            "SELECT min(e.at) FROM job_events e JOIN jobs c ON c.id = e.job_id"
+            "SELECT min(e.at) FROM job_history e JOIN jobs c ON c.id = e.job_id"
             " WHERE c.parent_id = :p AND c.kind = 'projects_report.merge'"
             " AND e.to_status = 'leased'"), {"p": job["id"]}).scalar_one()
         parts_ended = conn.execute(text(
@@ -72,7 +72,7 @@ def test_a_report_runs_at_most_max_parallel_of_its_parts_at_a_time(stack: Stack,
     with stack.admin() as conn:
         spans = conn.execute(text(
             "SELECT min(e.at) FILTER (WHERE e.to_status = 'leased') AS began, c.finished_at"
-            " FROM jobs c JOIN job_events e ON e.job_id = c.id WHERE c.parent_id = :p"
+            " FROM jobs c JOIN job_history e ON e.job_id = c.id WHERE c.parent_id = :p"
             " GROUP BY c.id, c.finished_at ORDER BY began"), {"p": job["id"]}).all()
     # One at a time: each step began only after the one before it had finished.
     assert all(later.began >= earlier.finished_at for earlier, later in itertools.pairwise(spans))

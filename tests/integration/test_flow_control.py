@@ -47,7 +47,7 @@ def lease_times(stack: Stack, job_ids: list[str]) -> dict[str, list[datetime]]:
     """Every moment each job was leased (an attempt started), from its events."""
     with stack.admin() as conn:
         rows = conn.execute(text(
-            "SELECT job_id::text, at FROM job_events WHERE to_status = 'leased'"
+            "SELECT job_id::text, at FROM job_history WHERE to_status = 'leased'"
             " AND job_id = ANY (CAST(:ids AS uuid[])) ORDER BY at"), {"ids": job_ids}).all()
     found: dict[str, list[datetime]] = {job_id: [] for job_id in job_ids}
     for job_id, at in rows:

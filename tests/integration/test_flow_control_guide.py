@@ -37,7 +37,7 @@ def test_the_partner_sync_example_limits_orders_and_debounces(bare_stack: Stack)
     with stack.admin() as conn:
         rows = conn.execute(text(
             "SELECT j.id::text, j.sequence_key, j.finished_at,"
-            " (SELECT min(e.at) FROM job_events e WHERE e.job_id = j.id"
+            " (SELECT min(e.at) FROM job_history e WHERE e.job_id = j.id"
             "  AND e.to_status = 'leased') AS leased"
             " FROM jobs j WHERE j.organization_id = :o ORDER BY j.sequence_position NULLS LAST"),
             {"o": org}).all()

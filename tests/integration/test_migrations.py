@@ -245,3 +245,44 @@ def test_the_upgrade_reads_births_from_the_rows_and_keeps_every_history_as_it_wa
         ("c.planted", None, "queued", 0, "operator:ops"),
         ("c.planted", "queued", "completed", 1, "operator:ops")]
     assert [tuple(row) for row in stored] == [("c.planted", "queued", "completed", 1, "operator:ops")]
+
+
+def test_after_the_upgrade_a_lease_held_across_it_ends_in_stored_events_and_a_new_one_on_its_row(
+        databases: Databases):
+    """Revision 0061: a lease taken before the upgrade was stored as an event, and its
+    completion after the upgrade is stored too (its row holds no lease); a job leased and
+    completed after it stores neither. Each history reads birth, lease, completion, once."""
+    url = databases.new()
+    upgrade(url, revision="0060")
+    engine = make_engine(url, pool_size=1)
+    lease = ("UPDATE jobs SET status = 'leased', leased_by = 'w1', lease_token = gen_random_uuid(),"
+             " lease_until = now() + interval '1 minute', attempts = 1 WHERE kind = :kind")
+    complete = "UPDATE jobs SET status = 'completed', result = '{}' WHERE kind = :kind"
+    history = ("SELECT j.kind, e.from_status, e.to_status, e.attempt, e.actor"
+               " FROM {} e JOIN jobs j ON j.id = e.job_id ORDER BY j.kind, e.id")
+    try:
+        with owner_transaction(engine, actor="") as conn:
+            conn.execute(text(
+                "INSERT INTO users (email, name) VALUES ('anna@example.com', 'a');"
+                " INSERT INTO organizations (name) VALUES ('acme');"
+                " INSERT INTO jobs (organization_id, requested_by, kind, lease_seconds, max_attempts)"
+                " SELECT o.id, u.id, k, 30, 3 FROM organizations o, users u,"
+                "  unnest(ARRAY['a.held_across', 'b.after']) AS k"))
+            requester = conn.execute(text("SELECT 'user:' || id FROM users")).scalar_one()
+        with owner_transaction(engine, actor="worker:w1") as conn:
+            conn.execute(text(lease), {"kind": "a.held_across"})
+        upgrade(url)
+        for kind, steps in (("a.held_across", [complete]), ("b.after", [lease, complete])):
+            for step in steps:
+                with owner_transaction(engine, actor="worker:w1") as conn:
+                    conn.execute(text(step), {"kind": kind})
+        with owner_transaction(engine) as conn:
+            after = conn.execute(text(history.format("job_history"))).all()
+            stored = conn.execute(text(history.format("job_events"))).all()
+    finally:
+        engine.dispose()
+    ran = [("queued", "leased", 1, "worker:w1"), ("leased", "completed", 1, "worker:w1")]
+    assert [tuple(row) for row in after] == [
+        ("a.held_across", None, "queued", 0, requester), *[("a.held_across", *m) for m in ran],
+        ("b.after", None, "queued", 0, requester), *[("b.after", *m) for m in ran]]
+    assert [tuple(row) for row in stored] == [("a.held_across", *m) for m in ran]

@@ -27,7 +27,7 @@ def leases_by_place(stack: Stack, workflow_id: object) -> dict[int, int]:
     with stack.admin() as conn:
         return dict(conn.execute(text(
             "SELECT c.child_index, count(e.*) FILTER (WHERE e.to_status = 'leased')::integer"
-            " FROM jobs c LEFT JOIN job_events e ON e.job_id = c.id WHERE c.parent_id = :id"
+            " FROM jobs c LEFT JOIN job_history e ON e.job_id = c.id WHERE c.parent_id = :id"
             " GROUP BY 1"), {"id": workflow_id}).all())
 
 

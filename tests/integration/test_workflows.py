@@ -173,7 +173,7 @@ def test_a_failed_step_is_retried_as_a_new_attempt_of_that_step_only(stack: Stac
             " JOIN jobs w ON w.id = c.parent_id WHERE c.parent_id = :id"), {"id": job.id}).all())
         leases = dict(conn.execute(text(
             "SELECT w.params -> 'steps' -> c.child_index ->> 'name', count(*) FROM jobs c"
-            " JOIN jobs w ON w.id = c.parent_id JOIN job_events e ON e.job_id = c.id"
+            " JOIN jobs w ON w.id = c.parent_id JOIN job_history e ON e.job_id = c.id"
             " WHERE c.parent_id = :id AND e.to_status = 'leased' GROUP BY 1"), {"id": job.id}).all())
     # One job per step: the flaky one ran twice, the others once; the workflow's own attempt
     # was not used up by its step's failure.

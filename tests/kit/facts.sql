@@ -27,7 +27,7 @@ SELECT count(*) FROM jobs
 
 -- finished_twice --
 SELECT count(*) FROM (
-    SELECT job_id FROM job_events WHERE to_status = 'completed' GROUP BY job_id HAVING count(*) > 1
+    SELECT job_id FROM job_history WHERE to_status = 'completed' GROUP BY job_id HAVING count(*) > 1
 ) twice
 
 -- broken_event_links --
@@ -49,7 +49,7 @@ SELECT count(*) FROM jobs j
 SELECT count(*) FILTER (WHERE from_status = 'leased' AND to_status = 'leased') AS relet,
        count(*) FILTER (WHERE actor = 'sweeper' AND from_status IN ('leased', 'cancel_requested'))
            AS swept
-  FROM job_events
+  FROM job_history
 
 -- resignalled_by_sweeper --
 -- last_wakeup_at is the submit time until the sweeper re-signals a job (NULL after a requeue
@@ -57,7 +57,7 @@ SELECT count(*) FILTER (WHERE from_status = 'leased' AND to_status = 'leased') A
 SELECT count(*) FROM jobs WHERE last_wakeup_at > created_at
 
 -- worker_claims --
-SELECT actor, at FROM job_events WHERE to_status = 'leased' AND actor LIKE 'worker:%'
+SELECT actor, at FROM job_history WHERE to_status = 'leased' AND actor LIKE 'worker:%'
 
 -- leased_jobs --
 SELECT leased_by, id::text FROM jobs WHERE status = 'leased'
@@ -82,7 +82,7 @@ FULL JOIN (
 WHERE counted.n IS DISTINCT FROM actual.n
 
 -- taken_over_between --
-SELECT count(DISTINCT job_id) FROM job_events
+SELECT count(DISTINCT job_id) FROM job_history
  WHERE job_id::text = ANY(:ids)
    AND at BETWEEN to_timestamp(:began) AND to_timestamp(:ended)
    AND ((from_status = 'leased' AND to_status = 'leased')

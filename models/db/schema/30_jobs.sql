@@ -69,6 +69,14 @@ CREATE TABLE jobs (
     -- children, the CLI): the actor of its birth in job_history. NULL, the common case, is the
     -- requester.
     submitted_as         text,
+    -- When the worker leased it, while its history holds that lease here instead of in a
+    -- job_events row (job_history): a lease from the queue, taken by the process the
+    -- transaction's actor names; it stays when that lease ends in its completion by the same
+    -- process, whose moment is finished_at. Any other move clears it and stores both as events
+    -- (jobs_check_transition(), jobs_after_update()).
+    lease_event_at       timestamptz,
+    CONSTRAINT jobs_lease_event_on_row CHECK (lease_event_at IS NULL
+                                              OR status IN ('leased', 'completed')),
     CONSTRAINT jobs_child_has_a_parent CHECK ((parent_id IS NULL) = (child_index IS NULL)),
     -- A lease exists exactly while someone may be running the job.
     CHECK ((status IN ('leased', 'cancel_requested')) =
@@ -292,16 +300,21 @@ CREATE POLICY operator_read ON job_events FOR SELECT TO space_operator USING (tr
 CREATE POLICY tenant_read ON job_events FOR SELECT TO space_app
     USING (organization_id = app_org());
 
--- A job's whole history: its birth, read from its row, then its stored events. A job born
--- queued has no job_events row for its birth: the row says who asked (requested_by,
--- submitted_as) and when (created_at), and a row and its key per submit were 258 of the 3,247
--- bytes of WAL a job wrote (bench.cost, revision 0060). A row the owner plants in another
--- state (a restore, a test's set-up) keeps its birth as a stored event from 'queued'
--- (jobs_after_insert()). The birth sorts first (id 0; stored events count from 1) and lives
--- as long as the job's row, past the retention of its stored events.
+-- A job's whole history: its birth, read from its row, then its stored events, then the lease
+-- and completion its row holds. A job born queued has no job_events row for its birth: the
+-- row says who asked (requested_by, submitted_as) and when (created_at), and a row and its key
+-- per submit were 258 of the 3,247 bytes of WAL a job wrote (bench.cost, revision 0060). A
+-- row the owner plants in another state (a restore, a test's set-up) keeps its birth as a
+-- stored event from 'queued' (jobs_after_insert()). Nor has a job that ran once and completed
+-- a row for its lease or its completion (revision 0061: two rows and their keys, 495 of the
+-- 2,984 bytes left): lease_event_at says when the process its leased_by names leased it, and
+-- finished_at when that process completed it; a job whose lease ends any other way (a retry,
+-- a wait, a cancel, an expiry) stores both. The birth sorts first (id 0; stored events count
+-- from 1), the row's lease and completion last, and they live as long as the job's row, past
+-- the retention of its stored events.
 -- security_invoker: each reader sees the rows its own policies let it see, and the worker,
 -- which reads every organization's jobs but only its scoped organization's events, sees only
--- that organization's births too.
+-- that organization's births, leases and completions too.
 CREATE VIEW job_history WITH (security_invoker = true) AS
 SELECT 0::bigint AS id, j.id AS job_id, j.organization_id, NULL::text AS from_status,
        'queued'::text AS to_status, 0 AS attempt,
@@ -310,7 +323,19 @@ FROM jobs j
 WHERE current_user <> 'space_worker' OR j.organization_id = app_org()
 UNION ALL
 SELECT e.id, e.job_id, e.organization_id, e.from_status, e.to_status, e.attempt, e.actor, e.at
-FROM job_events e;
+FROM job_events e
+UNION ALL
+SELECT l.id, j.id, j.organization_id, l.from_status, l.to_status, j.attempts,
+       'worker:' || j.leased_by, l.at
+FROM jobs j
+CROSS JOIN LATERAL (VALUES
+    (9223372036854775806, 'queued', 'leased', j.lease_event_at, true),
+    -- (finished_at is its transaction's start: never before the lease when both were in one)
+    (9223372036854775807, 'leased', 'completed', greatest(j.finished_at, j.lease_event_at),
+     j.status = 'completed')
+) AS l (id, from_status, to_status, at, held)
+WHERE j.lease_event_at IS NOT NULL AND l.held
+  AND (current_user <> 'space_worker' OR j.organization_id = app_org());
 
 -- job_diagnostics: written with a failed attempt by fail_job() (as the owner, for the lease
 -- holder), read by operators, never by tenants.
@@ -392,8 +417,8 @@ GRANT SELECT (parent_id, child_index) ON jobs TO space_app, space_worker, space_
 GRANT SELECT (wait_until, wait_signal, wait_children) ON jobs
     TO space_app, space_worker, space_operator;
 
--- Every role that reads a job's history reads who submitted it.
-GRANT SELECT (submitted_as) ON jobs TO space_app, space_worker, space_operator;
+-- Every role that reads a job's history reads who submitted it, and the lease its row holds.
+GRANT SELECT (submitted_as, lease_event_at) ON jobs TO space_app, space_worker, space_operator;
 
 -- Only the worker reads a job's trace context, to parent its attempts' spans; the submit
 -- functions and the children's trigger write it, as the owner.

@@ -64,6 +64,21 @@ BEGIN
     IF OLD.status = 'waiting' AND NEW.status = 'queued' THEN
         NEW.attempts := greatest(OLD.attempts - 1, 0);
     END IF;
+    -- The lease its row holds for the history (jobs.lease_event_at, job_history): one taken
+    -- from the queue by the process the transaction's actor names (a worker's claim), kept
+    -- while that lease ends in its completion by the same process. Any other move drops it,
+    -- and jobs_after_update() stores it as an event.
+    IF NEW.status <> OLD.status OR NEW.attempts <> OLD.attempts THEN
+        NEW.lease_event_at := CASE
+            WHEN OLD.status = 'queued' AND NEW.status = 'leased'
+                 AND current_setting('app.actor', true) = 'worker:' || NEW.leased_by
+                THEN clock_timestamp()
+            WHEN OLD.status = 'leased' AND NEW.status = 'completed'
+                 AND NEW.attempts = OLD.attempts AND NEW.leased_by = OLD.leased_by
+                 AND current_setting('app.actor', true) = 'worker:' || OLD.leased_by
+                THEN OLD.lease_event_at
+        END;
+    END IF;
     NEW.updated_at := now();
     RETURN NEW;
 END $$;
@@ -243,11 +258,22 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 -- jit_above_cost and LLVM would compile the metrics statement on every call (~300 ms).
 SET enable_nestloop = off SET jit = off AS $$
 BEGIN
-    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor)
-    SELECT n.id, n.organization_id, o.status, n.status, n.attempts,
-           coalesce(nullif(current_setting('app.actor', true), ''), current_user)
+    -- A lease or completion the row holds (lease_event_at) is not stored; a lease it held and
+    -- this move drops (a retry, a wait, a cancel asked for, an expiry) is stored first, as it
+    -- was: from the queue, by the process it names, at its moment.
+    INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor, at)
+    SELECT n.id, n.organization_id, e.from_status, e.to_status, e.attempt, e.actor, e.at
     FROM new_jobs n JOIN old_jobs o ON o.id = n.id
-    WHERE n.status <> o.status OR n.attempts <> o.attempts;
+    CROSS JOIN LATERAL (VALUES
+        (1, 'queued', 'leased', o.attempts, 'worker:' || o.leased_by, o.lease_event_at,
+         o.lease_event_at IS NOT NULL AND n.lease_event_at IS NULL),
+        (2, o.status, n.status, n.attempts,
+         coalesce(nullif(current_setting('app.actor', true), ''), current_user::text),
+         clock_timestamp(),
+         (n.status <> o.status OR n.attempts <> o.attempts) AND n.lease_event_at IS NULL)
+    ) AS e (nth, from_status, to_status, attempt, actor, at, stored)
+    WHERE e.stored
+    ORDER BY n.id, e.nth;
 
     -- Counted per kind, buckets and end first, then at most six rows per group: a VALUES list
     -- joined to every job would build its expressions anew for each job. OFFSET 0 keeps t a

@@ -759,9 +759,11 @@ DECLARE
     completed uuid[];
 BEGIN
     WITH done AS (
+        -- leased_by stays: a completed job names the process that completed it, and the
+        -- history's lease and completion its row holds read it (job_history).
         UPDATE jobs j
         SET status = 'completed', result = d.result, result_ref = d.ref, error_code = NULL,
-            error_message = NULL, leased_by = NULL
+            error_message = NULL
         FROM unnest(p_ids, p_tokens, p_results, p_refs) AS d (job_id, token, result, ref)
         WHERE j.id = ANY (p_ids) AND j.id = d.job_id AND j.lease_token = d.token
           AND j.status IN ('leased', 'cancel_requested')
