@@ -19,6 +19,7 @@ from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import LeasedJob
 from tests.conftest import operator_retry, submit
 from tests.integration.leasing import claim_one, complete_one
+from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 
 
@@ -32,6 +33,13 @@ def stored_events(stack: Stack, job_id: object) -> int:
     with stack.admin() as conn:
         return conn.execute(text("SELECT count(*) FROM job_events WHERE job_id = :id"),
                             {"id": job_id}).scalar_one()
+
+
+def queued_job(stack: Stack, client: Any) -> tuple[Any, TestUser, str]:
+    """An organization, its owner, and a no-op job she submitted through the API."""
+    org = stack.org()
+    anna = stack.user(org, role="owner")
+    return org, anna, submit(client, org, anna, "bench.noop")["id"]
 
 
 def lease(stack: Stack, job: str, worker: str, actor: str | None = None) -> LeasedJob:
@@ -58,9 +66,7 @@ def moves(stack: Stack, job: str) -> list[tuple[str | None, str, int, str]]:
 
 def test_a_job_that_ran_once_stores_no_event_and_its_history_reads_from_its_row(
         bare_stack: Stack, client):
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    job = submit(client, org, anna, "bench.noop")["id"]
+    _, anna, job = queued_job(bare_stack, client)
     row = bare_stack.job_row(job)
     assert stored_events(bare_stack, job) == 0
     assert bare_stack.events(job) == [{"from_status": None, "to_status": "queued", "attempt": 0,
@@ -83,9 +89,7 @@ def test_a_job_that_ran_once_stores_no_event_and_its_history_reads_from_its_row(
 
 def test_a_retried_job_stores_its_first_lease_when_it_goes_back_to_the_queue(
         bare_stack: Stack, client):
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    job = submit(client, org, anna, "bench.noop")["id"]
+    _, anna, job = queued_job(bare_stack, client)
     first = lease(bare_stack, job, "w1")
     leased_at = bare_stack.job_row(job)["lease_event_at"]
     with transaction(bare_stack.worker_db, actor="worker:w1") as conn:
@@ -107,9 +111,7 @@ def test_a_retried_job_stores_its_first_lease_when_it_goes_back_to_the_queue(
 
 def test_a_cancel_asked_for_while_it_runs_stores_the_lease_and_each_move_after_it(
         bare_stack: Stack, client):
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    job = submit(client, org, anna, "bench.noop")["id"]
+    org, anna, job = queued_job(bare_stack, client)
     leased = lease(bare_stack, job, "w1")
     answer = client.post(f"/api/v1/orgs/{org}/jobs/{job}/cancel", headers=anna.auth)
     assert answer.status_code in (200, 202), answer.get_json()
@@ -125,9 +127,7 @@ def test_a_cancel_asked_for_while_it_runs_stores_the_lease_and_each_move_after_i
 def test_a_lease_taken_under_another_actor_is_stored_as_it_was(bare_stack: Stack, client):
     """The row holds a lease only for the process the transaction's actor names: a claim made
     under another name (an operator's tool, a test) keeps its own actor in a stored event."""
-    org = bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    job = submit(client, org, anna, "bench.noop")["id"]
+    _, anna, job = queued_job(bare_stack, client)
     leased = lease(bare_stack, job, "w1", actor="cli")
     complete(bare_stack, leased, "w1")
     assert moves(bare_stack, job) == [(None, "queued", 0, f"user:{anna.id}"),
