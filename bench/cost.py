@@ -17,8 +17,9 @@ Per job: WAL bytes (``pg_current_wal_lsn()`` deltas) of the enqueue and of the w
 (``pg_stat_database.xact_commit``, less this benchmark's own polls) and the drain's rate (first
 start to last finish, the system's records); and the growth of every table with its indexes per
 1,000 finished jobs after the VACUUM. With pg_walinspect (PostgreSQL 15 ships it), Space Jobs'
-WAL by relation, for the single enqueue and the whole life. Beside them the floor: pgbench's
-plain one-row INSERT, one a transaction. Then issue 32's targets, each PASS or FALL SHORT.
+WAL by relation, for the single enqueue and the whole life, and its growth by relation. Beside
+them the floor: pgbench's plain one-row INSERT, one a transaction. Then issue 32's targets,
+each PASS or FALL SHORT.
 
 The statistics are read ``--settle`` seconds after each step: a backend reports its counts at
 most once a second at a transaction's end, or 10 s after it went idle.
@@ -246,6 +247,8 @@ class Life:
     #: (relation, WAL bytes, of which full-page images), largest first (pg_walinspect)
     enqueue_relations: list[tuple[Any, ...]] = field(default_factory=list)
     whole_relations: list[tuple[Any, ...]] = field(default_factory=list)
+    #: (relation, bytes it grew by after the VACUUM), largest first
+    grown_relations: list[tuple[str, int]] = field(default_factory=list)
 
     def per_job(self, total: float) -> float:
         return total / self.jobs
@@ -266,6 +269,7 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
             walinspect = False
         db.run("vacuum")
         size_before = db.value("tables_bytes")
+        relations_before = dict(db.rows("relation_bytes"))
         db.run("checkpoint")
         time.sleep(settle)  # the clear's counts
         rows_before = db.value("rows_written")
@@ -295,6 +299,9 @@ def whole_life(subject: Subject, n: int, batch: int, processes: int, settle: flo
         life = Life(subject.title, "single" if batch == 1 else "bulk", n,
                     wal_between(db, start, enqueued), wal_between(db, start, end), rows, commits,
                     (last - first).total_seconds(), size_after - size_before)
+        life.grown_relations = sorted(
+            ((name, size - relations_before.get(name, 0))
+             for name, size in db.rows("relation_bytes")), key=lambda grown: -grown[1])
         if walinspect:
             # pg_walinspect reads only WAL flushed to disk; the workers commit without waiting
             # for the flush (synchronous_commit off), which the WAL writer does within a second.
@@ -358,6 +365,11 @@ def relations_line(what: str, relations: list[tuple[Any, ...]], jobs: int, top: 
     shown = ", ".join(f"{name} {bytes_ / jobs:,.0f} B" + (f" (FPI {fpi / jobs:,.0f})" if fpi else "")
                       for name, bytes_, fpi in relations[:top])
     return f"WAL by relation, {what}, per job: {shown}"
+
+
+def growth_line(what: str, grown: list[tuple[str, int]], jobs: int, top: int) -> str:
+    shown = ", ".join(f"{name} {bytes_ / jobs * 1000 / 1024:,.0f} KB" for name, bytes_ in grown[:top])
+    return f"growth by relation, {what}, per 1,000 jobs: {shown}"
 
 
 def verdict(ok: bool) -> str:
@@ -467,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                                      args.relations))
             print(relations_line(f"Space Jobs' whole life, {way}", ours.whole_relations, ours.jobs,
                                  args.relations))
+        if ours is not None:
+            print(growth_line(f"Space Jobs, {way}", ours.grown_relations, ours.jobs, args.relations))
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     print("")
     for line in targets(lives):

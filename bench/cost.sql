@@ -35,6 +35,14 @@ SELECT pg_stat_force_next_flush()
 -- Every table of the database with its indexes and TOAST.
 SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_stat_user_tables
 
+-- relation_bytes --
+-- Each table (with its TOAST and free-space and visibility maps) and each index on its own: the
+-- growth by relation. Summed, they are tables_bytes.
+SELECT c.relname, pg_table_size(c.oid)::bigint FROM pg_stat_user_tables s
+JOIN pg_class c ON c.oid = s.relid
+UNION ALL
+SELECT i.indexrelname, pg_total_relation_size(i.indexrelid)::bigint FROM pg_stat_user_indexes i
+
 -- spacejobs_finished --
 SELECT count(*) FROM jobs WHERE status = 'completed'
 

@@ -64,6 +64,9 @@ def test_cost_prints_each_systems_life_and_every_verdict(servers: Servers) -> No
     # pg_walinspect names the relations Space Jobs' enqueue writes: its job row among them
     assert re.search(r"^WAL by relation, Space Jobs' single enqueue, per job: .*\bjobs [\d,]+ B",
                      out, re.MULTILINE), out
+    # and the relations its jobs grew, the job rows' table among them
+    assert re.search(r"^growth by relation, Space Jobs, single, per 1,000 jobs: .*\bjobs -?[\d,]+ KB",
+                     out, re.MULTILINE), out
     assert re.search(rf"^target whole-life WAL per job, single submits <= 2,560 B: [\d,]+ B {VERDICT}$",
                      out, re.MULTILINE), out
     compared = [r"whole-life WAL per job, single submits", r"rows written per job",
