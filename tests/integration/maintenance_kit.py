@@ -58,8 +58,10 @@ def new_job(stack: Stack, kind: str = "bench.noop", *, org: uuid.UUID | None = N
     return job
 
 
-def claim(stack: Stack, worker: str = "w1") -> LeasedJob:
-    with transaction(stack.worker_db, actor=f"worker:{worker}") as conn:
+def claim(stack: Stack, worker: str = "w1", *, actor: str | None = None) -> LeasedJob:
+    """The next due job, leased by ``worker`` as its process would (the transaction's actor
+    ``worker:<worker>``), or under ``actor``."""
+    with transaction(stack.worker_db, actor=actor or f"worker:{worker}") as conn:
         leased = claim_one(conn, worker)
     assert leased is not None
     return leased

@@ -19,6 +19,7 @@ from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import LeasedJob
 from tests.conftest import operator_retry, submit
 from tests.integration.leasing import claim_one, complete_one
+from tests.integration.maintenance_kit import claim, drain_queue
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 
@@ -36,21 +37,17 @@ def stored_events(stack: Stack, job_id: object) -> int:
 
 
 def queued_job(stack: Stack, client: Any) -> tuple[Any, TestUser, str]:
-    """An organization, its owner, and a no-op job she submitted through the API."""
+    """An organization, its owner, and a no-op job she submitted through the API: the only due
+    job, so the next claim takes it."""
+    drain_queue(stack)
     org = stack.org()
     anna = stack.user(org, role="owner")
     return org, anna, submit(client, org, anna, "bench.noop")["id"]
 
 
 def lease(stack: Stack, job: str, worker: str, actor: str | None = None) -> LeasedJob:
-    """The job leased by ``worker`` in a transaction of its own (any other job it meets on the
-    way is completed)."""
-    with transaction(stack.worker_db, actor=actor or f"worker:{worker}") as conn:
-        leased = claim_one(conn, worker)
-        while leased is not None and str(leased.id) != job:
-            complete_one(conn, leased.id, leased.lease_token, {})
-            leased = claim_one(conn, worker)
-    assert leased is not None
+    leased = claim(stack, worker, actor=actor)
+    assert str(leased.id) == job
     return leased
 
 
@@ -84,6 +81,24 @@ def test_a_job_that_ran_once_stores_no_event_and_its_history_reads_from_its_row(
                                       ("leased", "completed", 1, "worker:w1")]
     assert history[0]["at"] < history[1]["at"] < history[2]["at"] == row["finished_at"]
     assert (history[1]["at"], row["leased_by"]) == (row["lease_event_at"], "w1")
+    assert stored_events(bare_stack, job) == 0
+
+
+def test_a_job_leased_and_completed_in_one_transaction_reads_its_completion_after_its_lease(
+        bare_stack: Stack, client):
+    """The row's completion is dated finished_at, its transaction's start; in the transaction
+    that also leased it, that moment is before the lease's, and the history still reads them in
+    order."""
+    _, anna, job = queued_job(bare_stack, client)
+    with transaction(bare_stack.worker_db, actor="worker:w1") as conn:
+        leased = claim_one(conn, "w1")
+        assert leased is not None and str(leased.id) == job
+        assert complete_one(conn, leased.id, leased.lease_token, {})
+    history = bare_stack.events(job)
+    assert moves(bare_stack, job) == [(None, "queued", 0, f"user:{anna.id}"),
+                                      ("queued", "leased", 1, "worker:w1"),
+                                      ("leased", "completed", 1, "worker:w1")]
+    assert history[1]["at"] == history[2]["at"] > bare_stack.job_row(job)["finished_at"]
     assert stored_events(bare_stack, job) == 0
 
 
