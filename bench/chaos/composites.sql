@@ -5,9 +5,10 @@
 -- parents --
 -- Every workflow and fan-out parent, with its terminal events and the moment its cancel took
 -- effect: a cancel is always a stored event, whose at is clock_timestamp() in the jobs trigger,
--- which runs at the END of the statement that changed the row. The cancel statement (request_cancel) moves the parent to
--- cancel_requested or cancelled AND every child it can see to cancelled or cancel_requested,
--- locking each; a claim that had locked a child first commits before that statement goes on.
+-- which runs at the END of the statement that changed the row. The cancel statement
+-- (request_cancel) moves the parent to cancel_requested or cancelled AND every child it can see
+-- to cancelled or cancel_requested, locking each; a claim that had locked a child first commits
+-- before that statement goes on.
 -- So the parent's first '-> cancel_requested' or '-> cancelled' event is stamped after every
 -- child that could still start legitimately had started (or been stopped by it): a child
 -- leased or created after that stamp is a step that started after its workflow's cancel.
