@@ -182,9 +182,8 @@ def test_the_lease_and_completion_a_row_holds_are_read_only_in_its_organization(
     """Attack: the worker reads every organization's jobs, but the history's lease and
     completion read from a row are, like its events, its scoped organization's only; the web
     scoped to another organization reads none of them either."""
-    org, other = bare_stack.org(), bare_stack.org()
-    anna = bare_stack.user(org, role="owner")
-    job = submit(client, org, anna, "bench.noop")["id"]
+    org, _, job = queued_job(bare_stack, client)
+    other = bare_stack.org()
     complete(bare_stack, lease(bare_stack, job, "w1"), "w1")
     assert stored_events(bare_stack, job) == 0
     query = text("SELECT to_status FROM job_history WHERE job_id = :id ORDER BY id")
