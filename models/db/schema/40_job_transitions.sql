@@ -260,10 +260,15 @@ SET enable_nestloop = off SET jit = off AS $$
 BEGIN
     -- A lease or completion the row holds (lease_event_at) is not stored; a lease it held and
     -- this move drops (a retry, a wait, a cancel asked for, an expiry) is stored first, as it
-    -- was: from the queue, by the process it names, at its moment.
+    -- was: from the queue, by the process it names, at its moment. The join keeps only the
+    -- rows with something to store, which a worker's claim and finish have none of: the list's
+    -- expressions (the actor's setting, the clock) are worked out for every row the join
+    -- yields, before the list's own filter: nearly half the trigger's time in a claim.
     INSERT INTO job_events (job_id, organization_id, from_status, to_status, attempt, actor, at)
     SELECT n.id, n.organization_id, e.from_status, e.to_status, e.attempt, e.actor, e.at
     FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+        AND n.lease_event_at IS NULL
+        AND (o.lease_event_at IS NOT NULL OR n.status <> o.status OR n.attempts <> o.attempts)
     CROSS JOIN LATERAL (VALUES
         (1, 'queued', 'leased', o.attempts, 'worker:' || o.leased_by, o.lease_event_at,
          o.lease_event_at IS NOT NULL AND n.lease_event_at IS NULL),
