@@ -30,6 +30,8 @@ FIGURES = {
     "drain": "peer.drain_rate(5000, 2)",
     "web": "peer.web_rate(10)",
     "latency": "peer.latency(50, 20, 2)",
+    # the claim's and the finish's statements alone, 50 a batch, with no worker (cycle_rate)
+    "cycle": "peer.cycle_rate(10000, 50)",
 }
 
 # Run in the checkout measured; prints "FIGURE <value>" and the figure's line, each time.

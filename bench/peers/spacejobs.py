@@ -194,6 +194,38 @@ class SpaceJobsPeer(Peer):
                            f" claimed), first lease -> last completion (job_events); {n} jobs"
                            " completed once")
 
+    def cycle_rate(self, n: int, batch: int = 50) -> Figure:
+        """The database's side of a drain, with no worker: ``n`` queued jobs leased and
+        completed ``batch`` at a time by this one process, through the statements a worker runs
+        (``store.claim_batch``, ``store.complete_batch`` as the worker role, under the worker's
+        actor), each claim and each finish a transaction of its own. No Celery, no pool, no
+        job's Python: for a change to the claim's or the finish's SQL, a figure with far less
+        noise than the drain's."""
+        self._clear()
+        self._submit_many(self.tenant, n, 1000)
+        self._expect_queued(n)
+        with self.stack.admin() as conn:
+            conn.execute(Q["analyze"])
+        worker_db = self.stack.worker_db
+        with transaction(worker_db) as conn:
+            conn.execute(text("SELECT 1"))  # connected before the timing
+        done = 0
+        started = time.perf_counter()
+        while done < n:
+            with transaction(worker_db, actor="worker:bench") as conn:
+                leased = store.claim_batch(conn, "bench", limit=batch)
+            with transaction(worker_db, actor="worker:bench") as conn:
+                won = store.complete_batch(conn, [(job.id, job.lease_token, {}, None)
+                                                  for job in leased])
+            if not leased or len(won) != len(leased):
+                raise PeerError(f"Space Jobs cycle: {len(leased)} leased, {len(won)} completed"
+                                f" after {done} of {n}")
+            done += len(won)
+        seconds = time.perf_counter() - started
+        self._clear()
+        return rate_figure(n, seconds, f"store.claim_batch and store.complete_batch of {batch},"
+                                       " each its own transaction, one process, no worker")
+
     def _drain(self, n: int, processes: int,
                inspect: Any = lambda worker: None) -> tuple[tuple[Any, Any, int], Any]:
         """Queue ``n`` jobs, let one worker drain them, check each ran once; returns the
