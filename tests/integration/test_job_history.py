@@ -8,6 +8,7 @@ retry, a cancel asked for, an expiry) is stored when it ends, as it was."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from spacejobs.models.jobs import store
 from spacejobs.models.jobs.records import LeasedJob
 from tests.conftest import operator_retry, submit
 from tests.integration.leasing import claim_one, complete_one
-from tests.integration.maintenance_kit import claim, drain_queue
+from tests.integration.maintenance_kit import claim, drain_queue, expire_lease
 from tests.kit.seeding import TestUser
 from tests.kit.stack import Stack
 
@@ -148,6 +149,24 @@ def test_a_lease_taken_under_another_actor_is_stored_as_it_was(bare_stack: Stack
     assert moves(bare_stack, job) == [(None, "queued", 0, f"user:{anna.id}"),
                                       ("queued", "leased", 1, "cli"),
                                       ("leased", "completed", 1, "worker:w1")]
+    assert stored_events(bare_stack, job) == 2
+
+
+def test_an_expired_lease_taken_over_in_place_stores_the_new_attempt(bare_stack: Stack, client):
+    """A move that changes the attempt and not the status (an expired lease taken over in
+    place, which the transition trigger allows whoever writes it) is stored, as every move the
+    row does not hold."""
+    _, anna, job = queued_job(bare_stack, client)
+    lease(bare_stack, job, "w1", actor="cli")
+    expire_lease(bare_stack, uuid.UUID(job))
+    with bare_stack.admin() as conn:
+        conn.execute(text("SELECT set_config('app.actor', 'worker:w2', true)"))
+        conn.execute(text("UPDATE jobs SET lease_token = gen_random_uuid(), leased_by = 'w2',"
+                          " lease_until = now() + interval '30 seconds', attempts = attempts + 1"
+                          " WHERE id = :id"), {"id": job})
+    assert moves(bare_stack, job) == [(None, "queued", 0, f"user:{anna.id}"),
+                                      ("queued", "leased", 1, "cli"),
+                                      ("leased", "leased", 2, "worker:w2")]
     assert stored_events(bare_stack, job) == 2
 
 
