@@ -274,11 +274,19 @@ def test_a_worker_killed_between_its_write_and_its_finish_leaves_an_orphan_the_s
     first, job, orphan = first_attempt_with_its_file(stack, stall_seconds=30)
     stack.retire(first)  # SIGKILL: no finish, no clean-up
     second = stack.start_worker(concurrency=1)
-    beat = stack.start_beat(SPACEJOBS_RESULTS_ORPHAN_GRACE="0", SPACEJOBS_RESULTS_SWEEP_INTERVAL="0.5")
+    beat = stack.start_beat()  # re-queues the expired lease; its orphan grace is the default hour
     done = stack.wait_for(job["id"], "completed", timeout=30)
     assert done["attempts"] == 2 and done["result_ref"] != orphan
-    wait_until(lambda: files_of(stack, job["id"]) == [done["result_ref"]], what="the orphan's removal")
+    assert files_of(stack, job["id"]) == sorted([orphan, done["result_ref"]])
+    # A sweep with no grace, once nothing is being written: with the second attempt running
+    # it would also take that attempt's file between its write and its finish (not yet
+    # referenced by the row), which is what the grace is for.
     stack.retire(second, beat)
+    sweeper = stack.start_beat(SPACEJOBS_RESULTS_ORPHAN_GRACE="0",
+                               SPACEJOBS_RESULTS_SWEEP_INTERVAL="0.5")
+    wait_until(lambda: files_of(stack, job["id"]) == [done["result_ref"]], what="the orphan's removal")
+    assert file_bytes(stack, done["result_ref"]) == b"attempt 2"
+    stack.retire(sweeper)
 
 
 # ------------------------------------------------------------------------- retention
