@@ -25,6 +25,7 @@ from flask import (
     flash,
     g,
     get_flashed_messages,
+    make_response,
     redirect,
     render_template,
     request,
@@ -34,6 +35,7 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from flask_limiter import RequestLimit
 from sqlalchemy import Connection
+from werkzeug.http import generate_etag
 
 from spacejobs.demo.projects import Projects, create_project
 from spacejobs.models.db.transaction import transaction
@@ -479,9 +481,10 @@ def job_page(org: str, job_id: str, problem: str | None = None, status: int = 20
              typed: Typed | None = None) -> ResponseReturnValue:
     with org_page(org) as page:
         view = _job_view(page, job_id)
+        status_part = _status_part(view, page.org, typed)
         return _page("people/job.html", status, view=view, label_of=label_of,
-                     notices=job_notices(view.job), problem=problem, typed=typed,
-                     **page.context())
+                     notices=job_notices(view.job), problem=problem, status_part=status_part,
+                     status_tag=generate_etag(status_part.encode()), **page.context())
 
 
 @bp.post("/orgs/<org>/jobs/<job_id>/signals/<name>")
@@ -531,7 +534,17 @@ def job_status_fragment(org: str, job_id: str) -> ResponseReturnValue:
     stream says the job changed, so the states are rendered in one place (Jinja)."""
     with org_page(org) as page:
         view = _job_view(page, job_id)
-        return _page("people/_job_status.html", view=view, org=page.org, label_of=label_of)
+        response = make_response(_status_part(view, page.org, None))
+    # Tagged by its bytes; the page sends the tag it shows, so an unchanged part is a 304 and
+    # the page leaves it alone (a screen reader is not read the whole region again).
+    response.add_etag()
+    return response.make_conditional(request)
+
+
+def _status_part(view: JobView, org: str, typed: Typed | None) -> str:
+    """The live part of the job page, as the page includes it and its script fetches it."""
+    return render_template("people/_job_status.html", csrf=csrf_token(), view=view, org=org,
+                           label_of=label_of, typed=typed)
 
 
 @bp.post("/orgs/<org>/jobs/<job_id>/cancel")

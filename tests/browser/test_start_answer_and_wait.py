@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, Route, expect
 
 from spacejobs.models.kinds import RateLimit
 from spacejobs.models.tenancy import accounts
@@ -59,6 +59,86 @@ def test_an_owner_starts_an_approval_from_its_form_and_answers_it_on_its_page(
     result = api(live, anna, "GET", f"/jobs/{page.url.rsplit('/', 1)[1]}/result")["result"]
     assert (result["decision"], result["comment"], result["answerer_role"]) == \
         ("approve", "Go for launch", "owner")
+
+
+def open_with_refreshes_held(live: Live, page: Page, person: dict, job_id: str) -> list[Route]:
+    """The job's page, its script's fetches of the live part held until the test lets each go
+    (a refresh that lands while a person types, made certain instead of left to timing)."""
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        held.append(route)
+
+    page.route("**/status", hold)
+    page.goto(f"{live.url}/orgs/{person['org_id']}/jobs/{job_id}")
+    expect(headline(page)).to_have_text("Waiting for the signal “answer”")
+    for _ in range(200):  # the events stream's first event asks for the part once
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the page never asked for its live part"
+    return held
+
+
+def type_an_answer(page: Page) -> Locator:
+    answer = page.get_by_role("form", name="Send “answer”")
+    answer.get_by_label("Decision").select_option("approve")
+    answer.get_by_label("Comment").fill("Go for launch")
+    answer.get_by_label("Comment").evaluate("field => { field.dataset.mark = 'typed here'; }")
+    return answer
+
+
+def expect_the_answer_sent(page: Page, live: Live, person: dict) -> None:
+    page.unroute("**/status")  # the next page's refreshes go through
+    page.get_by_role("button", name="Send “answer”").click()
+    expect(headline(page)).to_have_text("Completed", timeout=15_000)
+    result = api(live, person, "GET", f"/jobs/{page.url.rsplit('/', 1)[1]}/result")["result"]
+    assert (result["decision"], result["comment"]) == ("approve", "Go for launch")
+
+
+def test_an_unchanged_live_part_leaves_the_answer_being_typed_alone(
+        stack: Stack, live: Live, page: Page):
+    anna = live.demo["anna@acme.example"]
+    job = api(live, anna, "POST", "/jobs", {"kind": "demo.approval",
+                                            "params": {"request": "Refuel", "hours": 1}})
+    stack.wait_for(job["id"], "waiting", timeout=15)
+    sign_in(page, live, anna["email"], anna["password"])
+    [refresh] = open_with_refreshes_held(live, page, anna, job["id"])
+    answer = type_an_answer(page)
+    # The page asks by the tag of what it shows; the server answers that nothing changed.
+    fetched = refresh.fetch()
+    assert fetched.status == 304
+    refresh.fulfill(response=fetched)
+    expect(page.locator("#job-status")).to_have_attribute("data-loads", "1")
+    # the very field the person typed in, not a new one
+    expect(answer.get_by_label("Comment")).to_have_attribute("data-mark", "typed here")
+    expect(answer.get_by_label("Comment")).to_have_value("Go for launch")
+    expect_the_answer_sent(page, live, anna)
+
+
+def test_a_changed_live_part_keeps_what_was_typed_in_its_forms(
+        stack: Stack, live: Live, page: Page):
+    anna = live.demo["anna@acme.example"]
+    job = api(live, anna, "POST", "/jobs", {"kind": "demo.approval",
+                                            "params": {"request": "Refuel", "hours": 1}})
+    stack.wait_for(job["id"], "waiting", timeout=15)
+    sign_in(page, live, anna["email"], anna["password"])
+    [refresh] = open_with_refreshes_held(live, page, anna, job["id"])
+    answer = type_an_answer(page)
+    answer.get_by_label("Comment").focus()
+    # The part as it would be had the job moved meanwhile: rendered again, a line added.
+    fetched = refresh.fetch(headers={"Accept": "text/html"})  # no tag: the whole part
+    assert fetched.status == 200
+    refresh.fulfill(response=fetched, headers={**fetched.headers, "etag": '"moved"'},
+                    body=fetched.text() + '<p id="moved">The job moved.</p>')
+    expect(page.locator("#moved")).to_be_visible()
+    expect(page.locator("#job-status")).to_have_attribute("data-loads", "1")
+    comment = answer.get_by_label("Comment")
+    expect(comment).not_to_have_attribute("data-mark", "typed here")  # a new field ...
+    expect(comment).to_have_value("Go for launch")  # ... with what was typed in the old one
+    expect(comment).to_be_focused()
+    expect(answer.get_by_label("Decision")).to_have_value("approve")
+    expect_the_answer_sent(page, live, anna)
 
 
 def test_a_member_who_may_not_answer_reads_who_may_and_gets_no_form(

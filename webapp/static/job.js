@@ -8,6 +8,10 @@
 // says some steps may still move (data-steps-live="yes"), the status part is also fetched every
 // 3 s, less often while nothing changes (a step may wait days for a person's approval), and not
 // at all while the tab is hidden.
+//
+// The part is fetched with the entity tag of what the page shows: unchanged, it is a 304 and
+// left alone. A new part replaces the old one, and what a person typed in its forms is
+// carried into the same forms of the new part, focus included.
 (function () {
   "use strict";
   var region = document.getElementById("job-status");
@@ -18,7 +22,7 @@
   var STEPS_POLL_MS = 3000, STEPS_POLL_MAX_MS = 15000;
   var delay = STEPS_POLL_MS;
   var latest = 0;
-  var shown = null;  // the status part as last fetched
+  var shown = region.dataset.tag;  // the entity tag of the status part on the page
   var timer = null;
 
   // A notice that holds only in some states ("Accepted…", "Cancel requested…") goes away
@@ -42,24 +46,66 @@
     timer = stepsLive() && !document.hidden ? window.setTimeout(load, delay) : null;
   }
 
+  // What a person has typed or chosen in the part's forms, by form and field, so that a new
+  // rendering of the part (the job moved, a step did) does not wipe an answer being written.
+  function typedValues() {
+    var values = {};
+    region.querySelectorAll("form").forEach(function (form) {
+      Array.prototype.forEach.call(form.elements, function (field) {
+        if (field.name && field.type !== "hidden" && field.type !== "submit") {
+          values[form.getAttribute("action") + " " + field.name] =
+            field.type === "checkbox" ? field.checked : field.value;
+        }
+      });
+    });
+    return values;
+  }
+
+  function restoreTyped(values, focusedId) {
+    region.querySelectorAll("form").forEach(function (form) {
+      Array.prototype.forEach.call(form.elements, function (field) {
+        var key = form.getAttribute("action") + " " + field.name;
+        if (!field.name || field.type === "hidden" || !(key in values)) { return; }
+        if (field.type === "checkbox") { field.checked = values[key]; } else { field.value = values[key]; }
+      });
+    });
+    var focused = focusedId && document.getElementById(focusedId);
+    if (focused && region.contains(focused)) { focused.focus(); }
+  }
+
+  function replace(html) {
+    var values = typedValues();
+    var active = document.activeElement;
+    var focusedId = active && region.contains(active) ? active.id : "";
+    region.innerHTML = html;
+    restoreTyped(values, focusedId);
+    dropStaleNotices();
+  }
+
   function load() {
     var mine = ++latest;
-    fetch(region.dataset.fragment, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+    var headers = {"Accept": "text/html"};
+    if (shown) { headers["If-None-Match"] = '"' + shown + '"'; }
+    fetch(region.dataset.fragment, {credentials: "same-origin", headers: headers})
       .then(function (answer) {
+        if (answer.status === 304) { return null; }
         if (!answer.ok) { throw new Error(String(answer.status)); }
-        return answer.text();
+        var tag = (answer.headers.get("ETag") || "").replace(/^W\//, "").replace(/"/g, "");
+        return answer.text().then(function (html) { return {html: html, tag: tag}; });
       })
-      .then(function (html) {
+      .then(function (part) {
         if (mine !== latest) { return; }  // an older answer never overwrites a newer one
-        // Unchanged, it is left alone: focus and a screen reader's place stay where they are.
-        if (html !== shown) {
-          region.innerHTML = html;
-          shown = html;
-          dropStaleNotices();
+        // Unchanged (304), it is left alone: focus and a screen reader's place stay where
+        // they are, and the region is not read out again.
+        if (part !== null) {
+          replace(part.html);
+          shown = part.tag;
           delay = STEPS_POLL_MS;
         } else {
           delay = Math.min(delay * 2, STEPS_POLL_MAX_MS);
         }
+        // How many answers the page has taken in: what a test waits for.
+        region.dataset.loads = String(Number(region.dataset.loads || 0) + 1);
         schedule();
       })
       .catch(function () { window.location.reload(); });
