@@ -61,31 +61,33 @@ def test_an_owner_starts_an_approval_from_its_form_and_answers_it_on_its_page(
         ("approve", "Go for launch", "owner")
 
 
-def open_with_refreshes_held(live: Live, page: Page, person: dict, job_id: str) -> list[Route]:
-    """The job's page, its script's fetches of the live part held until the test lets each go
-    (a refresh that lands while a person types, made certain instead of left to timing)."""
+def answer_typed_with_a_refresh_held(stack: Stack, live: Live, page: Page,
+                                     person: dict) -> tuple[Locator, Route]:
+    """An approval waiting for its answer, its page open with the script's fetches of the
+    live part held until the test lets each go (a refresh that lands while a person types,
+    made certain instead of left to timing), and an answer typed: (the form, the refresh)."""
+    job = api(live, person, "POST", "/jobs", {"kind": "demo.approval",
+                                              "params": {"request": "Refuel", "hours": 1}})
+    stack.wait_for(job["id"], "waiting", timeout=15)
+    sign_in(page, live, person["email"], person["password"])
     held: list[Route] = []
 
     def hold(route: Route) -> None:
         held.append(route)
 
     page.route("**/status", hold)
-    page.goto(f"{live.url}/orgs/{person['org_id']}/jobs/{job_id}")
+    page.goto(f"{live.url}/orgs/{person['org_id']}/jobs/{job['id']}")
     expect(headline(page)).to_have_text("Waiting for the signal “answer”")
     for _ in range(200):  # the events stream's first event asks for the part once
         if held:
             break
         page.wait_for_timeout(50)
-    assert held, "the page never asked for its live part"
-    return held
-
-
-def type_an_answer(page: Page) -> Locator:
+    assert len(held) == 1, "the page never asked for its live part"
     answer = page.get_by_role("form", name="Send “answer”")
     answer.get_by_label("Decision").select_option("approve")
     answer.get_by_label("Comment").fill("Go for launch")
     answer.get_by_label("Comment").evaluate("field => { field.dataset.mark = 'typed here'; }")
-    return answer
+    return answer, held[0]
 
 
 def expect_the_answer_sent(page: Page, live: Live, person: dict) -> None:
@@ -99,12 +101,7 @@ def expect_the_answer_sent(page: Page, live: Live, person: dict) -> None:
 def test_an_unchanged_live_part_leaves_the_answer_being_typed_alone(
         stack: Stack, live: Live, page: Page):
     anna = live.demo["anna@acme.example"]
-    job = api(live, anna, "POST", "/jobs", {"kind": "demo.approval",
-                                            "params": {"request": "Refuel", "hours": 1}})
-    stack.wait_for(job["id"], "waiting", timeout=15)
-    sign_in(page, live, anna["email"], anna["password"])
-    [refresh] = open_with_refreshes_held(live, page, anna, job["id"])
-    answer = type_an_answer(page)
+    answer, refresh = answer_typed_with_a_refresh_held(stack, live, page, anna)
     # The page asks by the tag of what it shows; the server answers that nothing changed.
     fetched = refresh.fetch()
     assert fetched.status == 304
@@ -119,12 +116,7 @@ def test_an_unchanged_live_part_leaves_the_answer_being_typed_alone(
 def test_a_changed_live_part_keeps_what_was_typed_in_its_forms(
         stack: Stack, live: Live, page: Page):
     anna = live.demo["anna@acme.example"]
-    job = api(live, anna, "POST", "/jobs", {"kind": "demo.approval",
-                                            "params": {"request": "Refuel", "hours": 1}})
-    stack.wait_for(job["id"], "waiting", timeout=15)
-    sign_in(page, live, anna["email"], anna["password"])
-    [refresh] = open_with_refreshes_held(live, page, anna, job["id"])
-    answer = type_an_answer(page)
+    answer, refresh = answer_typed_with_a_refresh_held(stack, live, page, anna)
     answer.get_by_label("Comment").focus()
     # The part as it would be had the job moved meanwhile: rendered again, a line added.
     fetched = refresh.fetch(headers={"Accept": "text/html"})  # no tag: the whole part
