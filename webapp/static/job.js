@@ -86,7 +86,8 @@
     var mine = ++latest;
     var headers = {"Accept": "text/html"};
     if (shown) { headers["If-None-Match"] = '"' + shown + '"'; }
-    fetch(region.dataset.fragment, {credentials: "same-origin", headers: headers})
+    // The tag is ours to send: the browser's cache neither answers nor keeps the part.
+    fetch(region.dataset.fragment, {credentials: "same-origin", cache: "no-store", headers: headers})
       .then(function (answer) {
         if (answer.status === 304) { return null; }
         if (!answer.ok) { throw new Error(String(answer.status)); }
