@@ -247,6 +247,18 @@ class Settings(BaseSettings):
         12, gt=0, description="a web session ends this long after sign-in, however busy")
     session_cookie_secure: bool = Field(
         False, description="`1` marks the session cookie `Secure` (set it when served over HTTPS)")
+    # New passwords' argon2id costs. A sign-in hashes with the costs its stored hash names, so
+    # a change applies to passwords set from then on. The floors are OWASP's least profile
+    # (19 MiB, 2 passes, 1 lane); the defaults are RFC 9106's second recommendation, as
+    # argon2-cffi has them.
+    password_memory_kib: int = Field(
+        65536, ge=19456, le=4194304,
+        description="KiB of memory one password hash takes (argon2id's m); every sign-in "
+                    "takes this much while it hashes")
+    password_time_cost: int = Field(
+        3, ge=2, le=20, description="passes over that memory (argon2id's t)")
+    password_parallelism: int = Field(
+        4, ge=1, le=16, description="lanes hashed in parallel (argon2id's p)")
     login_rate_limit_account: str = Field(
         "5 per minute", description="failed sign-ins allowed per email address from one client "
                                     "address")

@@ -29,12 +29,13 @@ from spacejobs.models.settings import reload_settings
 from tests.kit.private_servers import RestartableRedis
 from tests.kit.seeding import TestUser
 from tests.kit.servers import Servers, find_or_start
-from tests.kit.stack import Stack, running_stack
+from tests.kit.stack import PASSWORD_COSTS, Stack, running_stack
 
 # Test-only kinds (tests/kinds.py), the bench and demo kinds, in this process and in every worker.
 os.environ["SPACEJOBS_BENCH_KINDS"] = "1"
 os.environ["SPACEJOBS_DEMO_KINDS"] = "1"
 os.environ["SPACEJOBS_EXTRA_KIND_MODULES"] = "tests.kinds"
+os.environ.update(PASSWORD_COSTS)  # this process's sign-ins and seeded passwords as well
 # Never the developer's own results directory: each stack has its own (Stack.results_dir).
 os.environ["SPACEJOBS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="spacejobs-test-results-")
 reload_settings()

@@ -11,6 +11,7 @@ connects as cannot read one (see 0004_people.sql).
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from uuid import UUID
 
@@ -20,6 +21,7 @@ from sqlalchemy import Connection
 
 from spacejobs.models.db.queries import queries_beside
 from spacejobs.models.errors import InvalidRequest
+from spacejobs.models.settings import get_settings
 from spacejobs.models.tenancy import sessions
 
 Q = queries_beside(__file__)
@@ -27,18 +29,33 @@ Q = queries_beside(__file__)
 HASH_LEN = 32  # bytes of digest; the challenge does not carry it, so it is fixed here
 MIN_LENGTH = 10
 MAX_LENGTH = 1024  # argon2 takes any length; a bound keeps one sign-in from costing much more
-_hasher = PasswordHasher(hash_len=HASH_LEN)
 _CHALLENGE = re.compile(r"^\$argon2id\$v=(\d+)\$m=(\d+),t=(\d+),p=(\d+)\$([A-Za-z0-9+/]+)$")
-# Hashed against when the email is unknown, so an unknown address costs the same time as a
-# known one with a wrong password (same costs; any salt will do).
-_DUMMY_CHALLENGE = (f"$argon2id$v=19$m={_hasher.memory_cost},t={_hasher.time_cost},"
-                    f"p={_hasher.parallelism}$c3BhY2Vqb2JzLWR1bW15")
+
+
+@functools.cache
+def _hasher(memory_kib: int, time_cost: int, parallelism: int) -> PasswordHasher:
+    return PasswordHasher(memory_cost=memory_kib, time_cost=time_cost, parallelism=parallelism,
+                          hash_len=HASH_LEN, type=Type.ID)
+
+
+def _configured() -> PasswordHasher:
+    settings = get_settings()
+    return _hasher(settings.password_memory_kib, settings.password_time_cost,
+                   settings.password_parallelism)
+
+
+def _dummy_challenge() -> str:
+    """Hashed against when the email is unknown, so an unknown address costs the time of a
+    known one with a wrong password (the configured costs; any salt will do)."""
+    hasher = _configured()
+    return (f"$argon2id$v=19$m={hasher.memory_cost},t={hasher.time_cost},"
+            f"p={hasher.parallelism}$c3BhY2Vqb2JzLWR1bW15")
 
 
 def hash_password(password: str) -> str:
-    """A new argon2id hash (random salt, argon2-cffi's recommended costs) in PHC form."""
+    """A new argon2id hash (random salt, the configured costs) in PHC form."""
     check_acceptable(password)
-    return _hasher.hash(password)
+    return _configured().hash(password)
 
 
 def check_acceptable(password: str) -> None:
@@ -73,7 +90,7 @@ def check_login(conn: Connection, email: str, password: str) -> UUID | None:
     if not email or len(email) > 320 or len(password) > MAX_LENGTH:
         return None
     challenge = conn.execute(Q["login_challenge"], {"email": email}).scalar_one_or_none()
-    candidate = answer_challenge(challenge or _DUMMY_CHALLENGE, password)
+    candidate = answer_challenge(challenge or _dummy_challenge(), password)
     if challenge is None or candidate is None:
         return None
     return conn.execute(Q["check_login"], {"email": email, "candidate": candidate}).scalar_one_or_none()

@@ -44,6 +44,14 @@ from tests.kit.processes import (
 from tests.kit.servers import Servers
 from tests.kit.waiting import wait_until
 
+#: New passwords at the least costs the settings allow (OWASP's least profile: 19 MiB, 2 passes,
+#: 1 lane): the tests sign in hundreds of times, and the defaults (64 MiB, 3 passes over 4 lanes)
+#: cost a quarter of a CPU second each. tests/unit/test_people.py holds the defaults.
+PASSWORD_COSTS = {
+    "SPACEJOBS_PASSWORD_MEMORY_KIB": "19456",
+    "SPACEJOBS_PASSWORD_TIME_COST": "2",
+    "SPACEJOBS_PASSWORD_PARALLELISM": "1",
+}
 #: what the test suite's processes run with: its own and the demo job kinds, and a sweeper quick enough
 #: that a lost wake-up is noticed within a test's patience.
 TEST_PROCESS_SETTINGS = {
@@ -54,6 +62,7 @@ TEST_PROCESS_SETTINGS = {
     # Every claim reads the operators' controls, so a test sees a pause take effect at once
     # (tests/unit/test_worker_process.py covers the cache a real worker keeps).
     "SPACEJOBS_CONTROLS_TTL": "0",
+    **PASSWORD_COSTS,
 }
 # Set by the caller's environment for its own servers; a stack's processes must derive theirs
 # from the stack's database instead.

@@ -12,6 +12,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from spacejobs.models.jobs.records import Job, Status
+from spacejobs.models.settings import reload_settings
 from spacejobs.models.tenancy.passwords import answer_challenge, hash_password
 from spacejobs.webapp.api import event_id
 from spacejobs.webapp.cli import banner
@@ -83,6 +84,36 @@ def test_the_web_computes_the_same_argon2id_string_without_ever_holding_the_dige
     assert answer_challenge(challenge, "correct horse battery stapler") != stored
     assert PasswordHasher().verify(stored, "correct horse battery staple")
     assert answer_challenge("$argon2i$v=19$m=8,t=1,p=1$c2FsdHNhbHQ", "x") is None  # only argon2id
+
+
+def costs_of(stored: str) -> str:
+    return stored.split("$")[3]
+
+
+def test_new_passwords_take_the_configured_argon2id_costs_and_old_ones_still_answer(
+        monkeypatch: pytest.MonkeyPatch):
+    for name in ("SPACEJOBS_PASSWORD_MEMORY_KIB", "SPACEJOBS_PASSWORD_TIME_COST",
+                 "SPACEJOBS_PASSWORD_PARALLELISM"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        reload_settings()
+        # the defaults: RFC 9106's second recommendation, as argon2-cffi has it
+        before = hash_password("correct horse battery staple")
+        assert costs_of(before) == "m=65536,t=3,p=4"
+        monkeypatch.setenv("SPACEJOBS_PASSWORD_MEMORY_KIB", "19456")
+        monkeypatch.setenv("SPACEJOBS_PASSWORD_TIME_COST", "2")
+        monkeypatch.setenv("SPACEJOBS_PASSWORD_PARALLELISM", "1")
+        reload_settings()
+        after = hash_password("correct horse battery staple")
+        assert costs_of(after) == "m=19456,t=2,p=1"
+        # A sign-in hashes with the costs its stored hash names, whatever the settings now say.
+        for stored in (before, after):
+            challenge = stored.rsplit("$", 1)[0]
+            assert answer_challenge(challenge, "correct horse battery staple") == stored
+            assert PasswordHasher().verify(stored, "correct horse battery staple")
+    finally:
+        monkeypatch.undo()
+        reload_settings()
 
 
 @pytest.mark.parametrize(("target", "kept"), [

@@ -65,6 +65,8 @@ def test_extra_kind_modules_are_a_comma_separated_list(env, text, modules):
     ("SPACEJOBS_DB_POOLER", "session"), ("SPACEJOBS_RATE_LIMIT_FAIL", "maybe"),
     ("SPACEJOBS_RESULTS_STORE", "ftp"), ("SPACEJOBS_LOG_FORMAT", "xml"),
     ("SPACEJOBS_KEEP_JOBS_DAYS", "0"), ("SPACEJOBS_WAKEUP_COALESCE_MS", "0"),
+    ("SPACEJOBS_PASSWORD_MEMORY_KIB", "19455"), ("SPACEJOBS_PASSWORD_TIME_COST", "1"),
+    ("SPACEJOBS_PASSWORD_PARALLELISM", "0"),
 ])
 def test_values_out_of_bounds_are_refused_at_start(env, name, value):
     env.setenv(name, value)
