@@ -35,7 +35,7 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from flask_limiter import RequestLimit
 from sqlalchemy import Connection
-from werkzeug.http import generate_etag
+from werkzeug.http import generate_etag, quote_etag
 
 from spacejobs.demo.projects import Projects, create_project
 from spacejobs.models.db.transaction import transaction
@@ -484,7 +484,7 @@ def job_page(org: str, job_id: str, problem: str | None = None, status: int = 20
         status_part = _status_part(view, page.org, typed)
         return _page("people/job.html", status, view=view, label_of=label_of,
                      notices=job_notices(view.job), problem=problem, status_part=status_part,
-                     status_tag=generate_etag(status_part.encode()), **page.context())
+                     status_tag=quote_etag(generate_etag(status_part.encode())), **page.context())
 
 
 @bp.post("/orgs/<org>/jobs/<job_id>/signals/<name>")

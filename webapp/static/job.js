@@ -22,7 +22,7 @@
   var STEPS_POLL_MS = 3000, STEPS_POLL_MAX_MS = 15000;
   var delay = STEPS_POLL_MS;
   var latest = 0;
-  var shown = region.dataset.tag;  // the entity tag of the status part on the page
+  var shown = region.dataset.tag;  // the entity tag (quoted, as sent) of the part shown
   var timer = null;
 
   // A notice that holds only in some states ("Accepted…", "Cancel requested…") goes away
@@ -46,28 +46,31 @@
     timer = stepsLive() && !document.hidden ? window.setTimeout(load, delay) : null;
   }
 
-  // What a person has typed or chosen in the part's forms, by form and field, so that a new
-  // rendering of the part (the job moved, a step did) does not wipe an answer being written.
-  function typedValues() {
-    var values = {};
+  // The fields of the part's forms a person types in or chooses, each with a key that names
+  // its form and itself, so that a new rendering of the part (the job moved, a step did) can
+  // be given what was typed in the old one.
+  function eachField(visit) {
     region.querySelectorAll("form").forEach(function (form) {
       Array.prototype.forEach.call(form.elements, function (field) {
         if (field.name && field.type !== "hidden" && field.type !== "submit") {
-          values[form.getAttribute("action") + " " + field.name] =
-            field.type === "checkbox" ? field.checked : field.value;
+          visit(form.getAttribute("action") + " " + field.name, field);
         }
       });
+    });
+  }
+
+  function typedValues() {
+    var values = {};
+    eachField(function (key, field) {
+      values[key] = field.type === "checkbox" ? field.checked : field.value;
     });
     return values;
   }
 
   function restoreTyped(values, focusedId) {
-    region.querySelectorAll("form").forEach(function (form) {
-      Array.prototype.forEach.call(form.elements, function (field) {
-        var key = form.getAttribute("action") + " " + field.name;
-        if (!field.name || field.type === "hidden" || !(key in values)) { return; }
-        if (field.type === "checkbox") { field.checked = values[key]; } else { field.value = values[key]; }
-      });
+    eachField(function (key, field) {
+      if (!(key in values)) { return; }
+      if (field.type === "checkbox") { field.checked = values[key]; } else { field.value = values[key]; }
     });
     var focused = focusedId && document.getElementById(focusedId);
     if (focused && region.contains(focused)) { focused.focus(); }
@@ -85,13 +88,13 @@
   function load() {
     var mine = ++latest;
     var headers = {"Accept": "text/html"};
-    if (shown) { headers["If-None-Match"] = '"' + shown + '"'; }
+    if (shown) { headers["If-None-Match"] = shown; }
     // The tag is ours to send: the browser's cache neither answers nor keeps the part.
     fetch(region.dataset.fragment, {credentials: "same-origin", cache: "no-store", headers: headers})
       .then(function (answer) {
         if (answer.status === 304) { return null; }
         if (!answer.ok) { throw new Error(String(answer.status)); }
-        var tag = (answer.headers.get("ETag") || "").replace(/^W\//, "").replace(/"/g, "");
+        var tag = answer.headers.get("ETag");
         return answer.text().then(function (html) { return {html: html, tag: tag}; });
       })
       .then(function (part) {
