@@ -13,6 +13,7 @@ from argon2 import PasswordHasher
 
 from spacejobs.models.jobs.records import Job, Status
 from spacejobs.models.settings import reload_settings
+from spacejobs.models.tenancy import passwords
 from spacejobs.models.tenancy.passwords import answer_challenge, hash_password
 from spacejobs.webapp.api import event_id
 from spacejobs.webapp.cli import banner
@@ -111,6 +112,37 @@ def test_new_passwords_take_the_configured_argon2id_costs_and_old_ones_still_ans
             challenge = stored.rsplit("$", 1)[0]
             assert answer_challenge(challenge, "correct horse battery staple") == stored
             assert PasswordHasher().verify(stored, "correct horse battery staple")
+    finally:
+        monkeypatch.undo()
+        reload_settings()
+
+
+class NoSuchEmail:
+    """A connection whose every answer is "no such row": an email nobody signs in with."""
+
+    def execute(self, *_args: object) -> NoSuchEmail:
+        return self
+
+    def scalar_one_or_none(self) -> None:
+        return None
+
+
+def test_an_unknown_email_is_hashed_at_the_costs_a_new_password_takes(
+        monkeypatch: pytest.MonkeyPatch):
+    """So that a sign-in with an unknown email takes the time of a known one with a wrong
+    password, under whatever costs the settings name."""
+    hashed_against: list[str] = []
+    monkeypatch.setattr(passwords, "answer_challenge",
+                        lambda challenge, _password: hashed_against.append(challenge))
+    try:
+        for memory, time_cost, lanes in (("19456", "2", "1"), ("24576", "3", "2")):
+            monkeypatch.setenv("SPACEJOBS_PASSWORD_MEMORY_KIB", memory)
+            monkeypatch.setenv("SPACEJOBS_PASSWORD_TIME_COST", time_cost)
+            monkeypatch.setenv("SPACEJOBS_PASSWORD_PARALLELISM", lanes)
+            reload_settings()
+            assert passwords.check_login(NoSuchEmail(), "nobody@example.org", "a guess at it") is None
+            assert costs_of(hashed_against[-1]) == costs_of(hash_password("a new password"))
+            assert costs_of(hashed_against[-1]) == f"m={memory},t={time_cost},p={lanes}"
     finally:
         monkeypatch.undo()
         reload_settings()
