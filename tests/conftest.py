@@ -44,6 +44,20 @@ reload_settings()
 load_kinds()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules that run for tens of seconds (a test marked ``slow``) first, then the rest
+    by how many tests they have (what pytest-xdist's own order is, turned off in pyproject.toml
+    so that this one holds). Each test process takes the next module when it runs dry, so a long
+    module taken last would run alone at the end while the other processes sit idle."""
+    tests_of: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        tests_of.setdefault(item.nodeid.split("::")[0], []).append(item)
+    slow = {module for module, its in tests_of.items()
+            if any(item.get_closest_marker("slow") for item in its)}
+    order = sorted(tests_of, key=lambda module: (module not in slow, -len(tests_of[module])))
+    items[:] = [item for module in order for item in tests_of[module]]
+
+
 @pytest.fixture(scope="session")
 def servers() -> Iterator[Servers]:
     found = find_or_start()

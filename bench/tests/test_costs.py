@@ -14,9 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.kit.processes import REPO_ROOT
 from tests.kit.programs import find_program
 from tests.kit.servers import Servers
+
+pytestmark = pytest.mark.slow  # a benchmark's smoke run
 
 MS = r"[\d.]+ \(min [\d.]+, max [\d.]+\)"
 

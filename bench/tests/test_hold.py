@@ -12,8 +12,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.processes import REPO_ROOT
 from tests.kit.servers import Servers
+
+pytestmark = pytest.mark.slow  # a benchmark's smoke run
 
 HAVE_PGQUEUER = importlib.util.find_spec("pgqueuer") is not None
 VERDICT = r"(PASS|FALL SHORT)"

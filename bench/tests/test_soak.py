@@ -12,8 +12,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.processes import REPO_ROOT
 from tests.kit.servers import Servers
+
+pytestmark = pytest.mark.slow  # a benchmark's smoke run
 
 MINUTE = re.compile(r"^ +(?P<index>\d+)  (?P<hold>HOLD|    ) +(?P<submitted>[\d,]+) +(?P<claim50>[\d.]+) /"
                     r" +(?P<claim95>[\d.]+) +(?P<e2e50>[\d.]+|-) / +[\d.-]+ +[\d,]+ +(?P<jobs_dead>[\d,]+) /"

@@ -15,9 +15,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.processes import REPO_ROOT
 from tests.kit.programs import find_program
 from tests.kit.servers import Servers
+
+pytestmark = pytest.mark.slow  # a benchmark's smoke run
 
 TINY = ["--quick", "--jobs", "100", "--bulk", "1000", "--latency-seconds", "1", "--web-seconds", "1",
         "--web-connections", "8", "--flood", "3000", "--wait-jobs", "5"]

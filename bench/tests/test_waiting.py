@@ -12,8 +12,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.processes import REPO_ROOT
 from tests.kit.servers import Servers
+
+pytestmark = pytest.mark.slow  # a benchmark's smoke run
 
 TINY = ["--quick", "--jobs", "100", "--samples", "1", "--cpu-seconds", "1", "--timers", "10",
         "--spread", "2", "--lead", "2", "--patience", "2", "--children", "50",

@@ -18,7 +18,7 @@ from tests.browser.conftest import Live
 from tests.conftest import submit
 from tests.kit.stack import Stack
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: the overview's height at 1280 px before it was a table: 3,760 px with 18 kinds
 CARDS_HEIGHT = 3760

@@ -68,6 +68,7 @@ def test_the_document_is_public_and_covers_every_route_and_error_code(target, st
     assert listed == set(HTTP_STATUS) - {"method_not_allowed"}  # 405: a method not in the document
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_nothing(target):
     url, org, owner = target
     run = subprocess.run(

@@ -84,6 +84,7 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+@pytest.mark.slow
 def test_the_demo_writes_its_servers_down_keeps_its_files_and_leaves_nothing(demo_run):
     demo, data_dir, system_tmp, port = demo_run
     wait_for_banner(demo)

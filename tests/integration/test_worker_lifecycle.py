@@ -14,6 +14,8 @@ from tests.integration.leasing import complete_one
 from tests.kit.stack import Stack
 from tests.kit.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # Celery workers started, signalled and stopped, test after test
+
 
 @pytest.fixture()
 def tenant(stack: Stack):
