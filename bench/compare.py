@@ -32,6 +32,9 @@ FIGURES = {
     "latency": "peer.latency(50, 20, 2)",
     # the claim's and the finish's statements alone, 50 a batch, with no worker (cycle_rate)
     "cycle": "peer.cycle_rate(10000, 50)",
+    # the same at SPACEJOBS_CLAIM_BATCH's most, with the heartbeat's and the standing's
+    # statements: what a batch costs as it grows
+    "leases": "peer.cycle_rate(10000, 1000, leases=True)",
 }
 
 # Run in the checkout measured; prints "FIGURE <value>" and the figure's line, each time.

@@ -12,6 +12,7 @@ without beat. Every figure is read from the job rows and ``job_events`` as the o
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import subprocess
@@ -194,13 +195,15 @@ class SpaceJobsPeer(Peer):
                            f" claimed), first lease -> last completion (job_events); {n} jobs"
                            " completed once")
 
-    def cycle_rate(self, n: int, batch: int = 50) -> Figure:
+    def cycle_rate(self, n: int, batch: int = 50, *, leases: bool = False) -> Figure:
         """The database's side of a drain, with no worker: ``n`` queued jobs leased and
         completed ``batch`` at a time by this one process, through the statements a worker runs
         (``store.claim_batch``, ``store.complete_batch`` as the worker role, under the worker's
         actor), each claim and each finish a transaction of its own. No Celery, no pool, no
         job's Python: for a change to the claim's or the finish's SQL, a figure with far less
-        noise than the drain's."""
+        noise than the drain's. ``leases``: each batch also has its leases extended (the
+        heartbeat's statement) and the requesters' standing read (the finish's), in a
+        transaction between the two, and the figure says each statement's time a job."""
         self._clear()
         self._submit_many(self.tenant, n, 1000)
         self._expect_queued(n)
@@ -209,22 +212,43 @@ class SpaceJobsPeer(Peer):
         worker_db = self.stack.worker_db
         with transaction(worker_db) as conn:
             conn.execute(text("SELECT 1"))  # connected before the timing
+        parts = ["claim", "heartbeat", "standing", "finish"] if leases else ["claim", "finish"]
+        spent = dict.fromkeys(parts, 0.0)
         done = 0
         started = time.perf_counter()
         while done < n:
+            marks = [time.perf_counter()]
             with transaction(worker_db, actor="worker:bench") as conn:
                 leased = store.claim_batch(conn, "bench", limit=batch)
+            marks.append(time.perf_counter())
+            held = [(job.id, job.lease_token) for job in leased]
+            if leases:
+                with transaction(worker_db, actor="worker:bench") as conn:
+                    extended = store.extend_leases(conn, held)
+                    marks.append(time.perf_counter())
+                    standing = store.lease_standing(conn, held)
+                marks.append(time.perf_counter())
+                if len(extended) != len(held) or len(standing) != len(held):
+                    raise PeerError(f"Space Jobs cycle: {len(held)} leased, {len(extended)}"
+                                    f" extended, {len(standing)} with a standing")
             with transaction(worker_db, actor="worker:bench") as conn:
-                won = store.complete_batch(conn, [(job.id, job.lease_token, {}, None)
-                                                  for job in leased])
+                won = store.complete_batch(conn, [(job_id, token, {}, None)
+                                                  for job_id, token in held])
+            marks.append(time.perf_counter())
+            for part, (before, after) in zip(parts, itertools.pairwise(marks), strict=True):
+                spent[part] += after - before
             if not leased or len(won) != len(leased):
                 raise PeerError(f"Space Jobs cycle: {len(leased)} leased, {len(won)} completed"
                                 f" after {done} of {n}")
             done += len(won)
         seconds = time.perf_counter() - started
         self._clear()
-        return rate_figure(n, seconds, f"store.claim_batch and store.complete_batch of {batch},"
-                                       " each its own transaction, one process, no worker")
+        statements = ("store.claim_batch, extend_leases and lease_standing (one transaction)"
+                      if leases else "store.claim_batch")
+        each = ", ".join(f"{part} {1e6 * took / n:.1f}" for part, took in spent.items())
+        return rate_figure(n, seconds, f"{statements} and store.complete_batch of {batch}, each"
+                                       f" its own transaction, one process, no worker; µs a job:"
+                                       f" {each}")
 
     def _drain(self, n: int, processes: int,
                inspect: Any = lambda worker: None) -> tuple[tuple[Any, Any, int], Any]:
