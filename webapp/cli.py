@@ -342,7 +342,7 @@ def tokens_list(email: str) -> None:
 # ----------------------------------------------------------------------------- processes
 
 #: gunicorn's access log line: the client, the time, the method and the matched ROUTE's template
-#: (set by the app in the WSGI environ, webapp/__init__.py), never the URL itself, whose values
+#: (set by the app in the WSGI environ, webapp/app.py), never the URL itself, whose values
 #: are the client's (a signal's name, a path no route matched, a query string); the status,
 #: bytes, milliseconds and the request id that the app's own log lines carry too.
 ACCESS_LOG_FORMAT = ('%(h)s %(t)s "%(m)s %({spacejobs.route}e)s" %(s)s %(B)s %(M)sms '
