@@ -107,6 +107,33 @@ def test_a_stale_row_in_a_batch_finish_is_discarded_and_the_others_commit(stack_
     assert "completed" not in [e["to_status"] for e in stack_db.events(stale)]
 
 
+def test_a_batchs_heartbeat_standing_and_release_answer_only_the_leases_still_held(
+        stack_db: Stack):
+    """Attack, as the worker role: one batch hands back a lease it holds, a lease a newer
+    attempt took over (its old token) and a held job under a made-up token. Only the first is
+    extended, has its requester's standing read, and is given back; the others stay as they
+    were (revision 0063 changed how these statements join the leases to their rows)."""
+    drain_queue(stack_db)
+    org, first = new_job(stack_db)
+    jobs = [first] + [new_job(stack_db, org=org)[1] for _ in range(2)]
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        batch = {j.id: j.lease_token for j in store.claim_batch(conn, "w1", limit=3)}
+    held, stale, forged = (job.id for job in jobs)
+    expire_lease(stack_db, stale)
+    taken_over = claim(stack_db, "w2")
+    assert taken_over.id == stale
+    leases = [(held, batch[held]), (stale, batch[stale]), (forged, uuid.uuid4())]
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        assert set(store.extend_leases(conn, leases)) == {held}
+        assert set(store.lease_standing(conn, leases)) == {held}
+    with transaction(stack_db.worker_db, actor="worker:w1") as conn:
+        assert store.release_batch(conn, leases) == {held}
+    assert stack_db.job_row(held)["status"] == "queued"
+    for job_id, token in ((stale, taken_over.lease_token), (forged, batch[forged])):
+        row = stack_db.job_row(job_id)
+        assert (row["status"], row["lease_token"]) == ("leased", token)
+
+
 def test_a_live_lease_cannot_be_taken_over_even_with_raw_sql(stack_db: Stack):
     drain_queue(stack_db)
     _, job = new_job(stack_db)
