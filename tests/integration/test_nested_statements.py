@@ -146,15 +146,10 @@ def scans_of_every_organization(plans: str) -> list[str]:
                    if found[0] or "organization_id =" not in found[2]})
 
 
-def explain_the_web(superuser: Engine) -> None:
-    """The plan of every statement the web role's new sessions run, functions' and triggers'
-    included, in the server's log (auto_explain; the role's settings, on this server alone)."""
-    explain_role(superuser, "space_app")
-
-
 def explain_role(superuser: Engine, role: str, *, counted: bool = False) -> None:
-    """The plans of ``role``'s new sessions in the server's log; ``counted``: with each node's
-    rows and loops as it ran (no timing)."""
+    """The plan of every statement ``role``'s new sessions run, functions' and triggers'
+    included, in the server's log (auto_explain; the role's settings, on this server alone);
+    ``counted``: with each node's rows and loops as it ran (no timing)."""
     settings = [("session_preload_libraries", "auto_explain"),
                 ("auto_explain.log_min_duration", "0"),
                 ("auto_explain.log_nested_statements", "on")]
@@ -196,7 +191,7 @@ def test_behind_a_long_open_transaction_a_submit_reads_the_small_tables_by_key(
     org, busy = stack.org(), stack.org()
     member = stack.user(org, role="member").id
     busy_owner = stack.user(busy, role="owner").id
-    explain_the_web(superuser)
+    explain_role(superuser, "space_app")
     # One session throughout, as the web's pooled connection: PL/pgSQL keeps the plans it made
     # while the tables were small, and a scan of a small table is the cheapest plan there is.
     app = make_engine(stack.app_url, pool_size=1)
