@@ -203,7 +203,8 @@ class SpaceJobsPeer(Peer):
         job's Python: for a change to the claim's or the finish's SQL, a figure with far less
         noise than the drain's. ``leases``: each batch also has its leases extended (the
         heartbeat's statement) and the requesters' standing read (the finish's), in a
-        transaction between the two, and the figure says each statement's time a job."""
+        transaction between the two, and the figure says each statement's time a job (a
+        transaction's commit counted with its last statement)."""
         self._clear()
         self._submit_many(self.tenant, n, 1000)
         self._expect_queued(n)
